@@ -1,0 +1,62 @@
+"""The exception tree of vramwise, documented in one place.
+
+    VramwiseError                 root: catch this to catch everything vramwise raises
+    ├── FileFormatError           a family/formula file is not valid YAML or fails its schema
+    │   └── ExpressionError       an expression in a file is rejected (unknown name, forbidden syntax)
+    ├── EvaluationError           an expression failed while it was evaluated (division by zero, bad index)
+    ├── ConfigError               a model config cannot be read or lacks a field a family needs
+    ├── SettingsError             a training setting is invalid (method, sizes, checkpointing mode)
+    └── GpuSelectionError         GPUs cannot be selected as asked
+
+Messages about a file start with ``path:line:col:`` and name the JSON path of the
+offending node; messages about a config name the field and the aliases tried.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "VramwiseError",
+    "FileFormatError",
+    "ExpressionError",
+    "EvaluationError",
+    "ConfigError",
+    "SettingsError",
+    "GpuSelectionError",
+]
+
+
+class VramwiseError(Exception):
+    """Root of every error vramwise raises on purpose."""
+
+
+class FileFormatError(VramwiseError):
+    """A data file (family, formula) is not valid YAML or fails its schema.
+
+    ``problems`` holds one ``path:line:col: $.json.path: message`` line per problem.
+    """
+
+    def __init__(self, problems: list[str] | str):
+        if isinstance(problems, str):
+            problems = [problems]
+        self.problems = tuple(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class ExpressionError(FileFormatError):
+    """An expression in a data file is rejected when the file is loaded."""
+
+
+class EvaluationError(VramwiseError):
+    """An expression raised while it was evaluated; the message names file:line and the inputs."""
+
+
+class ConfigError(VramwiseError):
+    """A model config cannot be read, or lacks a field that its family needs."""
+
+
+class SettingsError(VramwiseError):
+    """A training setting is out of range or unknown."""
+
+
+class GpuSelectionError(VramwiseError):
+    """The requested GPUs cannot be used."""

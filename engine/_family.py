@@ -1,0 +1,294 @@
+"""Family files: loading, inheritance (``extends``) and compilation.
+
+A family file is validated against ``family-1.schema.json``; its entries merge
+by name over the parent family; every expression is checked against the names
+it may use (earlier facts, ``i`` and earlier attributes, ...) before the family
+is used. Nothing here knows any model family: all of that is in the files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._errors import FileFormatError
+from ._expr import Expression, compile_expression
+from ._yamlio import DataFile, json_path
+
+__all__ = ["Family", "FactRule", "AttributeRule", "ModuleRule", "LoraPart", "build_families"]
+
+_TYPES = ("int", "number", "bool", "string", "list", "any")
+
+
+@dataclass(frozen=True)
+class Src:
+    """A merged value and where it was written."""
+
+    value: Any
+    df: DataFile
+    parts: tuple
+
+    def where(self) -> str:
+        return self.df.where(self.parts)
+
+
+@dataclass(frozen=True)
+class Alias:
+    from_root: bool
+    path: tuple
+    reduce: str | None
+
+    @property
+    def name(self) -> str:
+        return ("/" if self.from_root else "") + ".".join(self.path)
+
+
+@dataclass(frozen=True)
+class FactRule:
+    name: str
+    aliases: tuple
+    type: str
+    min: float | None
+    has_default: bool
+    default: Any
+    derive: Expression | None
+    where: str
+    description: str
+
+
+@dataclass(frozen=True)
+class AttributeRule:
+    name: str
+    expr: Expression
+    per_layer: bool  # depends on i
+    description: str
+
+
+@dataclass(frozen=True)
+class LoraPart:
+    target: str
+    in_features: Expression
+    out_features: Expression
+
+
+@dataclass(frozen=True)
+class ModuleRule:
+    name: str
+    kind: str
+    group: str
+    path: str
+    shape: tuple  # of Expression
+    bias: Expression
+    when: Expression | None
+    quantizable: bool
+    lora: tuple  # of LoraPart; empty: answers to its own name only (if linear)
+    where: str
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    file: str
+    description: str
+    source: str
+    model_types: tuple
+    abstract: bool
+    fallback: bool
+    parents: tuple  # chain of ancestor names, nearest first
+    facts: tuple  # of FactRule, in resolution order
+    layer_count: str
+    attributes: tuple  # of AttributeRule
+    layer_modules: tuple  # of ModuleRule
+    model_modules: tuple  # of ModuleRule
+    examples: tuple = field(default=(), repr=False)  # raw example dicts, with their DataFile
+    example_file: DataFile | None = field(default=None, repr=False)
+
+    @property
+    def fact_names(self) -> frozenset:
+        return frozenset(f.name for f in self.facts)
+
+    @property
+    def attribute_names(self) -> frozenset:
+        return frozenset(a.name for a in self.attributes)
+
+
+_MERGED_SECTIONS = (("facts",), ("layers", "attributes"), ("layers", "modules"), ("model_modules",))
+
+
+def _merge(raw: dict[str, DataFile], name: str, seen: tuple = ()) -> dict:
+    """Merged view of family ``name``: section -> entry -> field -> Src."""
+    df = raw[name]
+    data = df.data
+    parent_name = data.get("extends")
+    if name in seen:
+        chain = " -> ".join(seen + (name,))
+        raise FileFormatError(df.problem(("extends",), f"inheritance cycle: {chain}"))
+    if parent_name is not None:
+        if parent_name not in raw:
+            raise FileFormatError(
+                df.problem(("extends",), f"unknown family {parent_name!r} (known: {', '.join(sorted(raw))})")
+            )
+        merged = _merge(raw, parent_name, seen + (name,))
+        merged = {k: ({e: dict(f) for e, f in v.items()} if isinstance(v, dict) else v) for k, v in merged.items()}
+        merged["parents"] = (parent_name,) + merged["parents"]
+    else:
+        merged = {sec: {} for sec in _MERGED_SECTIONS}
+        merged["parents"] = ()
+        merged["count"] = None
+    for sec in _MERGED_SECTIONS:
+        block = data
+        for key in sec:
+            block = (block or {}).get(key) if isinstance(block, dict) else None
+        if not block:
+            continue
+        target = merged[sec]
+        for entry, spec in block.items():
+            if spec is None:
+                target.pop(entry, None)
+                continue
+            fields = target.setdefault(entry, {})
+            for fname, fval in spec.items():
+                fields[fname] = Src(fval, df, sec + (entry, fname))
+            fields["__entry__"] = Src(spec, df, sec + (entry,))
+    count = (data.get("layers") or {}).get("count")
+    if count is not None:
+        merged["count"] = Src(count, df, ("layers", "count"))
+    return merged
+
+
+def _expr(src: Src | None, allowed, what: str, layer_valued=frozenset()) -> Expression | None:
+    if src is None:
+        return None
+    return compile_expression(src.value, allowed=allowed, df=src.df, parts=src.parts, what=what)
+
+
+def _compile_module(name: str, fields: dict, allowed, in_layer: bool) -> ModuleRule:
+    entry: Src = fields["__entry__"]
+    missing = [k for k in ("kind", "group", "path", "shape") if k not in fields]
+    if missing:
+        raise FileFormatError(entry.df.problem(entry.parts, f"module {name!r} lacks {', '.join(missing)} (after inheritance)"))
+    path = fields["path"].value
+    if in_layer and "{i}" not in path:
+        raise FileFormatError(fields["path"].df.problem(fields["path"].parts, "a layer module path must contain {i}"))
+    if not in_layer and "{i}" in path:
+        raise FileFormatError(fields["path"].df.problem(fields["path"].parts, "a model module path must not contain {i}"))
+    shape_src: Src = fields["shape"]
+    shape = tuple(
+        compile_expression(v, allowed=allowed, df=shape_src.df, parts=shape_src.parts + (k,), what="shape")
+        for k, v in enumerate(shape_src.value)
+    )
+    kind = fields["kind"].value
+    if kind == "linear" and len(shape) != 2:
+        raise FileFormatError(shape_src.df.problem(shape_src.parts, "a linear module has a 2-D shape [out, in]"))
+    bias = _expr(fields.get("bias"), allowed, "bias") or compile_expression(False, allowed=())
+    when = _expr(fields.get("when"), allowed, "when")
+    quant = fields["quantizable"].value if "quantizable" in fields else kind == "linear"
+    parts = []
+    if "lora" in fields:
+        lsrc: Src = fields["lora"]
+        for k, part in enumerate(lsrc.value):
+            base = lsrc.parts + (k,)
+            parts.append(
+                LoraPart(
+                    target=part["target"],
+                    in_features=compile_expression(part["in"], allowed=allowed, df=lsrc.df, parts=base + ("in",)),
+                    out_features=compile_expression(part["out"], allowed=allowed, df=lsrc.df, parts=base + ("out",)),
+                )
+            )
+    return ModuleRule(
+        name=name, kind=kind, group=fields["group"].value, path=path, shape=shape, bias=bias, when=when,
+        quantizable=bool(quant), lora=tuple(parts), where=entry.where(),
+    )
+
+
+def _compile(name: str, raw: dict[str, DataFile]) -> Family:
+    df = raw[name]
+    data = df.data
+    merged = _merge(raw, name)
+    facts: list[FactRule] = []
+    known: set[str] = set()
+    for fname, fields in merged[("facts",)].items():
+        entry: Src = fields["__entry__"]
+        aliases = []
+        for a in (fields["aliases"].value if "aliases" in fields else []):
+            spec = a if isinstance(a, dict) else {"path": a}
+            p = spec["path"]
+            aliases.append(Alias(from_root=p.startswith("/"), path=tuple(p.lstrip("/").split(".")), reduce=spec.get("reduce")))
+        dsrc = fields.get("derive")
+        derive = _expr(dsrc, set(known), "derive") if dsrc is not None and dsrc.value is not None else None
+        ftype = fields["type"].value if "type" in fields else "any"
+        facts.append(
+            FactRule(
+                name=fname, aliases=tuple(aliases), type=ftype,
+                min=fields["min"].value if "min" in fields else None,
+                has_default="default" in fields, default=fields["default"].value if "default" in fields else None,
+                derive=derive, where=entry.where(),
+                description=fields["description"].value if "description" in fields else "",
+            )
+        )
+        known.add(fname)
+    count_src = merged["count"]
+    abstract = bool(data.get("abstract", False))
+    if count_src is None and not abstract:
+        raise FileFormatError(df.problem(("layers",), "layers.count is not set (nor inherited)"))
+    if count_src is not None and count_src.value not in known:
+        raise FileFormatError(count_src.df.problem(count_src.parts, f"layers.count names unknown fact {count_src.value!r}"))
+    attrs: list[AttributeRule] = []
+    per_layer: set[str] = set()
+    attr_names: set[str] = set()
+    for aname, fields in merged[("layers", "attributes")].items():
+        if aname in known or aname == "i":
+            entry = fields["__entry__"]
+            raise FileFormatError(entry.df.problem(entry.parts, f"attribute {aname!r} shadows a fact"))
+        if "expr" not in fields:
+            entry = fields["__entry__"]
+            raise FileFormatError(entry.df.problem(entry.parts, f"attribute {aname!r} has no expr"))
+        expr = _expr(fields["expr"], known | attr_names | {"i"}, "attribute")
+        depends = "i" in expr.names or bool(expr.names & per_layer)
+        if depends:
+            per_layer.add(aname)
+        attrs.append(AttributeRule(aname, expr, depends, fields["description"].value if "description" in fields else ""))
+        attr_names.add(aname)
+    layer_allowed = known | attr_names
+    layer_modules = tuple(
+        _compile_module(m, f, layer_allowed, True) for m, f in merged[("layers", "modules")].items()
+    )
+    model_modules = tuple(_compile_module(m, f, known, False) for m, f in merged[("model_modules",)].items())
+    return Family(
+        name=name, file=df.path, description=data["description"], source=data["source"],
+        model_types=tuple(data.get("model_types", ())), abstract=abstract, fallback=bool(data.get("fallback", False)),
+        parents=merged["parents"], facts=tuple(facts), layer_count=count_src.value if count_src else "",
+        attributes=tuple(attrs), layer_modules=layer_modules, model_modules=model_modules,
+        examples=tuple(data.get("examples", ())), example_file=df,
+    )
+
+
+def build_families(raw: dict[str, DataFile]) -> dict[str, Family]:
+    """Compile every family of ``raw`` (name -> validated DataFile)."""
+    problems: list[str] = []
+    for name, df in raw.items():
+        if df.data["family"] != name:
+            problems.append(df.problem(("family",), f"family name {df.data['family']!r} differs from the file name {name!r}"))
+    if problems:
+        raise FileFormatError(problems)
+    families = {name: _compile(name, raw) for name in raw}
+    owners: dict[str, str] = {}
+    fallbacks = [f.name for f in families.values() if f.fallback]
+    for fam in families.values():
+        for mt in fam.model_types:
+            if mt in owners:
+                df = raw[fam.name]
+                problems.append(df.problem(("model_types",), f"model type {mt!r} is already served by family {owners[mt]!r}"))
+            owners[mt] = fam.name
+    if len(fallbacks) > 1:
+        problems.append(f"families {', '.join(fallbacks)} are all marked fallback: only one may be")
+    if problems:
+        raise FileFormatError(problems)
+    return families
+
+
+def describe_alias_list(rule: FactRule) -> str:
+    return ", ".join(a.name for a in rule.aliases) or "(no aliases)"
+
+
+__all__ += ["describe_alias_list", "json_path"]

@@ -1,0 +1,327 @@
+"""From a config mapping and a family to a resolved model: facts, layer plan, inventory.
+
+The result, :class:`ModelSpec`, is what every profile is evaluated on. Layers
+with identical attributes form one :class:`LayerClass` with its indices, so the
+cost of an estimate grows with the number of distinct layer kinds, not with the
+number of layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+from types import MappingProxyType
+from typing import Any, Iterable, Mapping
+
+from ._errors import ConfigError, EvaluationError
+from ._expr import Evaluator
+from ._family import Family, FactRule, ModuleRule, describe_alias_list
+
+__all__ = ["Module", "LayerClass", "ModelSpec", "resolve_model"]
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Module:
+    """One module with exact shapes. ``path`` holds ``{i}`` for layer modules."""
+
+    name: str
+    kind: str
+    group: str
+    path: str
+    shape: tuple
+    bias: bool
+    quantizable: bool
+    lora_parts: tuple  # ((target, in, out), ...); empty: answers to its own name, whole
+
+    @property
+    def weight_params(self) -> int:
+        return prod(self.shape)
+
+    @property
+    def bias_params(self) -> int:
+        return self.shape[0] if self.bias else 0
+
+    @property
+    def params(self) -> int:
+        return self.weight_params + self.bias_params
+
+    @property
+    def in_features(self) -> int:
+        return self.shape[-1]
+
+    @property
+    def out_features(self) -> int:
+        return self.shape[0]
+
+
+@dataclass(frozen=True)
+class LayerClass:
+    """Layers that share every attribute, hence every module shape."""
+
+    indices: tuple
+    attributes: Mapping[str, Any]
+    modules: tuple  # of Module
+
+    @property
+    def count(self) -> int:
+        return len(self.indices)
+
+    @property
+    def params(self) -> int:
+        return sum(m.params for m in self.modules)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model resolved against its family: what every estimate is computed from."""
+
+    family: str
+    family_file: str
+    model_type: str | None
+    facts: Mapping[str, Any]
+    num_layers: int
+    layer_classes: tuple
+    model_modules: tuple
+    warnings: tuple = ()
+    source: str = ""
+    _aggregates: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def params_total(self) -> int:
+        return self._aggregates["params_total"]
+
+    @property
+    def params_by_group(self) -> Mapping[str, int]:
+        return self._aggregates["params_by_group"]
+
+    @property
+    def aggregates(self) -> Mapping[str, Any]:
+        """Inventory totals offered to formula files (params_total, quantizable_params, ...)."""
+        return self._aggregates["names"]
+
+    def modules(self) -> Iterable[tuple[str, Module]]:
+        """Every module with its concrete path (layer modules once per layer index)."""
+        for m in self.model_modules:
+            yield m.path, m
+        for lc in self.layer_classes:
+            for i in lc.indices:
+                for m in lc.modules:
+                    yield m.path.replace("{i}", str(i)), m
+
+    def module_params(self) -> dict[str, int]:
+        """Parameter count per module path (weights plus bias)."""
+        return {path: m.params for path, m in self.modules()}
+
+    def lora_io(self, targets: frozenset) -> tuple[int, frozenset]:
+        """Sum of (in + out) features over the adapters ``targets`` put on the model, and the targets that matched.
+
+        A module named in ``targets`` gets one adapter sized by its whole shape; otherwise every
+        listed part (a fused projection's q/k/v, gate/up) whose target is named gets its own.
+        """
+        total = 0
+        matched: set[str] = set()
+        for count, mods in self._aggregates["lora_modules"]:
+            for m in mods:
+                if m.name in targets:
+                    total += count * (m.in_features + m.out_features)
+                    matched.add(m.name)
+                    continue
+                for target, fin, fout in m.lora_parts:
+                    if target in targets:
+                        total += count * (fin + fout)
+                        matched.add(target)
+        return total, frozenset(matched)
+
+
+def _lookup(mapping: Mapping, path: tuple) -> Any:
+    cur: Any = mapping
+    for key in path:
+        if isinstance(cur, Mapping) and key in cur:
+            cur = cur[key]
+        else:
+            return _MISSING
+    return _MISSING if cur is None else cur
+
+
+def _check_type(rule: FactRule, value: Any, origin: str) -> Any:
+    t = rule.type
+    ok = True
+    if t == "int":
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif t == "number":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif t == "bool":
+        ok = isinstance(value, bool)
+    elif t == "string":
+        ok = isinstance(value, str)
+    elif t == "list":
+        ok = isinstance(value, (list, tuple))
+        if ok:
+            value = tuple(value)
+    if not ok:
+        raise ConfigError(f"config field {origin} should be {'an' if t == 'int' else 'a'} {t}, got {value!r}")
+    if rule.min is not None and value < rule.min:
+        raise ConfigError(f"config field {origin} is {value!r}; it must be at least {rule.min:g}")
+    return value
+
+
+def _reduce(value: Any, how: str | None, origin: str) -> Any:
+    if how is None or not isinstance(value, (list, tuple)):
+        return value
+    if not value:
+        raise ConfigError(f"config field {origin} is an empty list")
+    if how == "first":
+        return value[0]
+    if how == "last":
+        return value[-1]
+    return max(value)
+
+
+def _resolve_facts(family: Family, root: Mapping, text: Mapping, ev: Evaluator, warnings: list[str]) -> dict:
+    facts: dict[str, Any] = {}
+    for rule in family.facts:
+        found = []
+        for alias in rule.aliases:
+            v = _lookup(root if alias.from_root else text, alias.path)
+            if v is not _MISSING:
+                found.append((alias.name, _reduce(v, alias.reduce, alias.name)))
+        if found:
+            origin, value = found[0]
+            disagree = [n for n, v in found[1:] if v != value]
+            if disagree:
+                warnings.append(
+                    f"config fields {origin} ({value!r}) and {', '.join(disagree)} disagree for {rule.name}; using {origin}"
+                )
+            facts[rule.name] = _check_type(rule, value, origin if origin == rule.name else f"{origin} (for {rule.name})")
+        elif rule.derive is not None:
+            try:
+                value = rule.derive.evaluate(ev, facts)
+            except EvaluationError as e:
+                raise ConfigError(
+                    f"cannot derive {rule.name} (no field among: {describe_alias_list(rule)}): {e}"
+                ) from None
+            facts[rule.name] = value if value is None else _check_type(rule, value, f"{rule.name} (derived)")
+        elif rule.has_default:
+            facts[rule.name] = rule.default
+        else:
+            raise ConfigError(
+                f"config has no {rule.name} (tried: {describe_alias_list(rule)}); family {family.name} needs it"
+            )
+    return facts
+
+
+def _module(rule: ModuleRule, ev: Evaluator, env: Mapping, where_layer: str) -> Module | None:
+    if rule.when is not None and not rule.when.evaluate(ev, env):
+        return None
+    shape = tuple(e.evaluate(ev, env) for e in rule.shape)
+    for dim in shape:
+        if isinstance(dim, float) and dim.is_integer():
+            dim = int(dim)
+        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
+            raise ConfigError(
+                f"module {rule.name}{where_layer} gets shape {list(shape)} from the config; "
+                f"every dimension must be a positive integer (rule at {rule.where})"
+            )
+    shape = tuple(int(d) for d in shape)
+    parts = []
+    for p in rule.lora:
+        fin, fout = p.in_features.evaluate(ev, env), p.out_features.evaluate(ev, env)
+        parts.append((p.target, int(fin), int(fout)))
+    return Module(
+        name=rule.name, kind=rule.kind, group=rule.group, path=rule.path, shape=shape,
+        bias=bool(rule.bias.evaluate(ev, env)), quantizable=rule.quantizable, lora_parts=tuple(parts),
+    )
+
+
+def resolve_model(
+    family: Family,
+    root: Mapping,
+    text: Mapping,
+    *,
+    model_type: str | None,
+    warnings: Iterable[str] = (),
+    source: str = "",
+) -> ModelSpec:
+    """Resolve ``family`` on a config (``root``: whole config, ``text``: its text view)."""
+    ev = Evaluator()
+    warns = list(warnings)
+    facts = _resolve_facts(family, root, text, ev, warns)
+    n_layers = facts.get(family.layer_count)
+    if not isinstance(n_layers, int) or isinstance(n_layers, bool) or n_layers < 1:
+        raise ConfigError(f"{family.layer_count} must be a positive integer, got {n_layers!r}")
+
+    # Layer plan: attributes per layer; those that do not depend on i are computed once.
+    fixed: dict[str, Any] = {}
+    env = dict(facts)
+    for a in family.attributes:
+        if not a.per_layer:
+            fixed[a.name] = a.expr.evaluate(ev, {**env, **fixed})
+    varying = [a for a in family.attributes if a.per_layer]
+    groups: dict[tuple, list[int]] = {}
+    attr_values: dict[tuple, dict] = {}
+    for i in range(n_layers):
+        values = dict(fixed)
+        if varying:
+            layer_env = {**env, **fixed, "i": i}
+            for a in varying:
+                try:
+                    values[a.name] = layer_env[a.name] = a.expr.evaluate(ev, layer_env)
+                except EvaluationError as e:
+                    raise ConfigError(f"layer {i}: {e}") from None
+        key = tuple(_hashable(values[a.name]) for a in family.attributes)
+        groups.setdefault(key, []).append(i)
+        attr_values.setdefault(key, values)
+
+    classes = []
+    for key, indices in groups.items():
+        values = attr_values[key]
+        lenv = {**env, **values}
+        label = f" (layer {indices[0]})"
+        mods = tuple(m for m in (_module(r, ev, lenv, label) for r in family.layer_modules) if m is not None)
+        classes.append(LayerClass(indices=tuple(indices), attributes=MappingProxyType(values), modules=mods))
+    model_mods = tuple(m for m in (_module(r, ev, env, "") for r in family.model_modules) if m is not None)
+
+    by_group: dict[str, int] = {}
+    quantizable = 0
+    total = 0
+    for m in model_mods:
+        by_group[m.group] = by_group.get(m.group, 0) + m.params
+        total += m.params
+        quantizable += m.weight_params if m.quantizable else 0
+    for lc in classes:
+        for m in lc.modules:
+            by_group[m.group] = by_group.get(m.group, 0) + lc.count * m.params
+            total += lc.count * m.params
+            quantizable += lc.count * m.weight_params if m.quantizable else 0
+    lora_modules = tuple(
+        (lc.count, tuple(m for m in lc.modules if m.kind == "linear" or m.lora_parts)) for lc in classes
+    ) + ((1, tuple(m for m in model_mods if m.kind == "linear" or m.lora_parts)),)
+    names = {
+        "params_total": total,
+        "quantizable_params": quantizable,
+        "non_quantizable_params": total - quantizable,
+        "num_layers": n_layers,
+    }
+    aggregates = {
+        "params_total": total,
+        "params_by_group": MappingProxyType(dict(sorted(by_group.items()))),
+        "names": MappingProxyType(names),
+        "lora_modules": lora_modules,
+    }
+    return ModelSpec(
+        family=family.name, family_file=family.file, model_type=model_type, facts=MappingProxyType(facts),
+        num_layers=n_layers, layer_classes=tuple(classes), model_modules=model_mods,
+        warnings=tuple(warns), source=source, _aggregates=aggregates,
+    )
+
+
+def _hashable(v: Any) -> Any:
+    if isinstance(v, list):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
+    return v

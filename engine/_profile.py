@@ -1,0 +1,235 @@
+"""Memory profiles: a folder of formula files evaluated on a resolved model.
+
+``formulas/<profile>/profile.yaml`` names the formula files, the facts and layer
+attributes the profile needs from every family, the LoRA target conventions and
+which formulas are the reported components. Formulas are checked and ordered
+by their dependencies when the profile is loaded; an estimate evaluates each
+one once (layer-scope formulas once per layer class).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ._errors import FileFormatError, SettingsError
+from ._expr import Evaluator, Expression, LayerValues, compile_expression
+from ._settings import SETTING_NAMES
+from ._yamlio import DataFile
+
+__all__ = ["Profile", "Formula", "Table", "build_profile", "AGGREGATE_NAMES", "round_bytes"]
+
+#: Inventory totals every model offers to formulas (see ModelSpec.aggregates), plus the LoRA sum.
+AGGREGATE_NAMES = frozenset(("params_total", "quantizable_params", "non_quantizable_params", "num_layers", "lora_io"))
+N_GPUS = "n_gpus"
+
+
+def round_bytes(value: float) -> int:
+    """Nearest whole byte, halves rounded up (components are reported as ints)."""
+    return int(value + 0.5) if value >= 0 else -int(-value + 0.5)
+
+
+@dataclass(frozen=True)
+class Formula:
+    id: str
+    scope: str
+    expr: Expression
+    unit: str
+    description: str
+    source: str
+    component: str  # the file's component name
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    key: str
+    entries: Mapping[str, float]
+    default: float | None
+    unknown_warning: str | None
+    where: str
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    file: str
+    description: str
+    source: str
+    model_inputs: tuple
+    layer_inputs: tuple
+    default_targets: tuple
+    target_sets: Mapping[str, tuple]
+    components: Mapping[str, str]  # component -> formula id
+    total: str
+    min_per_gpu: str
+    trainable_params: str
+    constants: Mapping[str, float]
+    constant_where: Mapping[str, str]
+    tables: tuple
+    formulas: tuple  # dependency order
+
+    def expand_targets(self, targets: tuple | None) -> frozenset:
+        """Target names after replacing keywords such as ``all-linear`` by the names they stand for."""
+        out: set[str] = set()
+        for t in targets if targets is not None else self.default_targets:
+            key = t.lower()
+            if key in self.target_sets:
+                out.update(self.target_sets[key])
+            else:
+                out.add(t)
+        return frozenset(out)
+
+    def evaluate(self, spec, settings, lora_io: int, warnings: list[str]) -> tuple[dict, list[dict]]:
+        """Evaluate every formula; return the model-level names and one dict per layer class."""
+        ev = Evaluator()
+        env: dict[str, Any] = dict(settings.as_names())
+        env.update(spec.aggregates)
+        env["lora_io"] = lora_io
+        env[N_GPUS] = 1
+        for name in self.model_inputs:
+            env[name] = spec.facts[name]
+        env.update(self.constants)
+        classes = spec.layer_classes
+        layer_envs = [dict(lc.attributes) for lc in classes]
+        for name in self.layer_inputs:
+            env[name] = LayerValues((lc.count, lc.attributes[name]) for lc in classes)
+        for t in self.tables:
+            key = env[t.key]
+            if key in t.entries:
+                env[t.name] = t.entries[key]
+            elif t.default is not None:
+                env[t.name] = t.default
+                if t.unknown_warning:
+                    warnings.append(t.unknown_warning.format(key=key, default=t.default))
+            else:
+                raise SettingsError(f"unknown {t.key} {key!r} (known: {', '.join(t.entries)})")
+        components = set(self.components.values())
+        for f in self.formulas:
+            if f.scope == "layer":
+                values = []
+                for lc, lenv in zip(classes, layer_envs):
+                    v = f.expr.evaluate(ev, {**env, **lenv})
+                    lenv[f.id] = v
+                    values.append((lc.count, v))
+                env[f.id] = LayerValues(values)
+            else:
+                v = f.expr.evaluate(ev, env)
+                env[f.id] = round_bytes(v) if f.id in components else v
+        return env, layer_envs
+
+    def formula(self, fid: str) -> Formula:
+        for f in self.formulas:
+            if f.id == fid:
+                return f
+        raise KeyError(fid)
+
+
+def build_profile(manifest: DataFile, files: list[DataFile], families: Mapping) -> Profile:
+    """Compile a profile: check every name, order formulas by dependency, check families supply the inputs."""
+    m = manifest.data
+    problems: list[str] = []
+    model_inputs = tuple(m["inputs"]["model"])
+    layer_inputs = tuple(m["inputs"]["layer"])
+    for fam in families.values():
+        if fam.abstract:
+            continue
+        missing_f = [n for n in model_inputs if n not in fam.fact_names]
+        missing_a = [n for n in layer_inputs if n not in fam.attribute_names]
+        if missing_f or missing_a:
+            problems.append(
+                f"{fam.file}:1:1: $: family {fam.name} lacks what profile {m['profile']} needs: "
+                + ", ".join([f"fact {n}" for n in missing_f] + [f"layer attribute {n}" for n in missing_a])
+            )
+    constants: dict[str, float] = {}
+    constant_where: dict[str, str] = {}
+    tables: list[Table] = []
+    raw_formulas: list[tuple[DataFile, int, dict]] = []
+    declared: dict[str, str] = {}
+
+    def declare(name: str, where: str) -> None:
+        if name in declared:
+            problems.append(f"{where}: $: name {name!r} is already defined at {declared[name]}")
+        declared[name] = where
+
+    reserved = SETTING_NAMES | AGGREGATE_NAMES | {N_GPUS} | set(model_inputs) | set(layer_inputs)
+    for df in files:
+        stem = df.path.rsplit("/", 1)[-1].removesuffix(".yaml")
+        if df.data["component"] != stem:
+            problems.append(df.problem(("component",), f"component {df.data['component']!r} differs from the file name {stem!r}"))
+        for name, c in (df.data.get("constants") or {}).items():
+            where = df.where(("constants", name))
+            declare(name, where)
+            constants[name] = c["value"]
+            constant_where[name] = where
+        for name, t in (df.data.get("tables") or {}).items():
+            where = df.where(("tables", name))
+            declare(name, where)
+            if t["key"] not in SETTING_NAMES:
+                problems.append(df.problem(("tables", name, "key"), f"unknown setting {t['key']!r} (settings: {', '.join(sorted(SETTING_NAMES))})"))
+            tables.append(Table(name, t["key"], dict(t["entries"]), t.get("default"), t.get("unknown_warning"), where))
+        for k, f in enumerate(df.data["formulas"]):
+            declare(f["id"], df.where(("formulas", k, "id")))
+            raw_formulas.append((df, k, f))
+    for name in declared:
+        if name in reserved:
+            problems.append(f"{declared[name]}: $: {name!r} is a reserved input name")
+    if problems:
+        raise FileFormatError(problems)
+
+    layer_ids = {f["id"] for _, _, f in raw_formulas if f.get("scope", "model") == "layer"}
+    model_ids = {f["id"] for _, _, f in raw_formulas if f.get("scope", "model") != "layer"}
+    base = SETTING_NAMES | AGGREGATE_NAMES | set(model_inputs) | set(constants) | {t.name for t in tables}
+    compiled: dict[str, Formula] = {}
+    for df, k, f in raw_formulas:
+        scope = f.get("scope", "model")
+        if scope == "layer":
+            allowed = base | set(layer_inputs) | layer_ids | model_ids
+            layer_valued = frozenset()
+        else:
+            allowed = base | model_ids | set(layer_inputs) | layer_ids
+            if f["id"] == m["min_per_gpu"]:
+                allowed = allowed | {N_GPUS}
+            layer_valued = frozenset(layer_inputs) | frozenset(layer_ids)
+        expr = compile_expression(
+            f["expr"], allowed=allowed, df=df, parts=("formulas", k, "expr"), layer_valued=layer_valued
+        )
+        compiled[f["id"]] = Formula(
+            id=f["id"], scope=scope, expr=expr, unit=f["unit"], description=f["description"],
+            source=f["source"], component=df.data["component"],
+        )
+    # Dependency order (stable: file order where free); cycles are load errors.
+    order: list[Formula] = []
+    state: dict[str, int] = {}
+
+    def visit(fid: str, trail: tuple) -> None:
+        if state.get(fid) == 2:
+            return
+        if state.get(fid) == 1:
+            raise FileFormatError(f"{compiled[fid].expr.where}: $: formula cycle: {' -> '.join(trail + (fid,))}")
+        state[fid] = 1
+        for dep in sorted(compiled[fid].expr.names & compiled.keys()):
+            visit(dep, trail + (fid,))
+        state[fid] = 2
+        order.append(compiled[fid])
+
+    for fid in compiled:
+        visit(fid, ())
+    refs = {"total": m["total"], "min_per_gpu": m["min_per_gpu"], "trainable_params": m["trainable_params"]}
+    refs.update({f"components.{k}": v for k, v in m["components"].items()})
+    for where, fid in refs.items():
+        if fid not in compiled:
+            problems.append(manifest.problem(tuple(where.split(".")), f"unknown formula {fid!r}"))
+        elif compiled[fid].scope != "model":
+            problems.append(manifest.problem(tuple(where.split(".")), f"formula {fid!r} must have model scope"))
+    if problems:
+        raise FileFormatError(problems)
+    return Profile(
+        name=m["profile"], file=manifest.path, description=m["description"], source=m["source"],
+        model_inputs=model_inputs, layer_inputs=layer_inputs,
+        default_targets=tuple(m["lora"]["default_targets"]),
+        target_sets={k.lower(): tuple(v) for k, v in m["lora"]["target_sets"].items()},
+        components=dict(m["components"]), total=m["total"], min_per_gpu=m["min_per_gpu"],
+        trainable_params=m["trainable_params"], constants=constants, constant_where=constant_where,
+        tables=tuple(tables), formulas=tuple(order),
+    )

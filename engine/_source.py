@@ -1,0 +1,88 @@
+"""Model sources: a config.json path or folder, a mapping, a PretrainedConfig, or a hub id.
+
+Reading a local file needs neither torch nor transformers. A hub id is read as
+its raw ``config.json`` through ``huggingface_hub`` (local cache and
+``HF_HUB_OFFLINE`` honoured); remote code is never run unless the caller passes
+``trust_remote_code=True``, in which case transformers' ``AutoConfig`` builds
+the config.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Mapping
+
+from ._errors import ConfigError
+
+__all__ = ["read_config", "text_view"]
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+def read_config(source: Any, *, trust_remote_code: bool = False) -> tuple[dict, str]:
+    """Return ``(config mapping, description of where it came from)``."""
+    if isinstance(source, Mapping):
+        return dict(source), "mapping"
+    if hasattr(source, "to_dict") and hasattr(source, "model_type"):
+        return source.to_dict(), f"{type(source).__name__} object"
+    if not isinstance(source, (str, os.PathLike)):
+        raise ConfigError(
+            f"cannot read a model from {type(source).__name__}: pass a config.json path, a model folder, "
+            "a dict, a transformers PretrainedConfig or a hub id"
+        )
+    text = os.fspath(source)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        cfg = path / "config.json"
+        if not cfg.is_file():
+            raise ConfigError(f"folder {path} has no config.json")
+        return _read_json(cfg), str(cfg)
+    if path.is_file():
+        return _read_json(path), str(path)
+    if _HUB_ID.match(text) and not text.endswith(".json"):
+        return _read_hub(text, trust_remote_code), f"hub:{text}"
+    raise ConfigError(f"no such file or folder: {text}")
+
+
+def _read_hub(repo_id: str, trust_remote_code: bool) -> dict:
+    if trust_remote_code:
+        try:
+            from transformers import AutoConfig
+
+            return AutoConfig.from_pretrained(repo_id, trust_remote_code=True).to_dict()
+        except Exception as e:  # noqa: BLE001 - any failure becomes one clear message
+            raise ConfigError(f"cannot load the config of {repo_id!r}: {type(e).__name__}: {e}") from None
+    try:
+        from huggingface_hub import hf_hub_download
+
+        local = hf_hub_download(repo_id, "config.json")
+    except Exception as e:  # noqa: BLE001
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(
+            f"cannot get config.json of {repo_id!r} from the hub or the local cache ({first}); "
+            "pass a local config.json or model folder instead"
+        ) from None
+    return _read_json(Path(local))
+
+
+def text_view(root: Mapping) -> Mapping:
+    """The text tower of a config: its ``text_config`` when it has one, else the config itself."""
+    sub = root.get("text_config")
+    return sub if isinstance(sub, Mapping) else root

@@ -1,0 +1,155 @@
+"""Reading data files: YAML with node positions, schema validation, error locations.
+
+Every family and formula file goes through :func:`load_data_file`. The YAML is
+composed once (keeping line/column marks), turned into plain data, and validated
+against its JSON Schema. Problems are reported as ``path:line:col: $.json.path:
+message`` so that they read as a trail to the node.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from ._errors import FileFormatError
+
+try:  # libyaml keeps marks too and is several times faster
+    _Loader = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover - PyYAML without libyaml
+    _Loader = yaml.SafeLoader
+
+__all__ = ["DataFile", "load_data_file", "json_path", "load_schema"]
+
+
+def json_path(parts: tuple) -> str:
+    """Render a path of keys and indices as ``$.a.b[0].c``."""
+    out = "$"
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else f".{p}"
+    return out
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """A loaded data file: its data, its display path and the composed node tree."""
+
+    path: str
+    data: Any
+    root: yaml.Node
+
+    def node_at(self, parts: tuple) -> yaml.Node:
+        """The deepest YAML node on ``parts`` (a path of keys and indices)."""
+        node = self.root
+        for p in parts:
+            if isinstance(node, yaml.MappingNode):
+                for k, v in node.value:
+                    if k.value == p:
+                        node = v
+                        break
+                else:
+                    return node
+            elif isinstance(node, yaml.SequenceNode) and isinstance(p, int) and p < len(node.value):
+                node = node.value[p]
+            else:
+                return node
+        return node
+
+    def key_node(self, parts: tuple, key: str) -> yaml.Node | None:
+        node = self.node_at(parts)
+        if isinstance(node, yaml.MappingNode):
+            for k, _ in node.value:
+                if k.value == key:
+                    return k
+        return None
+
+    def where(self, parts: tuple, column_offset: int = 0, line_offset: int = 0) -> str:
+        """``path:line:col`` of the node at ``parts`` (1-based line and column)."""
+        node = self.node_at(parts)
+        return f"{self.path}:{node.start_mark.line + 1 + line_offset}:{node.start_mark.column + 1 + column_offset}"
+
+    def problem(self, parts: tuple, message: str) -> str:
+        return f"{self.where(parts)}: {json_path(parts)}: {message}"
+
+
+def _check_keys(node: yaml.Node, path: str, problems: list[str], parts: tuple = ()) -> None:
+    """Reject duplicate keys, which plain YAML loading would silently drop."""
+    if isinstance(node, yaml.MappingNode):
+        seen: set = set()
+        for k, v in node.value:
+            if k.value in seen:
+                problems.append(
+                    f"{path}:{k.start_mark.line + 1}:{k.start_mark.column + 1}: {json_path(parts)}: "
+                    f"duplicate key {k.value!r}"
+                )
+            seen.add(k.value)
+            _check_keys(v, path, problems, parts + (k.value,))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            _check_keys(v, path, problems, parts + (i,))
+
+
+@lru_cache(maxsize=None)
+def load_schema(name: str) -> dict:
+    """A schema shipped in ``vramwise.schemas`` (read-only, so caching it is harmless)."""
+    text = resources.files("vramwise.schemas").joinpath(name).read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+@lru_cache(maxsize=None)
+def _validator(name: str):
+    from jsonschema import Draft202012Validator
+
+    schema = load_schema(name)
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+def _schema_problem(df: DataFile, err) -> str:
+    parts = tuple(err.absolute_path)
+    message = err.message
+    if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+        allowed = set(err.schema.get("properties", {}))
+        extra = [k for k in err.instance if k not in allowed]
+        if extra:
+            key = df.key_node(parts, extra[0])
+            names = ", ".join(repr(k) for k in extra)
+            message = f"unknown key {names} (allowed: {', '.join(sorted(allowed))})"
+            if key is not None:
+                return (
+                    f"{df.path}:{key.start_mark.line + 1}:{key.start_mark.column + 1}: "
+                    f"{json_path(parts + (extra[0],))}: {message}"
+                )
+    return df.problem(parts, message)
+
+
+def load_data_file(text: str, path: str, schema: str) -> DataFile:
+    """Compose, construct and validate one YAML data file.
+
+    Raises :class:`FileFormatError` listing every problem with its position.
+    """
+    try:
+        loader = _Loader(text)
+        try:
+            root = loader.get_single_node()
+            if root is None:
+                raise FileFormatError(f"{path}:1:1: $: the file is empty")
+            data = loader.construct_document(root)
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        raise FileFormatError(f"{path}:{line}:{col}: $: invalid YAML: {e.problem or e}") from None
+    df = DataFile(path=path, data=data, root=root)
+    problems: list[str] = []
+    _check_keys(root, path, problems)
+    errors = sorted(_validator(schema).iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    problems.extend(_schema_problem(df, e) for e in errors)
+    if problems:
+        raise FileFormatError(problems)
+    return df

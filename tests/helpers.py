@@ -1,0 +1,83 @@
+"""Shared test helpers: the shared config corpus and transformers' meta-device reference."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+CONFIGS = SHARED / "configs"
+
+
+def shared_configs(model_types) -> list[tuple[str, Path]]:
+    """(file name, path) of every config in ../shared/configs whose model_type is in ``model_types``."""
+    index = CONFIGS / "INDEX.tsv"
+    if not index.is_file():
+        return []
+    out = []
+    with index.open(encoding="utf-8") as fh:
+        for row in csv.DictReader(fh, delimiter="\t"):
+            path = CONFIGS / row["file"]
+            if path.is_file():
+                mt = json.loads(path.read_text()).get("model_type")
+                text_mt = (json.loads(path.read_text()).get("text_config") or {}).get("model_type")
+                if mt in model_types or text_mt in model_types:
+                    out.append((row["file"], path))
+    return sorted(out)
+
+
+_TEXT_ROOTS = ("model.language_model.", "language_model.model.", "language_model.")
+_OTHER_TOWERS = ("model.vision_tower.", "model.multi_modal_projector.", "vision_tower.", "multi_modal_projector.",
+                 "model.audio_tower.", "model.embed_vision.", "model.embed_audio.")
+
+
+def reference_params(config_dict: dict) -> dict[str, int]:
+    """Parameter count per module path of the model transformers builds on the meta device.
+
+    Text-tower prefixes of vision-language models are mapped to ``model.``; other towers are left out.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    d = dict(config_dict)
+    mt = d.pop("model_type")
+    cfg = AutoConfig.for_model(mt, **d)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    out: dict[str, int] = {}
+    for name, p in model.named_parameters():  # tied weights are listed once
+        if name.startswith(_OTHER_TOWERS):
+            continue
+        for root in _TEXT_ROOTS:
+            if name.startswith(root):
+                name = "model." + name[len(root):]
+                break
+        module = name.rsplit(".", 1)[0]
+        out[module] = out.get(module, 0) + p.numel()
+    return out
+
+
+def kind_of(path: str) -> str:
+    """Parameter group of a transformers module path, by its name."""
+    leaf = path.rsplit(".", 1)[-1]
+    if path.startswith("lm_head"):
+        return "lm_head"
+    if "embed" in leaf:
+        return "embeddings"
+    if "norm" in leaf:
+        return "norms"
+    if ".self_attn." in path:
+        return "attention"
+    if ".mlp." in path:
+        return "mlp"
+    return "other"
+
+
+def by_kind(per_module: dict[str, int]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for path, n in per_module.items():
+        k = kind_of(path)
+        out[k] = out.get(k, 0) + n
+    return {k: v for k, v in sorted(out.items()) if v}
