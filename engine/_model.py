@@ -163,9 +163,9 @@ def _check_type(rule: FactRule, value: Any, origin: str) -> Any:
         if ok:
             value = tuple(value)
     if not ok:
-        raise ConfigError(f"config field {origin} should be {'an' if t == 'int' else 'a'} {t}, got {value!r}")
+        raise ConfigError(f"{origin} should be {'an' if t == 'int' else 'a'} {t}, got {value!r}")
     if rule.min is not None and value < rule.min:
-        raise ConfigError(f"config field {origin} is {value!r}; it must be at least {rule.min:g}")
+        raise ConfigError(f"{origin} is {value!r}; it must be at least {rule.min:g}")
     return value
 
 
@@ -196,7 +196,8 @@ def _resolve_facts(family: Family, root: Mapping, text: Mapping, ev: Evaluator, 
                 warnings.append(
                     f"config fields {origin} ({value!r}) and {', '.join(disagree)} disagree for {rule.name}; using {origin}"
                 )
-            facts[rule.name] = _check_type(rule, value, origin if origin == rule.name else f"{origin} (for {rule.name})")
+            label = f"config field {origin}" + ("" if origin == rule.name else f" (read as {rule.name})")
+            facts[rule.name] = _check_type(rule, value, label)
         elif rule.derive is not None:
             try:
                 value = rule.derive.evaluate(ev, facts)
@@ -204,7 +205,8 @@ def _resolve_facts(family: Family, root: Mapping, text: Mapping, ev: Evaluator, 
                 raise ConfigError(
                     f"cannot derive {rule.name} (no field among: {describe_alias_list(rule)}): {e}"
                 ) from None
-            facts[rule.name] = value if value is None else _check_type(rule, value, f"{rule.name} (derived)")
+            label = f"{rule.name}, derived from the config as `{rule.derive.text}`,"
+            facts[rule.name] = value if value is None else _check_type(rule, value, label)
         elif rule.has_default:
             facts[rule.name] = rule.default
         else:

@@ -110,6 +110,8 @@ def _validator(name: str):
 
 
 def _schema_problem(df: DataFile, err) -> str:
+    while err.context:  # oneOf/anyOf: report the branch that came closest, at its own node
+        err = max(err.context, key=lambda e: (len(e.absolute_path), e.validator != "type"))
     parts = tuple(err.absolute_path)
     message = err.message
     if err.validator == "additionalProperties" and isinstance(err.instance, dict):

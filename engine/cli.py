@@ -1,0 +1,231 @@
+"""Command line: ``vramwise estimate|explain|families``.
+
+Numbers are computed by the library in bytes; this module only formats them
+(GiB = 2**30 bytes). Bad input ends with a one-line error and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from ._errors import VramwiseError
+from ._estimate import COMPONENTS, Estimate, estimate
+from ._registry import Registry
+from ._settings import CHECKPOINTING_MODES, METHODS
+
+_GIB = 1024**3
+
+
+def _gib(n: float) -> str:
+    return f"{n / _GIB:,.2f}"
+
+
+def _count(n: int) -> str:
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:,.2f} {unit}"
+    return str(n)
+
+
+def _bool_flag(text: str) -> bool:
+    t = text.strip().lower()
+    if t in ("true", "1", "yes", "on"):
+        return True
+    if t in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _training_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="config.json, model folder, or hub id (read from the local cache when offline)")
+    p.add_argument("--method", default="qlora", choices=METHODS, help="fine-tuning method (default: qlora)")
+    p.add_argument("--batch-size", type=int, default=4, help="per-device batch size (default: 4)")
+    p.add_argument("--seq-len", type=int, default=2048, help="maximum sequence length (default: 2048)")
+    p.add_argument("--lora-rank", type=int, default=16, help="LoRA rank r (default: 16)")
+    p.add_argument(
+        "--target-modules", default=None,
+        help="comma-separated LoRA targets, or all-linear (default: the seven attention and MLP projections)",
+    )
+    p.add_argument(
+        "--gradient-checkpointing", default="unsloth", metavar="{" + ",".join(CHECKPOINTING_MODES) + "}",
+        help="gradient checkpointing mode (default: unsloth)",
+    )
+    p.add_argument("--optimizer", default="adamw_8bit", help="optimizer name, e.g. adamw_8bit, adamw_torch, sgd (default: adamw_8bit)")
+    p.add_argument("--attention", default="flash_attention_2", help="attention implementation: flash_attention_2, sdpa, flex_attention, eager (default: flash_attention_2)")
+    p.add_argument("--load-in-4bit", type=_bool_flag, default=None, metavar="{true,false}", help="override 4-bit loading (default: true for qlora only)")
+    p.add_argument("--profile", default="unsloth", help="memory profile (default: unsloth)")
+    p.add_argument("--trust-remote-code", action="store_true", help="allow a hub config's remote code to run (off by default)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _run_estimate(args) -> Estimate:
+    return estimate(
+        args.model, method=args.method, batch_size=args.batch_size, seq_len=args.seq_len,
+        lora_rank=args.lora_rank, target_modules=args.target_modules,
+        gradient_checkpointing=args.gradient_checkpointing, optimizer=args.optimizer,
+        attention=args.attention, load_in_4bit=args.load_in_4bit, profile=args.profile,
+        trust_remote_code=args.trust_remote_code,
+    )
+
+
+def _print_table(est: Estimate, model: str, gpus: Sequence[int], out) -> None:
+    s = est.settings
+    out.write(f"{model}\n")
+    out.write(
+        f"family {est.family} ({est.model_type}), profile {est.profile}; {s.method}, batch {s.batch_size}, "
+        f"seq {s.seq_len}, rank {s.lora_rank}, checkpointing {s.gradient_checkpointing}, {s.optimizer}, {s.attention}\n"
+    )
+    out.write(f"parameters: {_count(est.params_total)} total, {_count(est.params_trainable)} trainable\n\n")
+    rows = [(c, getattr(est, c)) for c in COMPONENTS]
+    width = max(len(c) for c, _ in rows + [("total", 0)])
+    out.write(f"{'component':<{width}}  {'GiB':>9}  {'share':>7}\n")
+    for name, value in rows:
+        share = 100.0 * value / est.total if est.total else 0.0
+        out.write(f"{name:<{width}}  {_gib(value):>9}  {share:>6.1f}%\n")
+    out.write(f"{'total':<{width}}  {_gib(est.total):>9}  {100.0:>6.1f}%\n\n")
+    out.write("minimum per GPU: " + ", ".join(f"{n} x {_gib(est.min_per_gpu(n))} GiB" for n in gpus) + "\n")
+    for w in est.warnings:
+        out.write(f"warning: {w}\n")
+
+
+def _jsonable(v):
+    if isinstance(v, tuple):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
+def _print_trace(est: Estimate, model: str, as_json: bool, out) -> None:
+    if as_json:
+        json.dump(
+            {
+                "estimate": est.to_dict(),
+                "trace": [
+                    {
+                        "id": t.id, "component": t.component, "location": t.location(), "expression": t.expression,
+                        "inputs": {k: _jsonable(v) for k, v in t.inputs.items()}, "value": _jsonable(t.value),
+                        "unit": t.unit, "source": t.source,
+                        **({"layers": list(t.layer_indices)} if t.layer_indices is not None else {}),
+                    }
+                    for t in est.trace
+                ],
+            },
+            out, indent=2,
+        )
+        out.write("\n")
+        return
+    out.write(f"{model}: family {est.family}, profile {est.profile}\n")
+    current = None
+    for t in est.trace:
+        if t.component != current:
+            current = t.component
+            out.write(f"\n[{current}]\n")
+        layers = f"  (layers {_ranges(t.layer_indices)})" if t.layer_indices is not None else ""
+        out.write(f"{t.id}  {t.location()}{layers}\n")
+        out.write(f"    {t.expression}\n")
+        if t.inputs:
+            shown = ", ".join(f"{k}={_short(v)}" for k, v in t.inputs.items())
+            out.write(f"    with {shown}\n")
+        out.write(f"    = {_short(t.value)} {t.unit}\n")
+    for w in est.warnings:
+        out.write(f"warning: {w}\n")
+
+
+def _ranges(indices: Sequence[int]) -> str:
+    """``0-4, 6, 8-9`` for [0, 1, 2, 3, 4, 6, 8, 9]."""
+    spans: list[list[int]] = []
+    for i in indices:
+        if spans and i == spans[-1][1] + 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in spans)
+
+
+def _short(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}" if not v.is_integer() else f"{int(v)}"
+    if isinstance(v, tuple):
+        return "(" + ", ".join(_short(x) for x in v) + ")"
+    return repr(v) if isinstance(v, str) else str(v)
+
+
+def _families(as_json: bool, out) -> None:
+    reg = Registry.default()
+    rows = [
+        {"family": f.name, "model_types": list(f.model_types), "file": f.file, "extends": f.parents[0] if f.parents else None,
+         "fallback": f.fallback}
+        for f in sorted(reg.families.values(), key=lambda f: f.name) if not f.abstract
+    ]
+    if as_json:
+        json.dump({"families": rows, "profiles": reg.profile_names()}, out, indent=2)
+        out.write("\n")
+        return
+    width = max(len(r["family"]) for r in rows)
+    for r in rows:
+        types = ", ".join(r["model_types"]) or "(fallback for unknown model types)"
+        ext = f"  extends {r['extends']}" if r["extends"] else ""
+        out.write(f"{r['family']:<{width}}  {types}  [{r['file']}]{ext}\n")
+    out.write(f"\nprofiles: {', '.join(reg.profile_names())}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vramwise",
+        description="Estimate the GPU memory of fine-tuning a model (QLoRA, LoRA, full) from its config.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    p = sub.add_parser("estimate", help="memory breakdown of a training run", description="Memory breakdown of a training run, in GiB.")
+    _training_args(p)
+    p.add_argument("--gpus", default="1,2,4,8", help="GPU counts for the per-GPU minimum (default: 1,2,4,8)")
+    p = sub.add_parser("explain", help="every formula behind an estimate, with file:line, inputs and result")
+    _training_args(p)
+    p = sub.add_parser("families", help="list families, their model types and files")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    out = sys.stdout
+    try:
+        if args.command == "families":
+            _families(args.json, out)
+            return 0
+        est = _run_estimate(args)
+        if args.command == "explain":
+            _print_trace(est, args.model, args.json, out)
+            return 0
+        try:
+            gpus = [int(x) for x in args.gpus.split(",") if x.strip()]
+        except ValueError:
+            parser.error(f"--gpus must be comma-separated integers, got {args.gpus!r}")
+        if not gpus or min(gpus) < 1:
+            parser.error(f"--gpus must list positive integers, got {args.gpus!r}")
+        if args.json:
+            data = est.to_dict()
+            data["min_per_gpu"] = {str(n): est.min_per_gpu(n) for n in gpus}
+            json.dump(data, out, indent=2)
+            out.write("\n")
+        else:
+            _print_table(est, args.model, gpus, out)
+        return 0
+    except VramwiseError as e:
+        msg = str(e).strip().replace("\n", "; ") if not getattr(e, "problems", None) else "\n".join(e.problems)
+        sys.stderr.write(f"vramwise: error: {msg}\n")
+        return 2
+    except KeyboardInterrupt:  # pragma: no cover
+        return 130
+    except BrokenPipeError:  # output piped into head and closed early
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

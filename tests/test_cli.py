@@ -1,0 +1,119 @@
+"""The command line: tables, JSON, trace, families, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import vramwise
+from vramwise.cli import main
+
+SMALL = {"model_type": "llama", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 512,
+         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}
+
+
+@pytest.fixture()
+def cfg(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(SMALL))
+    return str(p)
+
+
+def test_estimate_table(cfg, capsys):
+    assert main(["estimate", cfg]) == 0
+    out = capsys.readouterr().out
+    e = vramwise.estimate(SMALL)
+    for comp in ("weights", "lora", "optimizer", "gradients", "activations", "overhead", "total"):
+        assert comp in out
+    assert f"{e.total / 2**30:,.2f}" in out
+    assert "100.0%" in out and "minimum per GPU" in out
+
+
+def test_estimate_json_equals_api(cfg, capsys):
+    assert main(["estimate", cfg, "--method", "full", "--optimizer", "adamw_torch", "--json", "--gpus", "1,2"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    e = vramwise.estimate(SMALL, method="full", optimizer="adamw_torch")
+    assert {k: data[k] for k in e.to_dict()} == e.to_dict()
+    assert data["min_per_gpu"] == {"1": e.min_per_gpu(1), "2": e.min_per_gpu(2)}
+
+
+def test_training_flags_reach_the_estimate(cfg, capsys):
+    args = ["estimate", cfg, "--json", "--batch-size", "2", "--seq-len", "512", "--lora-rank", "8",
+            "--target-modules", "q_proj,v_proj", "--gradient-checkpointing", "none", "--attention", "eager",
+            "--method", "lora", "--load-in-4bit", "true"]
+    assert main(args) == 0
+    data = json.loads(capsys.readouterr().out)
+    e = vramwise.estimate(SMALL, batch_size=2, seq_len=512, lora_rank=8, target_modules=["q_proj", "v_proj"],
+                          gradient_checkpointing="none", attention="eager", method="lora", load_in_4bit=True)
+    assert data["total"] == e.total
+    assert data["settings"]["target_modules"] == ["q_proj", "v_proj"]
+
+
+def test_explain(cfg, capsys):
+    assert main(["explain", cfg]) == 0
+    out = capsys.readouterr().out
+    assert "[weights]" in out and "formulas/unsloth/weights.yaml:" in out
+    assert "weights_bytes" in out and "with " in out
+    assert main(["explain", cfg, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    ids = [t["id"] for t in data["trace"]]
+    assert ids[-1] in ("total_bytes", "min_per_gpu_bytes") and "layer_activation_bytes" in ids
+
+
+def test_families(capsys):
+    assert main(["families"]) == 0
+    out = capsys.readouterr().out
+    assert "gemma3_text, gemma3" in out and "families/phi3.yaml" in out
+    assert main(["families", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert "unsloth" in data["profiles"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["estimate", "/no/such/config.json"], "no such file or folder"),
+    (["estimate", "{cfg}", "--batch-size", "0"], "batch_size must be a positive integer"),
+    (["estimate", "{cfg}", "--seq-len", "-5"], "seq_len must be a positive integer"),
+    (["estimate", "{cfg}", "--gradient-checkpointing", "maybe"], "unknown gradient checkpointing mode"),
+    (["explain", "{cfg}", "--profile", "nope"], "unknown profile"),
+])
+def test_errors_are_one_line(cfg, capsys, args, needle):
+    args = [a.replace("{cfg}", cfg) for a in args]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vramwise: error: ") and needle in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args", [["estimate", "x", "--method", "dora"], ["estimate", "x", "--batch-size", "two"], []])
+def test_argparse_errors_exit_2(args, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    assert info.value.code == 2
+
+
+def test_invalid_json_and_missing_fields(tmp_path, capsys):
+    p = tmp_path / "config.json"
+    p.write_text("{not json")
+    assert main(["estimate", str(p)]) == 2
+    assert "invalid JSON" in capsys.readouterr().err
+    p.write_text(json.dumps({"model_type": "llama", "vocab_size": 10}))
+    assert main(["estimate", str(p)]) == 2
+    assert "config has no hidden_size" in capsys.readouterr().err
+
+
+def test_console_script_does_not_import_torch(cfg):
+    code = (
+        "import sys; from vramwise.cli import main; rc = main(['estimate', sys.argv[1], '--json']);"
+        "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; print(bad, file=sys.stderr); sys.exit(rc or len(bad))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, cfg], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["family"] == "llama"
+
+
+def test_module_entry_point(cfg):
+    proc = subprocess.run([sys.executable, "-m", "vramwise", "estimate", cfg], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "total" in proc.stdout
