@@ -1,10 +1,10 @@
 """Model sources: a config.json path or folder, a mapping, a PretrainedConfig, or a hub id.
 
-Reading a local file needs neither torch nor transformers. A hub id is read as
-its raw ``config.json`` through ``huggingface_hub`` (local cache and
-``HF_HUB_OFFLINE`` honoured); remote code is never run unless the caller passes
-``trust_remote_code=True``, in which case transformers' ``AutoConfig`` builds
-the config.
+Reading a local file needs neither torch nor transformers. A hub id goes
+through transformers' ``AutoConfig`` (local cache and ``HF_HUB_OFFLINE``
+honoured); remote code is never run unless the caller passes
+``trust_remote_code=True``. A hub config whose model type transformers does
+not know is then read as its raw ``config.json``.
 """
 
 from __future__ import annotations
@@ -62,24 +62,33 @@ def read_config(source: Any, *, trust_remote_code: bool = False) -> tuple[dict, 
 
 
 def _read_hub(repo_id: str, trust_remote_code: bool) -> dict:
-    if trust_remote_code:
-        try:
-            from transformers import AutoConfig
+    """A hub config through transformers' AutoConfig (cache and offline mode honoured).
 
-            return AutoConfig.from_pretrained(repo_id, trust_remote_code=True).to_dict()
-        except Exception as e:  # noqa: BLE001 - any failure becomes one clear message
-            raise ConfigError(f"cannot load the config of {repo_id!r}: {type(e).__name__}: {e}") from None
+    When transformers does not know the model type and remote code is not allowed, the raw
+    config.json is read instead (no code runs) and the generic family takes it.
+    """
+    try:
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(repo_id, trust_remote_code=trust_remote_code).to_dict()
+    except Exception as e:  # noqa: BLE001 - fall back to the raw file, or report one clear message
+        if trust_remote_code:
+            raise ConfigError(f"cannot load the config of {repo_id!r}: {type(e).__name__}: {_first_line(e)}") from None
     try:
         from huggingface_hub import hf_hub_download
 
         local = hf_hub_download(repo_id, "config.json")
     except Exception as e:  # noqa: BLE001
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(
-            f"cannot get config.json of {repo_id!r} from the hub or the local cache ({first}); "
+            f"cannot get config.json of {repo_id!r} from the hub or the local cache ({_first_line(e)}); "
             "pass a local config.json or model folder instead"
         ) from None
     return _read_json(Path(local))
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def text_view(root: Mapping) -> Mapping:

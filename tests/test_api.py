@@ -179,6 +179,18 @@ def test_hub_id_from_local_cache(offline_hub):
     assert vramwise.estimate("someone/tiny").params_total == SMALL_PARAMS
 
 
+def test_hub_id_unknown_type_read_raw_without_remote_code(offline_hub):
+    repo = offline_hub / "models--someone--exotic"
+    snap = repo / "snapshots" / ("1" * 40)
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps({**SMALL, "model_type": "exotic_arch", "auto_map": {"AutoConfig": "x.Y"}}))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("1" * 40)
+    e = vramwise.estimate("someone/exotic")
+    assert e.family == "generic" and e.params_total == SMALL_PARAMS
+    assert any("exotic_arch" in w for w in e.warnings)
+
+
 def test_unknown_model_type_warns():
     e = vramwise.estimate({**SMALL, "model_type": "brand_new_arch"})
     assert e.family == "generic"
