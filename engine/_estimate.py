@@ -185,8 +185,8 @@ def estimate(
     if settings.method == "full":
         lora_io, matched, targets = 0, frozenset(), frozenset()
     else:
-        targets = prof.expand_targets(settings.target_modules)
-        lora_io, matched = spec.lora_io(targets)
+        targets, explicit = prof.expand_targets(settings.target_modules)
+        lora_io, matched = spec.lora_io(targets, explicit)
         unmatched = sorted(targets - matched)
         if unmatched:
             warnings.append(f"LoRA target(s) {', '.join(unmatched)} match no module of this model")

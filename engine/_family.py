@@ -69,6 +69,8 @@ class LoraPart:
     target: str
     in_features: Expression
     out_features: Expression
+    count: Expression | None
+    explicit_only: bool
 
 
 @dataclass(frozen=True)
@@ -193,6 +195,9 @@ def _compile_module(name: str, fields: dict, allowed, in_layer: bool) -> ModuleR
                     target=part["target"],
                     in_features=compile_expression(part["in"], allowed=allowed, df=lsrc.df, parts=base + ("in",)),
                     out_features=compile_expression(part["out"], allowed=allowed, df=lsrc.df, parts=base + ("out",)),
+                    count=compile_expression(part["count"], allowed=allowed, df=lsrc.df, parts=base + ("count",))
+                    if "count" in part else None,
+                    explicit_only=bool(part.get("explicit_only", False)),
                 )
             )
     return ModuleRule(

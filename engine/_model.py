@@ -33,7 +33,7 @@ class Module:
     shape: tuple
     bias: bool
     quantizable: bool
-    lora_parts: tuple  # ((target, in, out), ...); empty: answers to its own name, whole
+    lora_parts: tuple  # ((target, in, out, count, explicit_only), ...); a linear also answers to its own name, whole
 
     @property
     def weight_params(self) -> int:
@@ -114,23 +114,25 @@ class ModelSpec:
         """Parameter count per module path (weights plus bias)."""
         return {path: m.params for path, m in self.modules()}
 
-    def lora_io(self, targets: frozenset) -> tuple[int, frozenset]:
+    def lora_io(self, targets: frozenset, explicit: frozenset = frozenset()) -> tuple[int, frozenset]:
         """Sum of (in + out) features over the adapters ``targets`` put on the model, and the targets that matched.
 
-        A module named in ``targets`` gets one adapter sized by its whole shape; otherwise every
-        listed part (a fused projection's q/k/v, gate/up) whose target is named gets its own.
+        A linear module named in ``targets`` gets one adapter sized by its whole shape; otherwise
+        every listed part (a fused projection's q/k/v, each routed expert's gate/up/down) whose
+        target is named gets its own. Parts marked explicit-only count only for names in
+        ``explicit`` (named by the user, not brought in by a keyword such as all-linear).
         """
         total = 0
         matched: set[str] = set()
         for count, mods in self._aggregates["lora_modules"]:
             for m in mods:
-                if m.name in targets:
+                if m.kind == "linear" and m.name in targets:
                     total += count * (m.in_features + m.out_features)
                     matched.add(m.name)
                     continue
-                for target, fin, fout in m.lora_parts:
-                    if target in targets:
-                        total += count * (fin + fout)
+                for target, fin, fout, n, explicit_only in m.lora_parts:
+                    if target in (explicit if explicit_only else targets):
+                        total += count * n * (fin + fout)
                         matched.add(target)
         return total, frozenset(matched)
 
@@ -232,7 +234,8 @@ def _module(rule: ModuleRule, ev: Evaluator, env: Mapping, where_layer: str) -> 
     parts = []
     for p in rule.lora:
         fin, fout = p.in_features.evaluate(ev, env), p.out_features.evaluate(ev, env)
-        parts.append((p.target, int(fin), int(fout)))
+        n = p.count.evaluate(ev, env) if p.count is not None else 1
+        parts.append((p.target, int(fin), int(fout), int(n), p.explicit_only))
     return Module(
         name=rule.name, kind=rule.kind, group=rule.group, path=rule.path, shape=shape,
         bias=bool(rule.bias.evaluate(ev, env)), quantizable=rule.quantizable, lora_parts=tuple(parts),

@@ -69,16 +69,19 @@ class Profile:
     tables: tuple
     formulas: tuple  # dependency order
 
-    def expand_targets(self, targets: tuple | None) -> frozenset:
-        """Target names after replacing keywords such as ``all-linear`` by the names they stand for."""
+    def expand_targets(self, targets: tuple | None) -> tuple[frozenset, frozenset]:
+        """(every target name, the names given explicitly): keywords such as ``all-linear`` expand
+        to the names they stand for but do not count as naming them explicitly."""
         out: set[str] = set()
+        explicit: set[str] = set()
         for t in targets if targets is not None else self.default_targets:
             key = t.lower()
             if key in self.target_sets:
                 out.update(self.target_sets[key])
             else:
                 out.add(t)
-        return frozenset(out)
+                explicit.add(t)
+        return frozenset(out), frozenset(explicit)
 
     def evaluate(self, spec, settings, lora_io: int, warnings: list[str]) -> tuple[dict, list[dict]]:
         """Evaluate every formula; return the model-level names and one dict per layer class."""

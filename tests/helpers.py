@@ -54,7 +54,8 @@ def reference_params(config_dict: dict) -> dict[str, int]:
             if name.startswith(root):
                 name = "model." + name[len(root):]
                 break
-        module = name.rsplit(".", 1)[0]
+        # weights and biases belong to their module; a bare parameter (fused experts, sinks) is its own entry
+        module = name.rsplit(".", 1)[0] if name.rsplit(".", 1)[-1] in ("weight", "bias") else name
         out[module] = out.get(module, 0) + p.numel()
     return out
 
@@ -68,9 +69,15 @@ def kind_of(path: str) -> str:
         return "embeddings"
     if "norm" in leaf:
         return "norms"
-    if ".self_attn." in path:
+    if "shared_expert" in path:
+        return "shared_experts"
+    if ".experts." in path or path.endswith(".experts"):
+        return "experts"
+    if any(f".{k}.{r}." in path + "." for k in ("mlp", "feed_forward", "block_sparse_moe", "ffn") for r in ("gate", "router")):
+        return "router"
+    if any(f".{a}." in path + "." for a in ("self_attn", "attn", "linear_attn", "attention")):
         return "attention"
-    if ".mlp." in path:
+    if any(f".{k}." in path + "." for k in ("mlp", "feed_forward", "ffn")):
         return "mlp"
     return "other"
 
