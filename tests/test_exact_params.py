@@ -26,6 +26,11 @@ FAMILY_TYPES = {
     "phi3": "phi3",
     "gemma2": "gemma2",
     "gemma3_text": "gemma3_text",
+    "mixtral": "mixtral",
+    "qwen2_moe": "qwen2_moe",
+    "qwen3_moe": "qwen3_moe",
+    "olmoe": "olmoe",
+    "phimoe": "phimoe",
 }
 
 # Small configs with only the fields no default covers: the family's defaults must match the
