@@ -149,6 +149,10 @@ def _merge(raw: dict[str, DataFile], name: str, seen: tuple = ()) -> dict:
                 target.pop(entry, None)
                 continue
             fields = target.setdefault(entry, {})
+            # a fact's default and derive are one rule: a child that sets one replaces both
+            for pair in (("default", "derive"), ("derive", "default")):
+                if pair[0] in spec and pair[1] not in spec:
+                    fields.pop(pair[1], None)
             for fname, fval in spec.items():
                 fields[fname] = Src(fval, df, sec + (entry, fname))
             fields["__entry__"] = Src(spec, df, sec + (entry,))

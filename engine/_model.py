@@ -137,14 +137,18 @@ class ModelSpec:
         return total, frozenset(matched)
 
 
+_NULL = object()
+
+
 def _lookup(mapping: Mapping, path: tuple) -> Any:
+    """The value at ``path``; ``_MISSING`` when a key is absent, ``_NULL`` when it is present but null."""
     cur: Any = mapping
     for key in path:
         if isinstance(cur, Mapping) and key in cur:
             cur = cur[key]
         else:
             return _MISSING
-    return _MISSING if cur is None else cur
+    return _NULL if cur is None else cur
 
 
 def _check_type(rule: FactRule, value: Any, origin: str) -> Any:
@@ -184,12 +188,18 @@ def _reduce(value: Any, how: str | None, origin: str) -> Any:
 
 
 def _resolve_facts(family: Family, root: Mapping, text: Mapping, ev: Evaluator, warnings: list[str]) -> dict:
+    """Facts in file order, as transformers' config classes resolve them: a value in the config
+    wins; an absent field takes the class default (else the derivation); a field present but
+    null takes the derivation (what the class computes from None), else stays None."""
     facts: dict[str, Any] = {}
     for rule in family.facts:
         found = []
+        null_seen = False
         for alias in rule.aliases:
             v = _lookup(root if alias.from_root else text, alias.path)
-            if v is not _MISSING:
+            if v is _NULL:
+                null_seen = True
+            elif v is not _MISSING:
                 found.append((alias.name, _reduce(v, alias.reduce, alias.name)))
         if found:
             origin, value = found[0]
@@ -200,6 +210,8 @@ def _resolve_facts(family: Family, root: Mapping, text: Mapping, ev: Evaluator, 
                 )
             label = f"config field {origin}" + ("" if origin == rule.name else f" (read as {rule.name})")
             facts[rule.name] = _check_type(rule, value, label)
+        elif rule.has_default and not null_seen:
+            facts[rule.name] = rule.default
         elif rule.derive is not None:
             try:
                 value = rule.derive.evaluate(ev, facts)
@@ -209,8 +221,10 @@ def _resolve_facts(family: Family, root: Mapping, text: Mapping, ev: Evaluator, 
                 ) from None
             label = f"{rule.name}, derived from the config as `{rule.derive.text}`,"
             facts[rule.name] = value if value is None else _check_type(rule, value, label)
-        elif rule.has_default:
-            facts[rule.name] = rule.default
+        elif null_seen and rule.has_default:  # explicitly null: transformers keeps None
+            facts[rule.name] = None
+        elif null_seen:
+            raise ConfigError(f"config field for {rule.name} is null (tried: {describe_alias_list(rule)}); family {family.name} needs a value")
         else:
             raise ConfigError(
                 f"config has no {rule.name} (tried: {describe_alias_list(rule)}); family {family.name} needs it"
