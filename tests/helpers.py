@@ -69,7 +69,7 @@ def kind_of(path: str) -> str:
         return "embeddings"
     if "norm" in leaf:
         return "norms"
-    if "shared_expert" in path:
+    if "shared_expert" in path or ".shared_mlp." in path:
         return "shared_experts"
     if ".experts." in path or path.endswith(".experts"):
         return "experts"
