@@ -195,3 +195,50 @@ def test_tied_gemma_has_no_head():
     assert e.weights == 2 * 2_614_341_888
     # activations: q 8*256 = 2048, kv 4*256 = 1024; 8192 * (2048 + 2048 + 2 + 18432) * 2.5 = 8192 * 22530 * 2.5 = 461,414,400
     assert e.activations == 8192 * (2048 + 2 * 1024 + 2 + 2 * 9216) * 2.5 == 461_414_400
+
+
+QWEN2_MOE_TINY = {"model_type": "qwen2_moe", "vocab_size": 100, "hidden_size": 32, "intermediate_size": 48,
+                  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "num_experts": 4,
+                  "moe_intermediate_size": 16, "shared_expert_intermediate_size": 64, "num_experts_per_tok": 2}
+
+
+def test_moe_all_linear_skips_routed_experts():
+    # per layer (H 32, head_dim 8): q 32+32, k 32+16, v 32+16, o 32+32 = 224;
+    # shared expert gate 32+64, up 32+64, down 64+32 = 288; routed experts get nothing under all-linear
+    e = vramwise.estimate(QWEN2_MOE_TINY, lora_rank=2, target_modules="all-linear")
+    assert e.params_trainable == 2 * (224 + 288) * 2 == 2048
+
+
+def test_moe_explicit_names_adapt_every_routed_expert():
+    # explicit gate/up/down add 4 experts x (32+16) for gate and up, 4 x (16+32) for down = 576 per layer
+    e = vramwise.estimate(QWEN2_MOE_TINY, lora_rank=2, target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
+                                                                        "gate_proj", "up_proj", "down_proj"])
+    assert e.params_trainable == 2 * (224 + 288 + 576) * 2 == 4352
+    # the default targets are those seven names, named explicitly
+    assert vramwise.estimate(QWEN2_MOE_TINY, lora_rank=2).params_trainable == 4352
+
+
+def test_moe_weights_and_activations():
+    e = vramwise.estimate(QWEN2_MOE_TINY, method="lora", batch_size=1, seq_len=8)
+    # MoE layer width: routed 16 x top-2 + shared 64 = 96; attention q 32, kv 16
+    # per layer: (8*(32 + 2*16) + 8*2 + 8*2*96) * 2 * 1.25 = (512 + 16 + 1536) * 2.5 = 5160
+    assert e.activations == 5160
+    # quantizable: attention 2*32*32 + 2*16*32 = 3072; router 4*32 = 128; experts 4*3*16*32 = 6144;
+    # shared 3*64*32 = 6144 and its gate 32 -> 15,520 per layer, 31,040 for two
+    q = vramwise.estimate(QWEN2_MOE_TINY)
+    nonq = q.params_total - 31_040
+    assert q.weights == round(31_040 * 2 / 3.2 + nonq * 2)
+
+
+DEEPSEEK_TINY = {"model_type": "deepseek_v3", "vocab_size": 100, "hidden_size": 64, "intermediate_size": 96,
+                 "moe_intermediate_size": 16, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4,
+                 "n_routed_experts": 8, "n_shared_experts": 2, "num_experts_per_tok": 2, "first_k_dense_replace": 1,
+                 "q_lora_rank": 16, "kv_lora_rank": 32, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8}
+
+
+def test_mla_target_mapping():
+    e = vramwise.estimate(DEEPSEEK_TINY, lora_rank=1, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+    # q_proj -> q_b_proj 16 + 4*(8+4) = 64; k_proj -> kv_a_proj_with_mqa 64 + (32+4) = 100;
+    # v_proj -> kv_b_proj 32 + 4*(8+8) = 96; o_proj 4*8 + 64 = 96; 356 per layer, 4 layers
+    assert e.params_trainable == 4 * 356 == 1424
+    assert set(e.lora_targets) == {"q_proj", "k_proj", "v_proj", "o_proj"}
