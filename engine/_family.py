@@ -242,22 +242,39 @@ def _compile(name: str, raw: dict[str, DataFile]) -> Family:
         raise FileFormatError(df.problem(("layers",), "layers.count is not set (nor inherited)"))
     if count_src is not None and count_src.value not in known:
         raise FileFormatError(count_src.df.problem(count_src.parts, f"layers.count names unknown fact {count_src.value!r}"))
-    attrs: list[AttributeRule] = []
-    per_layer: set[str] = set()
-    attr_names: set[str] = set()
-    for aname, fields in merged[("layers", "attributes")].items():
+    # Attributes may use facts, i and each other; they are evaluated in dependency order
+    # (a child's new attribute can feed an inherited one), and a cycle is a load error.
+    attr_fields = merged[("layers", "attributes")]
+    attr_names = set(attr_fields)
+    compiled_attrs: dict[str, tuple[Expression, str]] = {}
+    for aname, fields in attr_fields.items():
+        entry = fields["__entry__"]
         if aname in known or aname == "i":
-            entry = fields["__entry__"]
             raise FileFormatError(entry.df.problem(entry.parts, f"attribute {aname!r} shadows a fact"))
         if "expr" not in fields:
-            entry = fields["__entry__"]
             raise FileFormatError(entry.df.problem(entry.parts, f"attribute {aname!r} has no expr"))
         expr = _expr(fields["expr"], known | attr_names | {"i"}, "attribute")
-        depends = "i" in expr.names or bool(expr.names & per_layer)
-        if depends:
+        compiled_attrs[aname] = (expr, fields["description"].value if "description" in fields else "")
+    attrs: list[AttributeRule] = []
+    per_layer: set[str] = set()
+    state: dict[str, int] = {}
+
+    def visit(aname: str, trail: tuple) -> None:
+        if state.get(aname) == 2:
+            return
+        expr, desc = compiled_attrs[aname]
+        if state.get(aname) == 1:
+            raise FileFormatError(f"{expr.where}: $.layers.attributes: attribute cycle: {' -> '.join(trail + (aname,))}")
+        state[aname] = 1
+        for dep in sorted(expr.names & attr_names):
+            visit(dep, trail + (aname,))
+        state[aname] = 2
+        if "i" in expr.names or expr.names & per_layer:
             per_layer.add(aname)
-        attrs.append(AttributeRule(aname, expr, depends, fields["description"].value if "description" in fields else ""))
-        attr_names.add(aname)
+        attrs.append(AttributeRule(aname, expr, aname in per_layer, desc))
+
+    for aname in compiled_attrs:
+        visit(aname, ())
     layer_allowed = known | attr_names
     layer_modules = tuple(
         _compile_module(m, f, layer_allowed, True) for m, f in merged[("layers", "modules")].items()

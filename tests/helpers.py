@@ -29,7 +29,7 @@ def shared_configs(model_types) -> list[tuple[str, Path]]:
 
 
 _TEXT_ROOTS = ("model.language_model.", "language_model.model.", "language_model.")
-_OTHER_TOWERS = ("model.vision_tower.", "model.multi_modal_projector.", "vision_tower.", "multi_modal_projector.",
+_OTHER_TOWERS = ("model.visual.", "model.vision_tower.", "model.multi_modal_projector.", "vision_tower.", "multi_modal_projector.",
                  "model.audio_tower.", "model.embed_vision.", "model.embed_audio.")
 
 

@@ -40,6 +40,9 @@ FAMILY_TYPES = {
     "llama4": "llama4_text",
     "ernie4_5_moe": "ernie4_5_moe",
     "hunyuan_v1_moe": "hunyuan_v1_moe",
+    "qwen3_next": "qwen3_next",
+    "qwen3_5": "qwen3_5_text",
+    "qwen3_5_moe": "qwen3_5_moe_text",
 }
 # fields some default configs leave unusable (None) that the model code needs
 DEFAULT_FIXES = {"hunyuan_v1_moe": {"head_dim": 128}}
