@@ -11,7 +11,7 @@ from ._model import ModelSpec, resolve_model
 from ._profile import Profile, round_bytes
 from ._registry import Registry
 from ._settings import TrainingSettings, normalise_settings
-from ._source import read_config, text_view
+from ._source import checkpoint_size, read_config, text_view
 
 __all__ = ["Estimate", "TraceEntry", "load_model", "estimate", "COMPONENTS"]
 
@@ -146,8 +146,10 @@ def load_model(model: Any, *, trust_remote_code: bool = False, registry: Registr
     types = [text.get("model_type"), root.get("model_type")]
     family, note = reg.family_for(types)
     model_type = next((t for t in types if t), None)
+    size, size_origin = checkpoint_size(model)
     return resolve_model(
-        family, root, text, model_type=model_type, warnings=[note] if note else [], source=origin
+        family, root, text, model_type=model_type, warnings=[note] if note else [], source=origin,
+        checkpoint_bytes=size, checkpoint_origin=size_origin,
     )
 
 

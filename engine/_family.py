@@ -88,6 +88,12 @@ class ModuleRule:
 
 
 @dataclass(frozen=True)
+class WarningRule:
+    when: Expression
+    message: str
+
+
+@dataclass(frozen=True)
 class Family:
     name: str
     file: str
@@ -102,6 +108,9 @@ class Family:
     attributes: tuple  # of AttributeRule
     layer_modules: tuple  # of ModuleRule
     model_modules: tuple  # of ModuleRule
+    path_roots: tuple = ("model",)
+    skip_modules_fact: str | None = None
+    warning_rules: tuple = ()
     examples: tuple = field(default=(), repr=False)  # raw example dicts, with their DataFile
     example_file: DataFile | None = field(default=None, repr=False)
 
@@ -137,6 +146,7 @@ def _merge(raw: dict[str, DataFile], name: str, seen: tuple = ()) -> dict:
         merged = {sec: {} for sec in _MERGED_SECTIONS}
         merged["parents"] = ()
         merged["count"] = None
+        merged["warnings"] = ()
     for sec in _MERGED_SECTIONS:
         block = data
         for key in sec:
@@ -159,6 +169,15 @@ def _merge(raw: dict[str, DataFile], name: str, seen: tuple = ()) -> dict:
     count = (data.get("layers") or {}).get("count")
     if count is not None:
         merged["count"] = Src(count, df, ("layers", "count"))
+    for key in ("path_roots", "skip_modules_fact"):
+        if key in data:
+            merged[key] = Src(data[key], df, (key,))
+        else:
+            merged.setdefault(key, None)
+    # warnings accumulate down the inheritance chain
+    merged["warnings"] = tuple(merged.get("warnings", ())) + tuple(
+        Src(w, df, ("warnings", k)) for k, w in enumerate(data.get("warnings", ()))
+    )
     return merged
 
 
@@ -280,11 +299,25 @@ def _compile(name: str, raw: dict[str, DataFile]) -> Family:
         _compile_module(m, f, layer_allowed, True) for m, f in merged[("layers", "modules")].items()
     )
     model_modules = tuple(_compile_module(m, f, known, False) for m, f in merged[("model_modules",)].items())
+    warning_rules = tuple(
+        WarningRule(
+            when=compile_expression(w.value["when"], allowed=known, df=w.df, parts=w.parts + ("when",)),
+            message=w.value["message"],
+        )
+        for w in merged["warnings"]
+    )
+    skip_src = merged["skip_modules_fact"]
+    if skip_src is not None and skip_src.value not in known:
+        raise FileFormatError(skip_src.df.problem(skip_src.parts, f"unknown fact {skip_src.value!r}"))
+    roots = merged["path_roots"]
     return Family(
         name=name, file=df.path, description=data["description"], source=data["source"],
         model_types=tuple(data.get("model_types", ())), abstract=abstract, fallback=bool(data.get("fallback", False)),
         parents=merged["parents"], facts=tuple(facts), layer_count=count_src.value if count_src else "",
         attributes=tuple(attrs), layer_modules=layer_modules, model_modules=model_modules,
+        path_roots=tuple(roots.value) if roots is not None else ("model",),
+        skip_modules_fact=skip_src.value if skip_src is not None else None,
+        warning_rules=warning_rules,
         examples=tuple(data.get("examples", ())), example_file=df,
     )
 

@@ -8,6 +8,7 @@ number of layers.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from math import prod
 from types import MappingProxyType
@@ -20,6 +21,7 @@ from ._family import Family, FactRule, ModuleRule, describe_alias_list
 __all__ = ["Module", "LayerClass", "ModelSpec", "resolve_model"]
 
 _MISSING = object()
+_WARN_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 @dataclass(frozen=True)
@@ -256,6 +258,65 @@ def _module(rule: ModuleRule, ev: Evaluator, env: Mapping, where_layer: str) -> 
     )
 
 
+def _skip_matcher(entries: Iterable[str], roots: tuple):
+    """A predicate over module paths for a quantization skip list (llm_int8_skip_modules).
+
+    Entries under any text-tower root (``model``, ``language_model``, ``model.language_model``, ...)
+    are compared relative to that root, so the roots are interchangeable; they match a module
+    or any module below it. Other entries (``q_proj``, ``lm_head``) match a path that ends with
+    them or starts with them at a module boundary. Entries naming other towers match nothing here.
+    """
+    canon = roots[0]
+    ordered = sorted(roots, key=len, reverse=True)
+    rooted: list[str] = []
+    short: list[str] = []
+    for e in entries:
+        if not isinstance(e, str) or not e:
+            continue
+        for r in ordered:
+            if e == r:
+                rooted.append("")
+                break
+            if e.startswith(r + "."):
+                rooted.append(e[len(r) + 1:])
+                break
+        else:
+            short.append(e)
+
+    def matches(path: str) -> bool:
+        rel = path[len(canon) + 1:] if path.startswith(canon + ".") else None
+        if rel is not None:
+            for r in rooted:
+                if r == "" or rel == r or rel.startswith(r + "."):
+                    return True
+        for e in short:
+            if path == e or path.endswith("." + e) or path.startswith(e + "."):
+                return True
+        return False
+
+    return matches
+
+
+def _skipped_quantizable(classes, model_mods, entries, roots) -> int:
+    matches = _skip_matcher(entries, roots)
+
+    def module_path(m: Module, path: str) -> str:
+        return path.rsplit(".", 1)[0] if m.kind == "parameter" else path  # a bare parameter's module
+
+    total = 0
+    for m in model_mods:
+        if m.quantizable and matches(module_path(m, m.path)):
+            total += m.weight_params
+    for lc in classes:
+        for m in lc.modules:
+            if not m.quantizable:
+                continue
+            for i in lc.indices:
+                if matches(module_path(m, m.path.replace("{i}", str(i)))):
+                    total += m.weight_params
+    return total
+
+
 def resolve_model(
     family: Family,
     root: Mapping,
@@ -264,6 +325,8 @@ def resolve_model(
     model_type: str | None,
     warnings: Iterable[str] = (),
     source: str = "",
+    checkpoint_bytes: int | None = None,
+    checkpoint_origin: str | None = None,
 ) -> ModelSpec:
     """Resolve ``family`` on a config (``root``: whole config, ``text``: its text view)."""
     ev = Evaluator()
@@ -319,10 +382,24 @@ def resolve_model(
     lora_modules = tuple(
         (lc.count, tuple(m for m in lc.modules if m.kind == "linear" or m.lora_parts)) for lc in classes
     ) + ((1, tuple(m for m in model_mods if m.kind == "linear" or m.lora_parts)),)
+    skip = facts.get(family.skip_modules_fact) if family.skip_modules_fact else None
+    skipped = _skipped_quantizable(classes, model_mods, skip, family.path_roots) if skip else 0
+    for rule in family.warning_rules:
+        if rule.when.evaluate(ev, facts):
+            warns.append(_WARN_FIELD.sub(lambda m: str(facts.get(m.group(1))), rule.message))
+    if checkpoint_bytes is not None and checkpoint_bytes > 2 * total:
+        extra = checkpoint_bytes - 2 * total
+        warns.append(
+            f"the checkpoint holds {extra / 2**30:.2f} GiB more than the text tower's 16-bit weights "
+            f"(vision/audio towers or modules the family does not model), from {checkpoint_origin}; "
+            "they are added to the weights"
+        )
     names = {
         "params_total": total,
         "quantizable_params": quantizable,
         "non_quantizable_params": total - quantizable,
+        "skipped_quantizable_params": skipped,
+        "checkpoint_bytes": checkpoint_bytes,
         "num_layers": n_layers,
     }
     aggregates = {

@@ -20,7 +20,10 @@ from ._yamlio import DataFile
 __all__ = ["Profile", "Formula", "Table", "build_profile", "AGGREGATE_NAMES", "round_bytes"]
 
 #: Inventory totals every model offers to formulas (see ModelSpec.aggregates), plus the LoRA sum.
-AGGREGATE_NAMES = frozenset(("params_total", "quantizable_params", "non_quantizable_params", "num_layers", "lora_io"))
+AGGREGATE_NAMES = frozenset((
+    "params_total", "quantizable_params", "non_quantizable_params", "skipped_quantizable_params",
+    "checkpoint_bytes", "num_layers", "lora_io",
+))
 N_GPUS = "n_gpus"
 
 

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from ._errors import ConfigError
 
-__all__ = ["read_config", "text_view"]
+__all__ = ["read_config", "text_view", "checkpoint_size"]
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -95,3 +95,29 @@ def text_view(root: Mapping) -> Mapping:
     """The text tower of a config: its ``text_config`` when it has one, else the config itself."""
     sub = root.get("text_config")
     return sub if isinstance(sub, Mapping) else root
+
+
+def checkpoint_size(source: Any) -> tuple[int | None, str | None]:
+    """Bytes of the weights stored beside a local config, and where the figure comes from.
+
+    ``model.safetensors.index.json``'s ``metadata.total_size`` when present, else the sizes of the
+    ``*.safetensors`` files; ``(None, None)`` for sources that are not local folders or files.
+    """
+    if not isinstance(source, (str, os.PathLike)):
+        return None, None
+    path = Path(os.fspath(source)).expanduser()
+    folder = path if path.is_dir() else path.parent if path.is_file() else None
+    if folder is None:
+        return None, None
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            total = json.loads(index.read_text(encoding="utf-8"))["metadata"]["total_size"]
+            if isinstance(total, int) and total > 0:
+                return total, str(index)
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    files = sorted(folder.glob("*.safetensors"))
+    if files:
+        return sum(f.stat().st_size for f in files), f"{len(files)} safetensors file(s) in {folder}"
+    return None, None

@@ -73,7 +73,8 @@ def test_trace_names_every_formula_with_its_line():
     lines = resources.files("vramwise.formulas").joinpath("unsloth/weights.yaml").read_text().splitlines()
     assert lines[t.line - 1].strip().startswith("expr:")
     assert t.value == e.weights
-    assert set(t.inputs) >= {"quantizable_params", "load_in_4bit"}
+    t = next(t for t in e.trace if t.id == "text_weights_bytes")
+    assert set(t.inputs) >= {"quantizable_params", "load_in_4bit", "skipped_quantizable_params"}
 
 
 def test_missing_and_bad_files(tmp_path):
