@@ -29,7 +29,7 @@ def shared_configs(model_types) -> list[tuple[str, Path]]:
 
 
 _TEXT_ROOTS = ("model.language_model.", "language_model.model.", "language_model.")
-_OTHER_TOWERS = ("model.visual.", "model.vision_tower.", "model.multi_modal_projector.", "vision_tower.", "multi_modal_projector.",
+_OTHER_TOWERS = ("model.visual.", "model.vision_embedder.", "model.audio_embedder.", "model.vision_tower.", "model.multi_modal_projector.", "vision_tower.", "multi_modal_projector.",
                  "model.audio_tower.", "model.embed_vision.", "model.embed_audio.")
 
 
@@ -73,6 +73,8 @@ def kind_of(path: str) -> str:
         return "shared_experts"
     if ".experts." in path or path.endswith(".experts"):
         return "experts"
+    if ".router." in path + ".":
+        return "router"
     if any(f".{k}.{r}." in path + "." for k in ("mlp", "feed_forward", "block_sparse_moe", "ffn") for r in ("gate", "router")):
         return "router"
     if any(f".{a}." in path + "." for a in ("self_attn", "attn", "linear_attn", "attention")):

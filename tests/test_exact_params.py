@@ -43,6 +43,7 @@ FAMILY_TYPES = {
     "qwen3_next": "qwen3_next",
     "qwen3_5": "qwen3_5_text",
     "qwen3_5_moe": "qwen3_5_moe_text",
+    "gemma4": "gemma4_text",
 }
 # fields some default configs leave unusable (None) that the model code needs
 DEFAULT_FIXES = {"hunyuan_v1_moe": {"head_dim": 128}}

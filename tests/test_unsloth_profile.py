@@ -242,3 +242,31 @@ def test_mla_target_mapping():
     # v_proj -> kv_b_proj 32 + 4*(8+8) = 96; o_proj 4*8 + 64 = 96; 356 per layer, 4 layers
     assert e.params_trainable == 4 * 356 == 1424
     assert set(e.lora_targets) == {"q_proj", "k_proj", "v_proj", "o_proj"}
+
+
+GEMMA4_TINY = {"model_type": "gemma4_text", "vocab_size": 100, "hidden_size": 64, "intermediate_size": 32,
+               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+               "global_head_dim": 16, "layer_types": ["sliding_attention", "full_attention"],
+               "hidden_size_per_layer_input": 8, "vocab_size_per_layer_input": 50, "enable_moe_block": True,
+               "num_experts": 4, "moe_intermediate_size": 16, "top_k_experts": 2}
+
+
+@pytest.mark.parametrize("gc,expected", [
+    # layer 0 (sliding): q 4*8 = 32, kv 2*8 = 16, MLP 16 x top-2 + parallel dense 32 = 64, PLE 64 + 8 = 72
+    #   10*(32 + 32) + 10*2 + 10*2*64 + 10*72 = 2660 -> * 2.5 = 6650
+    # layer 1 (full): q 4*16 = 64, kv 2*16 = 32: 10*(64 + 64) + 20 + 1280 + 720 = 3300 -> 8250
+    # global per-layer tensor: 10 tokens * 2 layers * 8 * 2.5 = 400
+    ("unsloth", 8250 + 400),
+    ("none", 6650 + 8250 + 400),
+])
+def test_gemma4_ple_and_parallel_moe_activations(gc, expected):
+    e = vramwise.estimate(GEMMA4_TINY, method="lora", batch_size=1, seq_len=10, gradient_checkpointing=gc)
+    assert e.activations == expected
+
+
+def test_per_layer_embedding_modules_need_explicit_names():
+    base = vramwise.estimate(GEMMA4_TINY, lora_rank=1, target_modules="all-linear").params_trainable
+    named = vramwise.estimate(GEMMA4_TINY, lora_rank=1, target_modules=[
+        "all-linear", "per_layer_input_gate", "per_layer_projection", "per_layer_model_projection"]).params_trainable
+    # gate 64 + 8 and projection 8 + 64 per layer, the global projection 64 + 16
+    assert named - base == 2 * (72 + 72) + (64 + 16)
