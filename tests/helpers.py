@@ -65,7 +65,7 @@ def kind_of(path: str) -> str:
     leaf = path.rsplit(".", 1)[-1]
     if path.startswith("lm_head"):
         return "lm_head"
-    if "embed" in leaf:
+    if "embed" in leaf or leaf == "wte":
         return "embeddings"
     if "norm" in leaf:
         return "norms"
