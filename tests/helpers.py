@@ -29,7 +29,7 @@ def shared_configs(model_types) -> list[tuple[str, Path]]:
 
 
 _TEXT_ROOTS = ("model.language_model.", "language_model.model.", "language_model.")
-_OTHER_TOWERS = ("model.visual.", "model.vision_embedder.", "model.audio_embedder.", "model.vision_tower.", "model.multi_modal_projector.", "vision_tower.", "multi_modal_projector.",
+_OTHER_TOWERS = ("model.resampler_model.", "model.vision_model.", "model.visual.", "model.vision_embedder.", "model.audio_embedder.", "model.vision_tower.", "model.multi_modal_projector.", "vision_tower.", "multi_modal_projector.",
                  "model.audio_tower.", "model.embed_vision.", "model.embed_audio.")
 
 
@@ -45,7 +45,12 @@ def reference_params(config_dict: dict) -> dict[str, int]:
     mt = d.pop("model_type")
     cfg = AutoConfig.for_model(mt, **d)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(cfg)
+        try:
+            model = AutoModelForCausalLM.from_config(cfg)
+        except ValueError:  # vision-language models without a causal-LM mapping
+            from transformers import AutoModelForImageTextToText
+
+            model = AutoModelForImageTextToText.from_config(cfg)
     out: dict[str, int] = {}
     for name, p in model.named_parameters():  # tied weights are listed once
         if name.startswith(_OTHER_TOWERS):
@@ -75,7 +80,7 @@ def kind_of(path: str) -> str:
         return "experts"
     if ".router." in path + ".":
         return "router"
-    if any(f".{k}.{r}." in path + "." for k in ("mlp", "feed_forward", "block_sparse_moe", "ffn") for r in ("gate", "router")):
+    if any(f".{k}.{r}." in path + "." for k in ("mlp", "feed_forward", "block_sparse_moe", "ffn", "text_moe", "vision_moe") for r in ("gate", "router")):
         return "router"
     if any(f".{a}." in path + "." for a in ("self_attn", "attn", "linear_attn", "attention")):
         return "attention"
