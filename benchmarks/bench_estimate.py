@@ -40,7 +40,12 @@ def main() -> None:
     reg = vramwise.Registry()
     reg.profile("unsloth")
     load_ms = (time.perf_counter() - t0) * 1e3
+    t0 = time.perf_counter()
     spec = vramwise.load_model(cfg, registry=reg)
+    first_ms = (time.perf_counter() - t0) * 1e3
+    t0 = time.perf_counter()
+    vramwise.Registry().check_all()
+    all_ms = (time.perf_counter() - t0) * 1e3
     grid = itertools.cycle(
         dict(method=m, batch_size=b, seq_len=s, lora_rank=r, gradient_checkpointing=g)
         for m in ("qlora", "lora", "full") for b in (1, 2, 4, 8) for s in (512, 2048, 8192)
@@ -63,7 +68,9 @@ def main() -> None:
         if proc.returncode:
             raise SystemExit(f"CLI failed ({proc.returncode}): {proc.stderr}")
     print(f"config:                                  {path.name}")
-    print(f"load families + unsloth profile:         {load_ms:8.1f} ms")
+    print(f"registry index + unsloth profile:        {load_ms:8.1f} ms")
+    print(f"first model (its family compiled):       {first_ms:8.1f} ms")
+    print(f"every family and profile (check_all):    {all_ms:8.1f} ms")
     print(f"warm estimate (resolved model), median:  {warm:8.1f} us")
     print(f"estimate from config mapping, median:    {from_mapping:8.1f} us")
     print(f"CLI `vramwise estimate`, median of 7:    {statistics.median(runs) * 1e3:8.1f} ms  (torch not imported)")

@@ -183,6 +183,7 @@ def estimate(
     reg = registry or Registry.default()
     prof = reg.profile(profile)
     spec = load_model(model, trust_remote_code=trust_remote_code, registry=reg)
+    reg.check_pair(reg.family(spec.family), prof)
     warnings = list(spec.warnings)
     if settings.method == "full":
         lora_io, matched, targets = 0, frozenset(), frozenset()

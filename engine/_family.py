@@ -9,13 +9,13 @@ is used. Nothing here knows any model family: all of that is in the files.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from ._errors import FileFormatError
 from ._expr import Expression, compile_expression
 from ._yamlio import DataFile, json_path
 
-__all__ = ["Family", "FactRule", "AttributeRule", "ModuleRule", "LoraPart", "build_families"]
+__all__ = ["Family", "FactRule", "AttributeRule", "ModuleRule", "LoraPart", "compile_family"]
 
 _TYPES = ("int", "number", "bool", "string", "list", "any")
 
@@ -322,28 +322,9 @@ def _compile(name: str, raw: dict[str, DataFile]) -> Family:
     )
 
 
-def build_families(raw: dict[str, DataFile]) -> dict[str, Family]:
-    """Compile every family of ``raw`` (name -> validated DataFile)."""
-    problems: list[str] = []
-    for name, df in raw.items():
-        if df.data["family"] != name:
-            problems.append(df.problem(("family",), f"family name {df.data['family']!r} differs from the file name {name!r}"))
-    if problems:
-        raise FileFormatError(problems)
-    families = {name: _compile(name, raw) for name in raw}
-    owners: dict[str, str] = {}
-    fallbacks = [f.name for f in families.values() if f.fallback]
-    for fam in families.values():
-        for mt in fam.model_types:
-            if mt in owners:
-                df = raw[fam.name]
-                problems.append(df.problem(("model_types",), f"model type {mt!r} is already served by family {owners[mt]!r}"))
-            owners[mt] = fam.name
-    if len(fallbacks) > 1:
-        problems.append(f"families {', '.join(fallbacks)} are all marked fallback: only one may be")
-    if problems:
-        raise FileFormatError(problems)
-    return families
+def compile_family(name: str, files: Mapping[str, DataFile]) -> Family:
+    """Compile family ``name``; ``files`` maps family names to validated files (loaded on access)."""
+    return _compile(name, files)
 
 
 def describe_alias_list(rule: FactRule) -> str:

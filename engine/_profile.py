@@ -17,7 +17,7 @@ from ._expr import Evaluator, Expression, LayerValues, compile_expression
 from ._settings import SETTING_NAMES
 from ._yamlio import DataFile
 
-__all__ = ["Profile", "Formula", "Table", "build_profile", "AGGREGATE_NAMES", "round_bytes"]
+__all__ = ["Profile", "Formula", "Table", "build_profile", "check_inputs", "AGGREGATE_NAMES", "round_bytes"]
 
 #: Inventory totals every model offers to formulas (see ModelSpec.aggregates), plus the LoRA sum.
 AGGREGATE_NAMES = frozenset((
@@ -131,22 +131,24 @@ class Profile:
         raise KeyError(fid)
 
 
-def build_profile(manifest: DataFile, files: list[DataFile], families: Mapping) -> Profile:
-    """Compile a profile: check every name, order formulas by dependency, check families supply the inputs."""
+def check_inputs(profile: "Profile", family) -> str | None:
+    """The problem when ``family`` lacks a fact or layer attribute ``profile`` needs, else None."""
+    missing_f = [n for n in profile.model_inputs if n not in family.fact_names]
+    missing_a = [n for n in profile.layer_inputs if n not in family.attribute_names]
+    if not (missing_f or missing_a):
+        return None
+    return (
+        f"{family.file}:1:1: $: family {family.name} lacks what profile {profile.name} needs: "
+        + ", ".join([f"fact {n}" for n in missing_f] + [f"layer attribute {n}" for n in missing_a])
+    )
+
+
+def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
+    """Compile a profile: check every name and order formulas by dependency."""
     m = manifest.data
     problems: list[str] = []
     model_inputs = tuple(m["inputs"]["model"])
     layer_inputs = tuple(m["inputs"]["layer"])
-    for fam in families.values():
-        if fam.abstract:
-            continue
-        missing_f = [n for n in model_inputs if n not in fam.fact_names]
-        missing_a = [n for n in layer_inputs if n not in fam.attribute_names]
-        if missing_f or missing_a:
-            problems.append(
-                f"{fam.file}:1:1: $: family {fam.name} lacks what profile {m['profile']} needs: "
-                + ", ".join([f"fact {n}" for n in missing_f] + [f"layer attribute {n}" for n in missing_a])
-            )
     constants: dict[str, float] = {}
     constant_where: dict[str, str] = {}
     tables: list[Table] = []

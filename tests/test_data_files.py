@@ -16,6 +16,7 @@ FORMULAS = Path(str(resources.files("vramwise.formulas")))
 
 
 def test_shipped_files_load(registry):
+    registry.check_all()
     assert {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text", "generic"} <= set(registry.families)
     prof = registry.profile("unsloth")
     assert prof.components["weights"] == "weights_bytes"
@@ -39,7 +40,7 @@ def test_unknown_key_is_named_with_its_position(tmp_path):
     fam = _families_copy(tmp_path)
     _write(fam, "broken.yaml", "schema_version: 1\nfamily: broken\ndescription: x\nsource: y\nextends: llama\nmodel_type: [z]\n")
     with pytest.raises(FileFormatError) as info:
-        vramwise.Registry(families_dir=fam)
+        vramwise.Registry(families_dir=fam).check_all()
     msg = str(info.value)
     assert f"{fam / 'broken.yaml'}:6:1: $.model_type: unknown key 'model_type'" in msg
 
@@ -52,7 +53,7 @@ def test_bad_enum_points_at_the_node(tmp_path):
         "layers:\n  modules:\n    q_proj:\n      kind: linaer\n",
     )
     with pytest.raises(FileFormatError) as info:
-        vramwise.Registry(families_dir=fam)
+        vramwise.Registry(families_dir=fam).check_all()
     msg = str(info.value)
     assert f"broken.yaml:10:13: $.layers.modules.q_proj.kind: 'linaer' is not one of" in msg
 
@@ -61,7 +62,7 @@ def test_invalid_yaml(tmp_path):
     fam = _families_copy(tmp_path)
     _write(fam, "broken.yaml", "schema_version: 1\nfamily: [unclosed\n")
     with pytest.raises(FileFormatError) as info:
-        vramwise.Registry(families_dir=fam)
+        vramwise.Registry(families_dir=fam).check_all()
     assert "broken.yaml:3:1: $: invalid YAML" in str(info.value)
 
 
@@ -69,7 +70,7 @@ def test_duplicate_keys_rejected(tmp_path):
     fam = _families_copy(tmp_path)
     _write(fam, "broken.yaml", "schema_version: 1\nfamily: broken\nfamily: broken\ndescription: x\nsource: y\nextends: llama\n")
     with pytest.raises(FileFormatError) as info:
-        vramwise.Registry(families_dir=fam)
+        vramwise.Registry(families_dir=fam).check_all()
     assert "broken.yaml:3:1: $: duplicate key 'family'" in str(info.value)
 
 
@@ -81,7 +82,7 @@ def test_expression_with_unknown_name_in_family(tmp_path):
         "layers:\n  attributes:\n    mlp_width:\n      expr: intermediate_sise * 2\n",
     )
     with pytest.raises(ExpressionError) as info:
-        vramwise.Registry(families_dir=fam)
+        vramwise.Registry(families_dir=fam).check_all()
     assert "broken.yaml:10:13: $.layers.attributes.mlp_width.expr: unknown name `intermediate_sise`" in str(info.value)
 
 
@@ -90,17 +91,17 @@ def test_missing_parent_and_cycle(tmp_path):
     _write(fam, "a.yaml", "schema_version: 1\nfamily: a\ndescription: x\nsource: y\nextends: b\n")
     _write(fam, "b.yaml", "schema_version: 1\nfamily: b\ndescription: x\nsource: y\nextends: a\n")
     with pytest.raises(FileFormatError, match="inheritance cycle"):
-        vramwise.Registry(families_dir=fam)
+        vramwise.Registry(families_dir=fam).check_all()
     (fam / "b.yaml").unlink()
     with pytest.raises(FileFormatError, match=r"a\.yaml:5:10: \$\.extends: unknown family 'b'"):
-        vramwise.Registry(families_dir=fam)
+        vramwise.Registry(families_dir=fam).check_all()
 
 
 def test_model_type_served_twice(tmp_path):
     fam = _families_copy(tmp_path)
     _write(fam, "twin.yaml", "schema_version: 1\nfamily: twin\ndescription: x\nsource: y\nextends: llama\nmodel_types: [llama]\n")
     with pytest.raises(FileFormatError, match="already served by family 'llama'"):
-        vramwise.Registry(families_dir=fam)
+        vramwise.Registry(families_dir=fam).check_all()
 
 
 def _formulas_copy(tmp_path: Path) -> Path:
@@ -142,7 +143,19 @@ def test_profile_needs_inputs_from_every_family(tmp_path):
     )
     reg = vramwise.Registry(families_dir=fam)
     with pytest.raises(FileFormatError, match="family nomlp lacks what profile unsloth needs: layer attribute mlp_width"):
-        reg.profile("unsloth")
+        reg.check_all()
+    with pytest.raises(FileFormatError, match="family nomlp lacks"):
+        vramwise.estimate({"model_type": "nomlp", "vocab_size": 10, "hidden_size": 8, "num_hidden_layers": 1,
+                           "num_attention_heads": 2, "intermediate_size": 8}, registry=reg)
+
+
+def test_schemas_are_valid_json_schema():
+    from jsonschema import Draft202012Validator
+
+    from vramwise._yamlio import load_schema
+
+    for name in ("family-1.schema.json", "formulas-1.schema.json", "profile-1.schema.json"):
+        Draft202012Validator.check_schema(load_schema(name))
 
 
 def test_unknown_profile(registry):
