@@ -43,6 +43,11 @@ def _layers_max(values: LayerValues) -> float:
     return max((value for _, value in values), default=0)
 
 
+def _at(value, i: int):
+    """``value[i]`` for a per-layer list, ``value`` itself for a scalar (Gemma 3n's intermediate_size)."""
+    return value[i] if isinstance(value, (list, tuple)) else value
+
+
 def _lower(text: str) -> str:
     if not isinstance(text, str):
         raise TypeError(f"lower() needs a string, got {text!r}")
@@ -59,6 +64,7 @@ FUNCTIONS: dict[str, Callable] = {
     "int": int,
     "len": len,
     "lower": _lower,
+    "at": _at,
     "layers_sum": _layers_sum,
     "layers_max": _layers_max,
 }

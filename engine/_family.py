@@ -85,6 +85,7 @@ class ModuleRule:
     quantizable: bool
     lora: tuple  # of LoraPart; empty: answers to its own name only (if linear)
     where: str
+    repeat: Expression | None = None
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,8 @@ def _compile_module(name: str, fields: dict, allowed, in_layer: bool) -> ModuleR
     if missing:
         raise FileFormatError(entry.df.problem(entry.parts, f"module {name!r} lacks {', '.join(missing)} (after inheritance)"))
     path = fields["path"].value
+    if ("{j}" in path) != ("repeat" in fields):
+        raise FileFormatError(fields["path"].df.problem(fields["path"].parts, "a path holds {j} exactly when the module sets repeat"))
     if in_layer and "{i}" not in path:
         raise FileFormatError(fields["path"].df.problem(fields["path"].parts, "a layer module path must contain {i}"))
     if not in_layer and "{i}" in path:
@@ -226,6 +229,7 @@ def _compile_module(name: str, fields: dict, allowed, in_layer: bool) -> ModuleR
     return ModuleRule(
         name=name, kind=kind, group=fields["group"].value, path=path, shape=shape, bias=bias, when=when,
         quantizable=bool(quant), lora=tuple(parts), where=entry.where(),
+        repeat=_expr(fields.get("repeat"), allowed, "repeat"),
     )
 
 

@@ -36,14 +36,22 @@ class Module:
     bias: bool
     quantizable: bool
     lora_parts: tuple  # ((target, in, out, count, explicit_only), ...); a linear also answers to its own name, whole
+    repeat: int = 1  # identical copies, numbered by {j} in the path
 
     @property
     def weight_params(self) -> int:
-        return prod(self.shape)
+        return self.repeat * prod(self.shape)
 
     @property
     def bias_params(self) -> int:
-        return self.shape[0] if self.bias else 0
+        return self.repeat * self.shape[0] if self.bias else 0
+
+    def paths(self, i: int | None = None) -> list[str]:
+        """Concrete path of each copy (layer index ``i`` filled in for a layer module)."""
+        path = self.path if i is None else self.path.replace("{i}", str(i))
+        if self.repeat == 1 and "{j}" not in path:
+            return [path]
+        return [path.replace("{j}", str(j)) for j in range(self.repeat)]
 
     @property
     def params(self) -> int:
@@ -104,17 +112,19 @@ class ModelSpec:
         return self._aggregates["names"]
 
     def modules(self) -> Iterable[tuple[str, Module]]:
-        """Every module with its concrete path (layer modules once per layer index)."""
+        """Every module copy with its concrete path (layer modules once per layer index)."""
         for m in self.model_modules:
-            yield m.path, m
+            for path in m.paths():
+                yield path, m
         for lc in self.layer_classes:
             for i in lc.indices:
                 for m in lc.modules:
-                    yield m.path.replace("{i}", str(i)), m
+                    for path in m.paths(i):
+                        yield path, m
 
     def module_params(self) -> dict[str, int]:
-        """Parameter count per module path (weights plus bias)."""
-        return {path: m.params for path, m in self.modules()}
+        """Parameter count per module path (weights plus bias, one copy)."""
+        return {path: m.params // m.repeat for path, m in self.modules()}
 
     def lora_io(self, targets: frozenset, explicit: frozenset = frozenset()) -> tuple[int, frozenset]:
         """Sum of (in + out) features over the adapters ``targets`` put on the model, and the targets that matched.
@@ -129,7 +139,7 @@ class ModelSpec:
         for count, mods in self._aggregates["lora_modules"]:
             for m in mods:
                 if m.kind == "linear" and m.name in targets:
-                    total += count * (m.in_features + m.out_features)
+                    total += count * m.repeat * (m.in_features + m.out_features)
                     matched.add(m.name)
                     continue
                 for target, fin, fout, n, explicit_only in m.lora_parts:
@@ -172,7 +182,7 @@ def _check_type(rule: FactRule, value: Any, origin: str) -> Any:
             value = tuple(value)
     if not ok:
         raise ConfigError(f"{origin} should be {'an' if t == 'int' else 'a'} {t}, got {value!r}")
-    if rule.min is not None and value < rule.min:
+    if rule.min is not None and isinstance(value, (int, float)) and not isinstance(value, bool) and value < rule.min:
         raise ConfigError(f"{origin} is {value!r}; it must be at least {rule.min:g}")
     return value
 
@@ -252,9 +262,15 @@ def _module(rule: ModuleRule, ev: Evaluator, env: Mapping, where_layer: str) -> 
         fin, fout = p.in_features.evaluate(ev, env), p.out_features.evaluate(ev, env)
         n = p.count.evaluate(ev, env) if p.count is not None else 1
         parts.append((p.target, int(fin), int(fout), int(n), p.explicit_only))
+    repeat = rule.repeat.evaluate(ev, env) if rule.repeat is not None else 1
+    if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 0:
+        raise ConfigError(f"module {rule.name}{where_layer} gets repeat {repeat!r}; it must be a whole number")
+    if repeat == 0:
+        return None
     return Module(
         name=rule.name, kind=rule.kind, group=rule.group, path=rule.path, shape=shape,
         bias=bool(rule.bias.evaluate(ev, env)), quantizable=rule.quantizable, lora_parts=tuple(parts),
+        repeat=repeat,
     )
 
 
@@ -305,15 +321,14 @@ def _skipped_quantizable(classes, model_mods, entries, roots) -> int:
 
     total = 0
     for m in model_mods:
-        if m.quantizable and matches(module_path(m, m.path)):
-            total += m.weight_params
+        if m.quantizable:
+            total += sum(m.weight_params // m.repeat for p in m.paths() if matches(module_path(m, p)))
     for lc in classes:
         for m in lc.modules:
             if not m.quantizable:
                 continue
             for i in lc.indices:
-                if matches(module_path(m, m.path.replace("{i}", str(i)))):
-                    total += m.weight_params
+                total += sum(m.weight_params // m.repeat for p in m.paths(i) if matches(module_path(m, p)))
     return total
 
 

@@ -46,6 +46,7 @@ FAMILY_TYPES = {
     "gemma4": "gemma4_text",
     "dbrx": "dbrx",
     "ernie4_5_vl_moe": "ernie4_5_vl_moe",
+    "gemma3n": "gemma3n_text",
 }
 # fields some default configs leave unusable (None) that the model code needs
 DEFAULT_FIXES = {"hunyuan_v1_moe": {"head_dim": 128}, "dbrx": {"attn_config": {"rope_theta": 10000.0}}}
@@ -59,7 +60,11 @@ MINIMAL = {"vocab_size": 270000, "hidden_size": 256, "intermediate_size": 512, "
 
 
 # families whose configs use other field names
-MINIMAL_NAMES = {"dbrx": {"vocab_size": 270000, "d_model": 256, "n_layers": 3, "n_heads": 8}}
+MINIMAL_NAMES = {
+    "dbrx": {"vocab_size": 270000, "d_model": 256, "n_layers": 3, "n_heads": 8},
+    # the default 15 KV-shared layers need more than 3 layers
+    "gemma3n": {**MINIMAL, "num_kv_shared_layers": 1},
+}
 
 
 def _minimal(family: str) -> dict:
