@@ -47,6 +47,8 @@ FAMILY_TYPES = {
     "dbrx": "dbrx",
     "ernie4_5_vl_moe": "ernie4_5_vl_moe",
     "gemma3n": "gemma3n_text",
+    "solar_open": "solar_open",
+    "minimax_m2": "minimax_m2",
 }
 # fields some default configs leave unusable (None) that the model code needs
 DEFAULT_FIXES = {"hunyuan_v1_moe": {"head_dim": 128}, "dbrx": {"attn_config": {"rope_theta": 10000.0}}}
