@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from functools import cached_property
 from typing import Any, Mapping
 
@@ -13,7 +14,7 @@ from ._registry import Registry
 from ._settings import TrainingSettings, normalise_settings
 from ._source import checkpoint_size, read_config, text_view
 
-__all__ = ["Estimate", "TraceEntry", "load_model", "estimate", "COMPONENTS"]
+__all__ = ["Estimate", "TraceEntry", "load_model", "estimate", "estimate_from_size", "COMPONENTS"]
 
 #: Reported components, in display order.
 COMPONENTS = ("weights", "lora", "optimizer", "gradients", "activations", "overhead")
@@ -59,6 +60,7 @@ class Estimate:
     settings: TrainingSettings
     lora_targets: tuple
     warnings: tuple
+    figures: Mapping[str, int]
     model: ModelSpec = field(repr=False, compare=False)
     _profile: Profile = field(repr=False, compare=False)
     _env: Mapping[str, Any] = field(repr=False, compare=False)
@@ -95,6 +97,7 @@ class Estimate:
                 "gradient_checkpointing": s.gradient_checkpointing, "optimizer": s.optimizer,
                 "attention": s.attention, "load_in_4bit": s.load_in_4bit,
             },
+            "figures": dict(self.figures),
             "lora_targets": list(self.lora_targets),
             "warnings": list(self.warnings),
         }
@@ -185,7 +188,7 @@ def estimate(
     spec = load_model(model, trust_remote_code=trust_remote_code, registry=reg)
     reg.check_pair(reg.family(spec.family), prof)
     warnings = list(spec.warnings)
-    if settings.method == "full":
+    if settings.method in ("full", "inference"):
         lora_io, matched, targets = 0, frozenset(), frozenset()
     else:
         targets, explicit = prof.expand_targets(settings.target_modules)
@@ -195,6 +198,10 @@ def estimate(
             warnings.append(f"LoRA target(s) {', '.join(unmatched)} match no module of this model")
         if not matched:
             warnings.append("no LoRA target matches a module of this model: the adapter is empty")
+    return _evaluate(spec, prof, settings, lora_io, matched, warnings)
+
+
+def _evaluate(spec: ModelSpec, prof: Profile, settings: TrainingSettings, lora_io: int, matched, warnings: list) -> Estimate:
     env, layer_envs = prof.evaluate(spec, settings, lora_io, warnings)
     comps = {c: env[fid] for c, fid in prof.components.items()}
     return Estimate(
@@ -208,8 +215,58 @@ def estimate(
         settings=settings,
         lora_targets=tuple(sorted(matched)),
         warnings=tuple(warnings),
+        figures={name: env[fid] for name, fid in prof.figures.items()},
         model=spec,
         _profile=prof,
         _env=env,
         _layer_envs=tuple(layer_envs),
     )
+
+
+def estimate_from_size(
+    *,
+    params: float | None = None,
+    weight_bytes: int | None = None,
+    method: str = "qlora",
+    batch_size: int = 4,
+    seq_len: int = 2048,
+    lora_rank: int = 16,
+    gradient_checkpointing: Any = "unsloth",
+    optimizer: str = "adamw_8bit",
+    attention: str | None = "flash_attention_2",
+    load_in_4bit: bool | None = None,
+    registry: Registry | None = None,
+) -> Estimate:
+    """The seed's fallback when no config can be read: only a parameter count or the weights' size.
+
+    Every component is a share of the 16-bit model size (profile ``size_only``); the estimate says so.
+    """
+    from ._errors import SettingsError
+
+    if params is None and weight_bytes is None:
+        raise SettingsError("give a parameter count (params) or the weights' size in bytes (weight_bytes)")
+    for name, value in (("params", params), ("weight_bytes", weight_bytes)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+            raise SettingsError(f"{name} must be a positive number, got {value!r}")
+    settings = normalise_settings(
+        method=method, batch_size=batch_size, seq_len=seq_len, lora_rank=lora_rank, target_modules=None,
+        gradient_checkpointing=gradient_checkpointing, optimizer=optimizer, attention=attention,
+        load_in_4bit=load_in_4bit,
+    )
+    reg = registry or Registry.default()
+    prof = reg.profile("size_only")
+    total = int(params) if params is not None else int(weight_bytes) // 2
+    source = f"{params:g} parameters" if params is not None else f"{int(weight_bytes)} bytes of weights"
+    names = {
+        "params_total": total, "quantizable_params": 0, "non_quantizable_params": total,
+        "skipped_quantizable_params": 0, "checkpoint_bytes": int(weight_bytes) if weight_bytes is not None else None,
+        "num_layers": 0,
+    }
+    spec = ModelSpec(
+        family="size_only", family_file="", model_type=None, facts=MappingProxyType({}), num_layers=0,
+        layer_classes=(), model_modules=(), source=source,
+        _aggregates={"params_total": total, "params_by_group": MappingProxyType({}),
+                     "names": MappingProxyType(names), "lora_modules": ()},
+    )
+    warnings = [f"no model config: a fallback estimate from {source} alone, each component a share of the model size"]
+    return _evaluate(spec, prof, settings, 0, frozenset(), warnings)

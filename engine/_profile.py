@@ -67,6 +67,7 @@ class Profile:
     total: str
     min_per_gpu: str
     trainable_params: str
+    figures: Mapping[str, str]
     constants: Mapping[str, float]
     constant_where: Mapping[str, str]
     tables: tuple
@@ -110,7 +111,7 @@ class Profile:
                     warnings.append(t.unknown_warning.format(key=key, default=t.default))
             else:
                 raise SettingsError(f"unknown {t.key} {key!r} (known: {', '.join(t.entries)})")
-        components = set(self.components.values())
+        components = set(self.components.values()) | set(self.figures.values())
         for f in self.formulas:
             if f.scope == "layer":
                 values = []
@@ -224,6 +225,7 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
     for fid in compiled:
         visit(fid, ())
     refs = {"total": m["total"], "min_per_gpu": m["min_per_gpu"], "trainable_params": m["trainable_params"]}
+    refs.update({f"figures.{k}": v for k, v in m.get("figures", {}).items()})
     refs.update({f"components.{k}": v for k, v in m["components"].items()})
     for where, fid in refs.items():
         if fid not in compiled:
@@ -238,6 +240,6 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
         default_targets=tuple(m["lora"]["default_targets"]),
         target_sets={k.lower(): tuple(v) for k, v in m["lora"]["target_sets"].items()},
         components=dict(m["components"]), total=m["total"], min_per_gpu=m["min_per_gpu"],
-        trainable_params=m["trainable_params"], constants=constants, constant_where=constant_where,
+        trainable_params=m["trainable_params"], figures=dict(m.get("figures", {})), constants=constants, constant_where=constant_where,
         tables=tuple(tables), formulas=tuple(order),
     )

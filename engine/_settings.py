@@ -9,7 +9,7 @@ from ._errors import SettingsError
 
 __all__ = ["TrainingSettings", "METHODS", "CHECKPOINTING_MODES", "normalise_settings"]
 
-METHODS = ("qlora", "lora", "full")
+METHODS = ("qlora", "lora", "full", "inference")
 CHECKPOINTING_MODES = ("none", "true", "unsloth")
 _GC_ALIASES = {"none": "none", "false": "none", "off": "none", "no": "none", "0": "none",
                "true": "true", "on": "true", "yes": "true", "1": "true", "unsloth": "unsloth"}

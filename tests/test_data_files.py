@@ -112,13 +112,13 @@ def _formulas_copy(tmp_path: Path) -> Path:
 
 def test_formula_file_errors(tmp_path):
     forms = _formulas_copy(tmp_path)
-    p = forms / "unsloth" / "overhead.yaml"
-    p.write_text(p.read_text().replace("expr: cuda_overhead_gib * gib", "expr: cuda_overhead_gib ^ 30"))
+    p = forms / "unsloth" / "optimizer.yaml"
+    p.write_text(p.read_text().replace("expr: trainable_params * optimizer_bytes_per_param", "expr: trainable_params ^ 2"))
     reg = vramwise.Registry(formulas_dir=forms)
     with pytest.raises(ExpressionError) as info:
         reg.profile("unsloth")
-    assert "overhead.yaml:" in str(info.value) and "bitwise XOR" in str(info.value)
-    assert "$.formulas[0].expr" in str(info.value)
+    assert "optimizer.yaml:" in str(info.value) and "bitwise XOR" in str(info.value)
+    assert "$.formulas[1].expr" in str(info.value)
 
 
 def test_formula_cycle_and_missing_field(tmp_path):

@@ -1,0 +1,345 @@
+"""GPU discovery through NVML, GPU selection for an estimate, and placement.
+
+The NVML layer is an object with four methods (``init``, ``shutdown``,
+``device_count``, ``device``); :class:`PynvmlBackend` wraps ``pynvml`` and
+tests pass a fake. Discovery never raises an NVML exception: without a driver
+it returns a result that says why no GPU is visible.
+
+Selection follows the seed (section 8 and its parameter flow): explicit ids are
+validated against the parent-visible set and all used; otherwise GPUs are ranked
+by free memory and added one at a time, the first counting its full free memory
+and each further one 85 %, until the set's usable memory covers the estimate's
+total and its smallest free memory covers the per-GPU minimum for that many GPUs.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, Sequence
+
+from ._errors import GpuSelectionError
+
+__all__ = [
+    "GpuInfo", "GpuDiscovery", "GpuSelection", "NvmlBackend", "PynvmlBackend",
+    "discover_gpus", "select_gpus", "device_map", "child_env", "MULTI_GPU_FACTOR",
+]
+
+#: Share of a further GPU's free memory that counts as usable (seed section 8).
+MULTI_GPU_FACTOR = 0.85
+
+
+class NvmlBackend(Protocol):
+    """What discovery needs from NVML."""
+
+    def init(self) -> None: ...
+    def shutdown(self) -> None: ...
+    def device_count(self) -> int: ...
+    def device(self, index: int) -> tuple[str, str, int, int, int]:
+        """(uuid, name, total bytes, used bytes, free bytes) of physical GPU ``index``."""
+        ...
+
+
+class PynvmlBackend:
+    """NVML through the ``pynvml`` module of nvidia-ml-py."""
+
+    def __init__(self) -> None:
+        import pynvml  # imported here: the package must import on machines without it
+
+        self._nvml = pynvml
+
+    def init(self) -> None:
+        self._nvml.nvmlInit()
+
+    def shutdown(self) -> None:
+        self._nvml.nvmlShutdown()
+
+    def device_count(self) -> int:
+        return int(self._nvml.nvmlDeviceGetCount())
+
+    def device(self, index: int) -> tuple[str, str, int, int, int]:
+        n = self._nvml
+        h = n.nvmlDeviceGetHandleByIndex(index)
+        uuid = n.nvmlDeviceGetUUID(h)
+        name = n.nvmlDeviceGetName(h)
+        mem = n.nvmlDeviceGetMemoryInfo(h)
+        as_text = lambda v: v.decode() if isinstance(v, bytes) else str(v)  # noqa: E731 - older bindings return bytes
+        return as_text(uuid), as_text(name), int(mem.total), int(mem.used), int(mem.free)
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One physical GPU as NVML reports it (bytes)."""
+
+    index: int
+    uuid: str
+    name: str
+    total: int
+    used: int
+    free: int
+
+
+@dataclass(frozen=True)
+class GpuDiscovery:
+    """The GPUs of this machine and those visible to this process."""
+
+    gpus: tuple  # every physical GPU, in physical order
+    visible: tuple  # physical indices visible to this process (CUDA_VISIBLE_DEVICES order)
+    cuda_visible_devices: str | None  # the raw variable; None when unset
+    uses_uuids: bool  # CUDA_VISIBLE_DEVICES names GPUs by UUID or MIG id
+    reason: str | None = None  # why no GPU is visible, when none is
+
+    @property
+    def available(self) -> bool:
+        return bool(self.visible) or (self.uses_uuids and bool(self.gpus))
+
+    def gpu(self, index: int) -> GpuInfo:
+        return next(g for g in self.gpus if g.index == index)
+
+    @property
+    def visible_gpus(self) -> tuple:
+        return tuple(self.gpu(i) for i in self.visible)
+
+    def to_dict(self) -> dict:
+        return {
+            "gpus": [vars(g).copy() for g in self.gpus],
+            "visible": list(self.visible),
+            "cuda_visible_devices": self.cuda_visible_devices,
+            "uses_uuids": self.uses_uuids,
+            "reason": self.reason,
+        }
+
+
+def _parse_visible(spec: str | None, gpus: Sequence[GpuInfo]) -> tuple[tuple, bool, str | None]:
+    """(visible physical indices, names GPUs by UUID/MIG, reason when none) for CUDA_VISIBLE_DEVICES."""
+    if spec is None:
+        return tuple(g.index for g in gpus), False, None
+    entries = [e.strip() for e in spec.split(",")]
+    if spec.strip() == "":
+        return (), False, "CUDA_VISIBLE_DEVICES is empty: no GPU is visible to this process"
+    visible: list[int] = []
+    uses_uuids = False
+    for e in entries:
+        if e.lstrip("-").isdigit():
+            i = int(e)
+            if i < 0 or i >= len(gpus) or i in visible:
+                break  # CUDA stops at the first invalid entry
+            visible.append(i)
+        elif e.startswith("MIG-"):
+            uses_uuids = True
+        elif e.startswith("GPU-") or e:
+            uses_uuids = True
+            matches = [g.index for g in gpus if g.uuid.startswith(e) or g.uuid.startswith("GPU-" + e)]
+            if len(matches) != 1:
+                break
+            if matches[0] not in visible:
+                visible.append(matches[0])
+    reason = None if visible or uses_uuids else f"CUDA_VISIBLE_DEVICES={spec!r} names no GPU of this machine"
+    return tuple(visible), uses_uuids, reason
+
+
+def discover_gpus(nvml: NvmlBackend | None = None, env: Mapping[str, str] | None = None) -> GpuDiscovery:
+    """Every NVIDIA GPU and the ones visible to this process; never raises for a missing driver."""
+    env = os.environ if env is None else env
+    spec = env.get("CUDA_VISIBLE_DEVICES")
+    try:
+        backend = nvml if nvml is not None else PynvmlBackend()
+    except ImportError:
+        return GpuDiscovery((), (), spec, False, "no NVIDIA GPU visible: the nvidia-ml-py package (pynvml) is not installed")
+    try:
+        backend.init()
+    except Exception as e:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return GpuDiscovery((), (), spec, False, f"no NVIDIA GPU visible: NVML could not start ({_nvml_text(e)})")
+    try:
+        gpus = []
+        for i in range(backend.device_count()):
+            uuid, name, total, used, free = backend.device(i)
+            gpus.append(GpuInfo(i, uuid, name, total, used, free))
+    except Exception as e:  # noqa: BLE001
+        return GpuDiscovery((), (), spec, False, f"no NVIDIA GPU visible: NVML failed while listing GPUs ({_nvml_text(e)})")
+    finally:
+        try:
+            backend.shutdown()
+        except Exception:  # noqa: BLE001 - shutting down a half-started NVML is best effort
+            pass
+    if not gpus:
+        return GpuDiscovery((), (), spec, False, "no NVIDIA GPU visible: NVML reports no devices")
+    visible, uses_uuids, reason = _parse_visible(spec, gpus)
+    return GpuDiscovery(tuple(gpus), visible, spec, uses_uuids, reason)
+
+
+def _nvml_text(e: Exception) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+@dataclass(frozen=True)
+class GpuSelection:
+    """Which GPUs to use, and why."""
+
+    gpu_ids: tuple  # physical indices; empty under inherit_parent_visible with MIG entries, or non_cuda
+    mode: str  # explicit, auto, fallback_all, inherit_parent_visible, non_cuda
+    required_bytes: int | None  # the estimate's total, when one was made
+    usable_bytes: int | None  # first GPU's free + 85 % of each further GPU's free
+    min_per_gpu_bytes: int | None  # the estimate's per-GPU minimum for this many GPUs
+    fits: bool | None  # None when unknown (no estimate, or no GPU)
+    reason: str
+    gpus: tuple = field(default=())  # GpuInfo of the selected GPUs, in selection order
+    inherited_visible_devices: str | None = None
+
+    @property
+    def device_map(self) -> str:
+        return device_map(self)
+
+    @property
+    def cuda_visible_devices(self) -> str | None:
+        """Value for a child process's CUDA_VISIBLE_DEVICES (None: leave it as inherited)."""
+        if self.mode == "inherit_parent_visible":
+            return self.inherited_visible_devices
+        if self.mode == "non_cuda":
+            return None
+        return ",".join(str(i) for i in self.gpu_ids)
+
+    def to_dict(self) -> dict:
+        return {
+            "gpu_ids": list(self.gpu_ids), "mode": self.mode, "required_bytes": self.required_bytes,
+            "usable_bytes": self.usable_bytes, "min_per_gpu_bytes": self.min_per_gpu_bytes, "fits": self.fits,
+            "reason": self.reason, "device_map": self.device_map, "cuda_visible_devices": self.cuda_visible_devices,
+            "gpus": [vars(g).copy() for g in self.gpus],
+        }
+
+
+def _usable(frees: Sequence[int]) -> int:
+    return int(sum(f if k == 0 else f * MULTI_GPU_FACTOR for k, f in enumerate(frees)))
+
+
+def _explicit(ids: Sequence[Any], disc: GpuDiscovery) -> tuple:
+    if disc.uses_uuids:
+        raise GpuSelectionError(
+            f"explicit GPU ids {list(ids)} cannot be honoured: CUDA_VISIBLE_DEVICES={disc.cuda_visible_devices!r} "
+            "names GPUs by UUID or MIG id, so physical ids are ambiguous; unset it or use automatic selection"
+        )
+    bad_type = [i for i in ids if isinstance(i, bool) or not isinstance(i, int)]
+    if bad_type:
+        raise GpuSelectionError(f"GPU ids must be integers, got {bad_type}")
+    if not ids:
+        raise GpuSelectionError("no GPU ids given: pass at least one, or none at all for automatic selection")
+    repeated = sorted({i for i in ids if list(ids).count(i) > 1})
+    if repeated:
+        raise GpuSelectionError(f"GPU ids repeat: {repeated} (asked for {list(ids)})")
+    negative = [i for i in ids if i < 0]
+    if negative:
+        raise GpuSelectionError(f"GPU ids must not be negative: {negative}")
+    count = len(disc.gpus)
+    beyond = [i for i in ids if i >= count]
+    if beyond:
+        raise GpuSelectionError(f"GPU ids {beyond} exceed the {count} physical GPU(s) of this machine (ids 0-{count - 1})")
+    hidden = [i for i in ids if i not in disc.visible]
+    if hidden:
+        raise GpuSelectionError(
+            f"GPU ids {hidden} are not visible to this process (CUDA_VISIBLE_DEVICES={disc.cuda_visible_devices!r}; "
+            f"visible: {list(disc.visible)})"
+        )
+    return tuple(ids)
+
+
+def select_gpus(
+    estimate_or_model: Any = None,
+    *,
+    gpu_ids: Sequence[int] | None = None,
+    discovery: GpuDiscovery | None = None,
+    nvml: NvmlBackend | None = None,
+    env: Mapping[str, str] | None = None,
+    **estimate_kwargs: Any,
+) -> GpuSelection:
+    """Choose GPUs for a run: explicit ``gpu_ids`` (validated, all used) or automatically from free memory.
+
+    ``estimate_or_model`` is an :class:`~vramwise.Estimate`, a model source for
+    :func:`~vramwise.estimate` (with ``estimate_kwargs``), or None when no estimate can be made.
+    """
+    from ._errors import VramwiseError
+    from ._estimate import Estimate, estimate
+
+    disc = discovery if discovery is not None else discover_gpus(nvml=nvml, env=env)
+    est = None
+    est_problem = None
+    if isinstance(estimate_or_model, Estimate):
+        est = estimate_or_model
+    elif estimate_or_model is not None:
+        try:
+            est = estimate(estimate_or_model, **estimate_kwargs)
+        except VramwiseError as e:
+            est_problem = str(e)
+    if not disc.gpus:
+        if gpu_ids:
+            raise GpuSelectionError(f"GPU ids {list(gpu_ids)} were asked for, but {disc.reason}")
+        return GpuSelection((), "non_cuda", est.total if est else None, None, None, None, disc.reason or "no NVIDIA GPU visible")
+    required = est.total if est else None
+
+    def figures(ids: tuple) -> tuple[int, int | None, bool | None]:
+        frees = [disc.gpu(i).free for i in ids]
+        usable = _usable(frees)
+        if est is None or not ids:
+            return usable, None, None
+        per_gpu = est.min_per_gpu(len(ids))
+        return usable, per_gpu, usable >= est.total and min(frees) >= per_gpu
+
+    if gpu_ids is not None:
+        ids = _explicit(list(gpu_ids), disc)
+        usable, per_gpu, fits = figures(ids)
+        why = f"using the requested GPUs {list(ids)}"
+        if fits is False:
+            why += "; the estimate may not fit on them"
+        return GpuSelection(ids, "explicit", required, usable, per_gpu, fits, why, tuple(disc.gpu(i) for i in ids))
+    if disc.uses_uuids:
+        return GpuSelection(
+            disc.visible, "inherit_parent_visible", required, None, None, None,
+            f"CUDA_VISIBLE_DEVICES={disc.cuda_visible_devices!r} names GPUs by UUID or MIG id; keeping the parent's devices",
+            tuple(disc.gpu(i) for i in disc.visible), inherited_visible_devices=disc.cuda_visible_devices,
+        )
+    if not disc.visible:
+        raise GpuSelectionError(disc.reason or "no GPU is visible to this process")
+    if est is None:
+        ids = disc.visible
+        usable, _, _ = figures(ids)
+        why = "no estimate could be made" + (f" ({est_problem})" if est_problem else "") + "; using every visible GPU"
+        return GpuSelection(ids, "fallback_all", None, usable, None, None, why, tuple(disc.gpu(i) for i in ids))
+    ranked = sorted(disc.visible, key=lambda i: (-disc.gpu(i).free, i))
+    for n in range(1, len(ranked) + 1):
+        ids = tuple(ranked[:n])
+        usable, per_gpu, fits = figures(ids)
+        if fits:
+            return GpuSelection(
+                ids, "auto", required, usable, per_gpu, True,
+                f"{n} GPU(s) with the most free memory cover the estimate ({required / 2**30:.2f} GiB needed, "
+                f"{usable / 2**30:.2f} GiB usable, {per_gpu / 2**30:.2f} GiB per GPU)",
+                tuple(disc.gpu(i) for i in ids),
+            )
+    ids = tuple(ranked)
+    usable, per_gpu, _ = figures(ids)
+    return GpuSelection(
+        ids, "fallback_all", required, usable, per_gpu, False,
+        f"no set of visible GPUs covers the estimate ({required / 2**30:.2f} GiB needed, {usable / 2**30:.2f} GiB "
+        f"usable on all {len(ids)}); using all of them, the run may not fit",
+        tuple(disc.gpu(i) for i in ids),
+    )
+
+
+def device_map(selection_or_ids: GpuSelection | Sequence[int]) -> str:
+    """transformers device_map for the selection: "sequential" for one GPU, "balanced" for several."""
+    ids = selection_or_ids.gpu_ids if isinstance(selection_or_ids, GpuSelection) else tuple(selection_or_ids)
+    if isinstance(selection_or_ids, GpuSelection) and selection_or_ids.mode == "inherit_parent_visible" and not ids:
+        return "auto"
+    return "balanced" if len(ids) > 1 else "sequential"
+
+
+def child_env(selection: GpuSelection, base: Mapping[str, str] | None = None) -> dict:
+    """A copy of ``base`` (default: this process's environment) narrowed to the selected GPUs.
+
+    Give it to the child process that initialises CUDA; the caller's environment is not touched.
+    """
+    env = dict(os.environ if base is None else base)
+    value = selection.cuda_visible_devices
+    if value is not None:
+        env["CUDA_VISIBLE_DEVICES"] = value
+    return env
