@@ -254,17 +254,18 @@ def select_gpus(
 ) -> GpuSelection:
     """Choose GPUs for a run: explicit ``gpu_ids`` (validated, all used) or automatically from free memory.
 
-    ``estimate_or_model`` is an :class:`~vramwise.Estimate`, a model source for
+    ``estimate_or_model`` is an :class:`~vramwise.Estimate` (or any object with ``total`` and
+    ``min_per_gpu(n)``), a model source for
     :func:`~vramwise.estimate` (with ``estimate_kwargs``), or None when no estimate can be made.
     """
     from ._errors import VramwiseError
-    from ._estimate import Estimate, estimate
+    from ._estimate import estimate
 
     disc = discovery if discovery is not None else discover_gpus(nvml=nvml, env=env)
     est = None
     est_problem = None
-    if isinstance(estimate_or_model, Estimate):
-        est = estimate_or_model
+    if hasattr(estimate_or_model, "total") and hasattr(estimate_or_model, "min_per_gpu"):
+        est = estimate_or_model  # an Estimate (anything with total and min_per_gpu(n))
     elif estimate_or_model is not None:
         try:
             est = estimate(estimate_or_model, **estimate_kwargs)
@@ -326,10 +327,14 @@ def select_gpus(
 
 
 def device_map(selection_or_ids: GpuSelection | Sequence[int]) -> str:
-    """transformers device_map for the selection: "sequential" for one GPU, "balanced" for several."""
+    """transformers device_map for the selection: "sequential" for one GPU, "balanced" for several
+    ("cpu" when no GPU is visible, "auto" when MIG devices are inherited without physical ids)."""
     ids = selection_or_ids.gpu_ids if isinstance(selection_or_ids, GpuSelection) else tuple(selection_or_ids)
-    if isinstance(selection_or_ids, GpuSelection) and selection_or_ids.mode == "inherit_parent_visible" and not ids:
-        return "auto"
+    if isinstance(selection_or_ids, GpuSelection):
+        if selection_or_ids.mode == "non_cuda":
+            return "cpu"
+        if selection_or_ids.mode == "inherit_parent_visible" and not ids:
+            return "auto"
     return "balanced" if len(ids) > 1 else "sequential"
 
 

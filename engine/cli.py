@@ -9,11 +9,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from ._errors import VramwiseError
-from ._estimate import COMPONENTS, Estimate, estimate
+from ._estimate import COMPONENTS, Estimate, estimate, estimate_from_size
 from ._registry import Registry
+from ._errors import SettingsError
+from ._gpus import discover_gpus, select_gpus
+from ._source import checkpoint_size
 from ._settings import CHECKPOINTING_MODES, METHODS
 
 _GIB = 1024**3
@@ -40,8 +44,14 @@ def _bool_flag(text: str) -> bool:
 
 
 def _training_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="config.json, model folder, or hub id (read from the local cache when offline)")
-    p.add_argument("--method", default="qlora", choices=METHODS, help="fine-tuning method (default: qlora)")
+    p.add_argument(
+        "model", nargs="?", default=None,
+        help="config.json, model folder, or hub id (read from the local cache when offline); "
+        "optional with --params or --weight-bytes",
+    )
+    p.add_argument("--params", type=float, default=None, help="no config: estimate from a parameter count alone (e.g. 8e9)")
+    p.add_argument("--weight-bytes", type=float, default=None, help="no config: estimate from the weights' size in bytes")
+    p.add_argument("--method", default="qlora", choices=METHODS, help="fine-tuning method, or inference (default: qlora)")
     p.add_argument("--batch-size", type=int, default=4, help="per-device batch size (default: 4)")
     p.add_argument("--seq-len", type=int, default=2048, help="maximum sequence length (default: 2048)")
     p.add_argument("--lora-rank", type=int, default=16, help="LoRA rank r (default: 16)")
@@ -62,6 +72,24 @@ def _training_args(p: argparse.ArgumentParser) -> None:
 
 
 def _run_estimate(args) -> Estimate:
+    size_only = args.params is not None or args.weight_bytes is not None
+    if args.model is None and not size_only:
+        raise SettingsError("give a MODEL (config.json, folder or hub id), or --params / --weight-bytes")
+    if args.model is not None and not size_only:
+        folder = Path(args.model).expanduser()
+        if folder.is_dir() and not (folder / "config.json").is_file():
+            size, _ = checkpoint_size(folder)
+            if size is not None:  # weight files without a config: the size-only fallback
+                args.weight_bytes, args.model, size_only = size, None, True
+    if size_only:
+        if args.model is not None:
+            raise SettingsError("give either a MODEL or --params / --weight-bytes, not both")
+        return estimate_from_size(
+            params=args.params, weight_bytes=int(args.weight_bytes) if args.weight_bytes is not None else None,
+            method=args.method, batch_size=args.batch_size, seq_len=args.seq_len, lora_rank=args.lora_rank,
+            gradient_checkpointing=args.gradient_checkpointing, optimizer=args.optimizer,
+            attention=args.attention, load_in_4bit=args.load_in_4bit,
+        )
     return estimate(
         args.model, method=args.method, batch_size=args.batch_size, seq_len=args.seq_len,
         lora_rank=args.lora_rank, target_modules=args.target_modules,
@@ -86,6 +114,14 @@ def _print_table(est: Estimate, model: str, gpus: Sequence[int], out) -> None:
         share = 100.0 * value / est.total if est.total else 0.0
         out.write(f"{name:<{width}}  {_gib(value):>9}  {share:>6.1f}%\n")
     out.write(f"{'total':<{width}}  {_gib(est.total):>9}  {100.0:>6.1f}%\n\n")
+    if s.method == "inference" and est.figures:
+        kv = est.figures.get("kv_cache")
+        kv_total = est.figures.get("kv_cache_total")
+        if kv is not None and kv_total:
+            out.write(
+                f"with a KV cache for batch {s.batch_size} x {s.seq_len} tokens: cache {_gib(kv)} GiB, "
+                f"weights + cache + overhead {_gib(kv_total)} GiB\n"
+            )
     out.write("minimum per GPU: " + ", ".join(f"{n} x {_gib(est.min_per_gpu(n))} GiB" for n in gpus) + "\n")
     for w in est.warnings:
         out.write(f"warning: {w}\n")
@@ -173,6 +209,69 @@ def _families(as_json: bool, out) -> None:
     out.write(f"\nprofiles: {', '.join(reg.profile_names())}\n")
 
 
+def _gpus(as_json: bool, out) -> None:
+    disc = discover_gpus()
+    if as_json:
+        json.dump(disc.to_dict(), out, indent=2)
+        out.write("\n")
+        return
+    if not disc.gpus:
+        out.write(f"{disc.reason}\n")
+        return
+    out.write(f"{'id':>3}  {'name':<28} {'total GiB':>10} {'used GiB':>9} {'free GiB':>9}  visible\n")
+    for g in disc.gpus:
+        seen = "yes" if g.index in disc.visible else ("(by UUID/MIG)" if disc.uses_uuids else "no")
+        out.write(f"{g.index:>3}  {g.name[:28]:<28} {_gib(g.total):>10} {_gib(g.used):>9} {_gib(g.free):>9}  {seen}\n")
+    if disc.cuda_visible_devices is not None:
+        out.write(f"CUDA_VISIBLE_DEVICES={disc.cuda_visible_devices}\n")
+    if disc.reason:
+        out.write(f"{disc.reason}\n")
+
+
+def _select(args, out) -> None:
+    ids = None
+    if args.gpus is not None:
+        try:
+            ids = [int(x) for x in args.gpus.split(",") if x.strip()]
+        except ValueError:
+            raise SettingsError(f"--gpus must be comma-separated GPU ids, got {args.gpus!r}") from None
+    est = None
+    try:
+        est = _run_estimate(args)
+    except VramwiseError as e:
+        if args.model is not None and not isinstance(e, SettingsError):
+            est = None  # no estimate: selection falls back to every visible GPU and says why
+            note = str(e)
+        else:
+            raise
+    else:
+        note = None
+    sel = select_gpus(est, gpu_ids=ids)
+    if args.json:
+        data = sel.to_dict()
+        data["estimate_problem"] = note
+        json.dump(data, out, indent=2)
+        out.write("\n")
+        return
+    if est is not None:
+        out.write(f"estimate: {_gib(est.total)} GiB total ({est.family}, {est.settings.method})\n")
+    elif note:
+        out.write(f"no estimate: {note}\n")
+    out.write(f"mode: {sel.mode}\n")
+    out.write(f"GPUs: {', '.join(str(i) for i in sel.gpu_ids) or '(none)'}\n")
+    out.write(f"why: {sel.reason}\n")
+    if sel.usable_bytes is not None:
+        out.write(f"usable: {_gib(sel.usable_bytes)} GiB")
+        if sel.min_per_gpu_bytes is not None:
+            out.write(f", needed per GPU: {_gib(sel.min_per_gpu_bytes)} GiB")
+        out.write("\n")
+    for g in sel.gpus:
+        out.write(f"  GPU {g.index} {g.name}: {_gib(g.free)} GiB free of {_gib(g.total)}\n")
+    out.write(f"device_map: {sel.device_map}\n")
+    if sel.cuda_visible_devices is not None:
+        out.write(f"CUDA_VISIBLE_DEVICES={sel.cuda_visible_devices}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vramwise",
@@ -187,6 +286,11 @@ def build_parser() -> argparse.ArgumentParser:
     _training_args(p)
     p = sub.add_parser("families", help="list families, their model types and files")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p = sub.add_parser("gpus", help="list the NVIDIA GPUs and their memory (or why none is visible)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p = sub.add_parser("select", help="choose GPUs for a run: which, why, device_map and CUDA_VISIBLE_DEVICES")
+    _training_args(p)
+    p.add_argument("--gpus", default=None, help="explicit physical GPU ids, e.g. 0,2 (default: choose automatically)")
     return parser
 
 
@@ -197,6 +301,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "families":
             _families(args.json, out)
+            return 0
+        if args.command == "gpus":
+            _gpus(args.json, out)
+            return 0
+        if args.command == "select":
+            _select(args, out)
             return 0
         est = _run_estimate(args)
         if args.command == "explain":
