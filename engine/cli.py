@@ -209,6 +209,33 @@ def _families(as_json: bool, out) -> None:
     out.write(f"\nprofiles: {', '.join(reg.profile_names())}\n")
 
 
+def _measure(args, out) -> None:
+    from ._measure import measure
+
+    m = measure(
+        args.model, method=args.method, batch_size=args.batch_size, seq_len=args.seq_len, lora_rank=args.lora_rank,
+        target_modules=args.target_modules, gradient_checkpointing=args.gradient_checkpointing,
+        attention=args.attention, optimizer=args.optimizer, steps=args.steps, device=args.device,
+    )
+    if args.json:
+        json.dump(m.to_dict(), out, indent=2)
+        out.write("\n")
+        return
+    out.write(f"{args.model}: {m.method} on {m.device}, {_count(m.params_total)} parameters, {_count(m.params_trainable)} trainable\n")
+    out.write(f"peak: {_gib(m.peak)} GiB of tensors, in the {m.peak_phase} phase\n")
+    if m.reserved_peak is not None:
+        out.write(f"reserved by the caching allocator: {_gib(m.reserved_peak)} GiB\n")
+    if m.process_bytes is not None:
+        out.write(f"process memory (NVML, CUDA context included): {_gib(m.process_bytes)} GiB\n")
+    out.write(f"\n{'phase':<10} {'peak GiB':>9} {'end GiB':>8}  parameters / gradients / optimizer state at its end (GiB)\n")
+    for name, ph in m.phases.items():
+        c = ph.categories
+        cats = " / ".join(_gib(c.get(k, 0)) for k in ("parameters", "gradients", "optimizer_state"))
+        out.write(f"{name:<10} {_gib(ph.peak):>9} {_gib(ph.end):>8}  {cats}\n")
+    for n in m.notes:
+        out.write(f"note: {n}\n")
+
+
 def _gpus(as_json: bool, out) -> None:
     disc = discover_gpus()
     if as_json:
@@ -286,6 +313,23 @@ def build_parser() -> argparse.ArgumentParser:
     _training_args(p)
     p = sub.add_parser("families", help="list families, their model types and files")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p = sub.add_parser(
+        "measure", help="run real training steps of a randomly initialised model and report its memory",
+        description="Build the model from its config with random weights, run optimizer steps on synthetic "
+        "tokens and report the peak memory of each phase (needs pip install 'vramwise[measure]').",
+    )
+    p.add_argument("model", help="config.json, model folder, or hub id")
+    p.add_argument("--method", default="lora", choices=("qlora", "lora", "full"), help="fine-tuning method (default: lora)")
+    p.add_argument("--batch-size", type=int, default=1, help="batch size (default: 1)")
+    p.add_argument("--seq-len", type=int, default=128, help="sequence length (default: 128)")
+    p.add_argument("--lora-rank", type=int, default=16, help="LoRA rank (default: 16)")
+    p.add_argument("--target-modules", default=None, help="comma-separated LoRA targets or all-linear (default: the seven projections)")
+    p.add_argument("--gradient-checkpointing", default="none", metavar="{none,true}", help="transformers' checkpointing (default: none)")
+    p.add_argument("--attention", default="sdpa", help="attention implementation: sdpa or eager (default: sdpa)")
+    p.add_argument("--optimizer", default="adamw_torch", help="adamw_torch, adamw_8bit or sgd (default: adamw_torch)")
+    p.add_argument("--steps", type=int, default=2, help="optimizer steps to run (default: 2; the last one is reported)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where to run (default: cpu)")
+    p.add_argument("--json", action="store_true", help="print JSON")
     p = sub.add_parser("gpus", help="list the NVIDIA GPUs and their memory (or why none is visible)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p = sub.add_parser("select", help="choose GPUs for a run: which, why, device_map and CUDA_VISIBLE_DEVICES")
@@ -301,6 +345,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "families":
             _families(args.json, out)
+            return 0
+        if args.command == "measure":
+            _measure(args, out)
             return 0
         if args.command == "gpus":
             _gpus(args.json, out)

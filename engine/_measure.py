@@ -1,0 +1,379 @@
+"""Ground truth: run real optimizer steps of a randomly initialised model and measure memory.
+
+``measure`` builds the model from its config (never downloading weights), applies the
+method (full; LoRA through PEFT; QLoRA through bitsandbytes 4-bit + PEFT), runs N steps on
+synthetic tokens and reports the peak of each phase. On CPU a dispatch-mode tracker counts
+the live tensor storages (each rounded up to 512 bytes, as the CUDA caching allocator
+rounds); on CUDA the allocator's own counters and NVML's per-process figure are read.
+
+torch, transformers, peft and bitsandbytes are needed only here: ``pip install 'vramwise[measure]'``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from ._errors import SettingsError, VramwiseError
+
+__all__ = ["Measurement", "PhaseFigures", "measure", "StorageTracker", "MEASURE_OPTIMIZERS"]
+
+#: Optimizers measure can build.
+MEASURE_OPTIMIZERS = ("adamw_torch", "adamw_8bit", "sgd")
+_ROUND = 512
+
+
+def _need(module: str):
+    try:
+        return __import__(module)
+    except ImportError:
+        raise VramwiseError(
+            f"measuring needs {module}, which is not installed: pip install 'vramwise[measure]'"
+        ) from None
+
+
+class StorageTracker:
+    """Live bytes of tensor storages and their peak, fed by a TorchDispatchMode.
+
+    Storages that exist before tracking starts are added with :meth:`add`; every tensor an
+    operator returns is added as it is created; a storage leaves the count when its last
+    reference dies. Sizes are rounded up to ``granularity`` bytes.
+    """
+
+    def __init__(self, granularity: int = _ROUND):
+        self.granularity = granularity
+        self._live: dict[int, tuple[Any, int]] = {}
+        self.current = 0
+        self.peak = 0
+
+    def sweep(self) -> None:
+        """Drop the storages that died since the last operator."""
+        dead = [k for k, (ref, _) in self._live.items() if ref.expired()]
+        for k in dead:
+            self.current -= self._live.pop(k)[1]
+
+    def add(self, tensor) -> None:
+        import torch
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta":
+            return
+        try:
+            storage = tensor.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # tensor subclasses without a plain storage
+            return
+        ref = StorageWeakRef(storage)
+        if ref.cdata in self._live:
+            return
+        size = storage.nbytes()
+        size = -(-size // self.granularity) * self.granularity
+        self._live[ref.cdata] = (ref, size)
+        self.current += size
+
+    def after_op(self, outputs) -> None:
+        import torch.utils._pytree as pytree
+
+        self.sweep()
+        for t in pytree.tree_leaves(outputs):
+            self.add(t)
+        if self.current > self.peak:
+            self.peak = self.current
+
+    def reset_peak(self) -> None:
+        self.sweep()
+        self.peak = self.current
+
+    def mode(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        tracker = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                tracker.after_op(out)
+                return out
+
+        return _Mode()
+
+
+@dataclass(frozen=True)
+class PhaseFigures:
+    """Memory of one phase of the training step, in bytes."""
+
+    peak: int  # highest tensor bytes during the phase (max_memory_allocated on CUDA)
+    end: int  # tensor bytes alive at its end
+    reserved_peak: int | None = None  # CUDA caching allocator's reserve (max_memory_reserved)
+    categories: Mapping[str, int] = field(default_factory=dict)  # at the end of the phase
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What a measured run used."""
+
+    device: str
+    method: str
+    settings: Mapping[str, Any]
+    params_total: int
+    params_trainable: int
+    peak: int  # highest tensor bytes over the measured steps
+    peak_phase: str
+    phases: Mapping[str, PhaseFigures]  # load, forward, backward, optimizer (of the last step)
+    reserved_peak: int | None = None
+    process_bytes: int | None = None  # NVML: the process's device memory, CUDA context included
+    notes: tuple = ()
+
+    def to_dict(self) -> dict:
+        return {
+            "device": self.device, "method": self.method, "settings": dict(self.settings),
+            "params_total": self.params_total, "params_trainable": self.params_trainable,
+            "peak": self.peak, "peak_phase": self.peak_phase, "reserved_peak": self.reserved_peak,
+            "process_bytes": self.process_bytes,
+            "phases": {k: {"peak": v.peak, "end": v.end, "reserved_peak": v.reserved_peak, "categories": dict(v.categories)}
+                       for k, v in self.phases.items()},
+            "notes": list(self.notes),
+        }
+
+
+def _build(cfg_dict: dict, attention: str, dtype):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    d = dict(cfg_dict)
+    mt = d.pop("model_type", None)
+    if not mt:
+        raise VramwiseError("the config has no model_type, so transformers cannot build it")
+    d.pop("quantization_config", None)  # random weights are built unquantized; the method decides
+    try:
+        cfg = AutoConfig.for_model(mt, **d)
+    except Exception as e:  # noqa: BLE001
+        raise VramwiseError(f"transformers cannot build a {mt!r} config: {type(e).__name__}: {e}") from None
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation=attention)
+    model = model.to_empty(device="cpu")
+    with torch.no_grad():
+        gen = torch.Generator().manual_seed(0)
+        for p in model.parameters():
+            p.normal_(0.0, 0.02, generator=gen)
+        for name, b in model.named_buffers():
+            if b.is_floating_point() and not torch.isfinite(b).all():
+                b.zero_()
+    model.tie_weights()
+    return model
+
+
+def _quantized(model, cfg_dict: dict, attention: str, dtype):
+    """Reload ``model`` through transformers' bitsandbytes 4-bit path (what QLoRA users run)."""
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    _need("bitsandbytes")
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp)
+        q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype)
+        return AutoModelForCausalLM.from_pretrained(
+            tmp, quantization_config=q, dtype=dtype, attn_implementation=attention, device_map="cpu"
+        )
+
+
+def measure(
+    model: Any,
+    *,
+    method: str = "lora",
+    batch_size: int = 1,
+    seq_len: int = 128,
+    lora_rank: int = 16,
+    target_modules: Sequence[str] | str | None = None,
+    gradient_checkpointing: Any = "none",
+    attention: str = "sdpa",
+    optimizer: str = "adamw_torch",
+    steps: int = 2,
+    device: str = "cpu",
+) -> Measurement:
+    """Run ``steps`` optimizer steps of ``model`` (a config source) and report the memory they used."""
+    from ._settings import normalise_settings
+    from ._source import read_config
+
+    _need("torch")
+    _need("transformers")
+    import torch
+
+    settings = normalise_settings(
+        method=method, batch_size=batch_size, seq_len=seq_len, lora_rank=lora_rank, target_modules=target_modules,
+        gradient_checkpointing=gradient_checkpointing, optimizer=optimizer, attention=attention, load_in_4bit=None,
+    )
+    if settings.method == "inference":
+        raise SettingsError("measure runs training steps: choose qlora, lora or full")
+    if settings.gradient_checkpointing == "unsloth":
+        raise SettingsError("measure runs plain transformers: gradient checkpointing is none or true")
+    if settings.optimizer not in MEASURE_OPTIMIZERS:
+        raise SettingsError(f"measure builds {', '.join(MEASURE_OPTIMIZERS)}; got {settings.optimizer!r}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise SettingsError(f"steps must be a positive integer, got {steps!r}")
+    if device not in ("cpu", "cuda"):
+        raise SettingsError(f"device must be cpu or cuda, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise VramwiseError("--device cuda: torch sees no CUDA device here")
+    cfg, _ = read_config(model)
+    if isinstance(cfg.get("text_config"), dict) and "model_type" in cfg["text_config"]:
+        cfg = dict(cfg["text_config"])
+    dtype = torch.bfloat16
+    net = _build(cfg, settings.attention, dtype)
+    notes = []
+    if settings.method == "qlora":
+        from transformers.utils import logging as hf_logging
+
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+        try:
+            net = _quantized(net, cfg, settings.attention, dtype)
+        finally:
+            if bars:
+                hf_logging.enable_progress_bar()
+    if settings.method in ("lora", "qlora"):
+        _need("peft")
+        from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+        if settings.method == "qlora":
+            net = prepare_model_for_kbit_training(
+                net, use_gradient_checkpointing=settings.gradient_checkpointing == "true",
+                gradient_checkpointing_kwargs={"use_reentrant": False},
+            )
+        targets = list(settings.target_modules) if settings.target_modules else [
+            "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+        if len(targets) == 1 and targets[0].lower() in ("all-linear", "all_linear"):
+            targets = "all-linear"
+        net = get_peft_model(net, LoraConfig(r=settings.lora_rank, lora_alpha=2 * settings.lora_rank,
+                                             target_modules=targets, lora_dropout=0.0))
+    if settings.gradient_checkpointing == "true":
+        net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if settings.method != "full":
+            net.enable_input_require_grads()
+    if device == "cuda":
+        net = net.to("cuda")
+    net.train()
+    trainable = [p for p in net.parameters() if p.requires_grad]
+    if settings.optimizer == "adamw_8bit":
+        bnb = _need("bitsandbytes")
+        opt = bnb.optim.AdamW8bit(trainable, lr=1e-5)
+    elif settings.optimizer == "sgd":
+        opt = torch.optim.SGD(trainable, lr=1e-5)
+    else:
+        opt = torch.optim.AdamW(trainable, lr=1e-5, foreach=False)
+        if device == "cpu":
+            notes.append("AdamW runs its for-loop implementation (foreach=False), as on CPU by default")
+    vocab = int(net.get_output_embeddings().weight.shape[0]) if net.get_output_embeddings() is not None else 1000
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, vocab, (settings.batch_size, settings.seq_len), generator=gen).to(device)
+    params_total = sum(p.numel() for p in net.parameters())
+    params_trainable = sum(p.numel() for p in trainable)
+
+    def categories() -> dict:
+        seen: set = set()
+
+        def total(tensors) -> int:
+            out = 0
+            for t in tensors:
+                if t is None or not isinstance(t, torch.Tensor):
+                    continue
+                st = t.untyped_storage()
+                key = st.data_ptr()
+                if key in seen:
+                    continue
+                seen.add(key)
+                out += -(-st.nbytes() // _ROUND) * _ROUND
+            return out
+
+        return {
+            "parameters": total(net.parameters()),
+            "gradients": total(p.grad for p in net.parameters()),
+            "optimizer_state": total(v for s in opt.state.values() for v in s.values()),
+        }
+
+    phases: dict[str, PhaseFigures] = {}
+    if device == "cpu":
+        tracker = StorageTracker()
+        for t in list(net.parameters()) + list(net.buffers()) + [ids]:
+            tracker.add(t)
+        tracker.reset_peak()
+        phases["load"] = PhaseFigures(tracker.current, tracker.current, None, categories())
+        overall, overall_phase = tracker.current, "load"
+        with tracker.mode():
+            for step in range(steps):
+                last = step == steps - 1
+                for name in ("forward", "backward", "optimizer"):
+                    tracker.reset_peak()
+                    if name == "forward":
+                        loss = net(input_ids=ids, labels=ids).loss
+                    elif name == "backward":
+                        loss.backward()
+                        del loss
+                    else:
+                        opt.step()
+                        opt.zero_grad(set_to_none=True)
+                    tracker.sweep()
+                    if tracker.peak > overall:
+                        overall, overall_phase = tracker.peak, name
+                    if last:
+                        phases[name] = PhaseFigures(tracker.peak, tracker.current, None, categories())
+        return Measurement("cpu", settings.method, _settings_dict(settings), params_total, params_trainable,
+                           overall, overall_phase, phases, None, None, tuple(notes))
+    return _measure_cuda(net, opt, ids, steps, settings, params_total, params_trainable, categories, notes)
+
+
+def _measure_cuda(net, opt, ids, steps, settings, params_total, params_trainable, categories, notes) -> Measurement:
+    import torch
+
+    torch.cuda.synchronize()
+    load = torch.cuda.memory_allocated()
+    phases = {"load": PhaseFigures(load, load, torch.cuda.memory_reserved(), categories())}
+    overall, overall_phase, reserved_overall = load, "load", torch.cuda.memory_reserved()
+    for step in range(steps):
+        for name in ("forward", "backward", "optimizer"):
+            torch.cuda.reset_peak_memory_stats()
+            if name == "forward":
+                loss = net(input_ids=ids, labels=ids).loss
+            elif name == "backward":
+                loss.backward()
+                del loss
+            else:
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            torch.cuda.synchronize()
+            peak, end = torch.cuda.max_memory_allocated(), torch.cuda.memory_allocated()
+            reserved = torch.cuda.max_memory_reserved()
+            reserved_overall = max(reserved_overall, reserved)
+            if peak > overall:
+                overall, overall_phase = peak, name
+            if step == steps - 1:
+                phases[name] = PhaseFigures(peak, end, reserved, categories())
+    return Measurement("cuda", settings.method, _settings_dict(settings), params_total, params_trainable,
+                       overall, overall_phase, phases, reserved_overall, _nvml_process_bytes(), tuple(notes))
+
+
+def _nvml_process_bytes() -> int | None:
+    """This process's device memory as NVML sees it (CUDA context included), when NVML answers."""
+    import os
+
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            total = 0
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
+                    if proc.pid == os.getpid() and proc.usedGpuMemory:
+                        total += int(proc.usedGpuMemory)
+            return total or None
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - NVML is optional here
+        return None
+
+
+def _settings_dict(s) -> dict:
+    return {"batch_size": s.batch_size, "seq_len": s.seq_len, "lora_rank": s.lora_rank,
+            "target_modules": list(s.target_modules) if s.target_modules else None,
+            "gradient_checkpointing": s.gradient_checkpointing, "attention": s.attention, "optimizer": s.optimizer}

@@ -1,0 +1,87 @@
+"""The memory tracker and `vramwise measure` on CPU, checked against hand-derived sizes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from vramwise._measure import StorageTracker, measure  # noqa: E402
+from vramwise.cli import main  # noqa: E402
+
+TINY = {"model_type": "llama", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": False}
+
+
+def r512(n: int) -> int:
+    return -(-n // 512) * 512
+
+
+def test_tracker_counts_live_storages_and_peak():
+    tr = StorageTracker()
+    with tr.mode():
+        a = torch.ones(1000, dtype=torch.float32)   # 4000 bytes -> 4096
+        b = torch.ones(10, dtype=torch.bfloat16)    # 20 bytes -> 512
+        c = a * 2                                    # another 4096
+        assert tr.current == 4096 + 512 + 4096
+        del a, c
+        d = b + 1                                    # frees are seen before this op's output is added
+        assert tr.current == 512 + 512
+        v = d.view(2, 5)                             # a view shares the storage: nothing new
+        assert tr.current == 1024
+    assert tr.peak == 4096 + 512 + 4096
+    del b, d, v
+
+
+def _param_bytes() -> int:
+    # bf16 parameters of TINY, each tensor rounded up to 512 bytes:
+    # embed and lm_head 1000*64*2 = 128,000 each (exactly 250 x 512, no rounding)
+    # per layer: q 64*64*2 = 8192, k and v 32*64*2 = 4096, o 8192, gate/up/down 128*64*2 = 16,384,
+    #            two norms 128 -> 512 each
+    # final norm 512
+    layer = 8192 + 2 * 4096 + 8192 + 3 * 16384 + 2 * 512
+    return 2 * 128_000 + 2 * layer + 512
+
+
+def test_full_finetune_state_at_the_end_of_backward():
+    m = measure(TINY, method="full", batch_size=1, seq_len=16, steps=2)
+    P = _param_bytes()
+    cats = m.phases["backward"].categories
+    assert cats["parameters"] == P
+    assert cats["gradients"] == P                    # one bf16 gradient per parameter
+    # AdamW: exp_avg and exp_avg_sq like each parameter, plus a 4-byte step per tensor (512 rounded);
+    # 2 embeddings/heads + 2 layers x 9 tensors + final norm = 21 tensors
+    assert cats["optimizer_state"] == 2 * P + 21 * 512
+    # what is alive then is that state plus the input ids (16 int64 = 128 -> 512) and rotary buffers
+    assert m.phases["backward"].end >= 4 * P + 21 * 512
+    assert m.peak == max(ph.peak for ph in m.phases.values())
+    assert m.params_total == 2 * 1000 * 64 + 2 * (2 * 64 * 64 + 2 * 32 * 64 + 3 * 128 * 64 + 2 * 64) + 64
+
+
+def test_lora_trains_only_adapters():
+    m = measure(TINY, method="lora", lora_rank=4, target_modules=["q_proj", "v_proj"], batch_size=1, seq_len=16)
+    # q: 4 * (64 + 64), v: 4 * (64 + 32) per layer
+    assert m.params_trainable == 2 * (4 * 128 + 4 * 96)
+    # PEFT adapters are fp32: gradients 4 bytes each, rounded per tensor (4 adapter tensors per module)
+    grads = m.phases["backward"].categories["gradients"]
+    assert grads == 2 * (r512(4 * 64 * 4) + r512(64 * 4 * 4) + r512(4 * 64 * 4) + r512(32 * 4 * 4))
+
+
+def test_measure_rejects_unsupported_settings():
+    from vramwise import SettingsError
+
+    with pytest.raises(SettingsError, match="gradient checkpointing is none or true"):
+        measure(TINY, gradient_checkpointing="unsloth")
+    with pytest.raises(SettingsError, match="adamw_torch, adamw_8bit, sgd"):
+        measure(TINY, optimizer="lion")
+
+
+def test_cli_measure_json(tmp_path, capsys):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(TINY))
+    assert main(["measure", str(p), "--method", "full", "--seq-len", "16", "--steps", "1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["device"] == "cpu" and set(data["phases"]) == {"load", "forward", "backward", "optimizer"}
+    assert data["peak"] == max(v["peak"] for v in data["phases"].values())
