@@ -13,9 +13,9 @@ from typing import Any, Mapping
 
 from ._errors import FileFormatError
 from ._expr import Expression, compile_expression
-from ._yamlio import DataFile, json_path
+from ._yamlio import DataFile
 
-__all__ = ["Family", "FactRule", "AttributeRule", "ModuleRule", "LoraPart", "compile_family"]
+__all__ = ["Family", "FactRule", "AttributeRule", "ModuleRule", "LoraPart", "WarningRule", "compile_family", "describe_alias_list"]
 
 _TYPES = ("int", "number", "bool", "string", "list", "any")
 
@@ -182,7 +182,7 @@ def _merge(raw: dict[str, DataFile], name: str, seen: tuple = ()) -> dict:
     return merged
 
 
-def _expr(src: Src | None, allowed, what: str, layer_valued=frozenset()) -> Expression | None:
+def _expr(src: Src | None, allowed, what: str) -> Expression | None:
     if src is None:
         return None
     return compile_expression(src.value, allowed=allowed, df=src.df, parts=src.parts, what=what)
@@ -334,5 +334,3 @@ def compile_family(name: str, files: Mapping[str, DataFile]) -> Family:
 def describe_alias_list(rule: FactRule) -> str:
     return ", ".join(a.name for a in rule.aliases) or "(no aliases)"
 
-
-__all__ += ["describe_alias_list", "json_path"]

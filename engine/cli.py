@@ -262,17 +262,13 @@ def _select(args, out) -> None:
             ids = [int(x) for x in args.gpus.split(",") if x.strip()]
         except ValueError:
             raise SettingsError(f"--gpus must be comma-separated GPU ids, got {args.gpus!r}") from None
-    est = None
+    est, note = None, None
     try:
         est = _run_estimate(args)
-    except VramwiseError as e:
-        if args.model is not None and not isinstance(e, SettingsError):
-            est = None  # no estimate: selection falls back to every visible GPU and says why
-            note = str(e)
-        else:
-            raise
-    else:
-        note = None
+    except SettingsError:
+        raise
+    except VramwiseError as e:  # the model cannot be estimated: select every visible GPU and say why
+        note = str(e)
     sel = select_gpus(est, gpu_ids=ids)
     if args.json:
         data = sel.to_dict()
