@@ -12,14 +12,21 @@ CONFIGS = SHARED / "configs"
 
 
 def shared_configs(model_types) -> list[tuple[str, Path]]:
-    """(file name, path) of every config in ../shared/configs whose model_type is in ``model_types``."""
-    index = CONFIGS / "INDEX.tsv"
+    """(file name, path) of every config in ../shared/configs and configs_extra whose model_type is in ``model_types``."""
+    out = []
+    for folder in (CONFIGS, SHARED / "configs_extra"):
+        out.extend(_indexed(folder, model_types))
+    return sorted(out)
+
+
+def _indexed(folder: Path, model_types) -> list[tuple[str, Path]]:
+    index = folder / "INDEX.tsv"
     if not index.is_file():
         return []
     out = []
     with index.open(encoding="utf-8") as fh:
         for row in csv.DictReader(fh, delimiter="\t"):
-            path = CONFIGS / row["file"]
+            path = folder / row["file"]
             if path.is_file():
                 mt = json.loads(path.read_text()).get("model_type")
                 text_mt = (json.loads(path.read_text()).get("text_config") or {}).get("model_type")

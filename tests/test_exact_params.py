@@ -49,6 +49,8 @@ FAMILY_TYPES = {
     "gemma3n": "gemma3n_text",
     "solar_open": "solar_open",
     "minimax_m2": "minimax_m2",
+    "gemma": "gemma",
+    "phi": "phi",
 }
 # fields some default configs leave unusable (None) that the model code needs
 DEFAULT_FIXES = {"hunyuan_v1_moe": {"head_dim": 128}, "dbrx": {"attn_config": {"rope_theta": 10000.0}}}
