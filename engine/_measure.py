@@ -299,26 +299,32 @@ def measure(
         phases["load"] = PhaseFigures(tracker.current, tracker.current, None, categories())
         overall, overall_phase = tracker.current, "load"
         with tracker.mode():
-            for step in range(steps):
-                last = step == steps - 1
-                for name in ("forward", "backward", "optimizer"):
-                    tracker.reset_peak()
-                    if name == "forward":
-                        loss = net(input_ids=ids, labels=ids).loss
-                    elif name == "backward":
-                        loss.backward()
-                        del loss
-                    else:
-                        opt.step()
-                        opt.zero_grad(set_to_none=True)
-                    tracker.sweep()
-                    if tracker.peak > overall:
-                        overall, overall_phase = tracker.peak, name
-                    if last:
-                        phases[name] = PhaseFigures(tracker.peak, tracker.current, None, categories())
+            for last, name in _run_phases(net, opt, ids, steps, before=tracker.reset_peak):
+                tracker.sweep()
+                if tracker.peak > overall:
+                    overall, overall_phase = tracker.peak, name
+                if last:
+                    phases[name] = PhaseFigures(tracker.peak, tracker.current, None, categories())
         return Measurement("cpu", settings.method, _settings_dict(settings), params_total, params_trainable,
                            overall, overall_phase, phases, None, None, tuple(notes))
     return _measure_cuda(net, opt, ids, steps, settings, params_total, params_trainable, categories, notes)
+
+
+def _run_phases(net, opt, ids, steps: int, before):
+    """Run ``steps`` training steps; call ``before()`` ahead of each phase and yield
+    (whether this is the last step, phase name) after it."""
+    for step in range(steps):
+        before()
+        loss = net(input_ids=ids, labels=ids).loss
+        yield step == steps - 1, "forward"
+        before()
+        loss.backward()
+        del loss
+        yield step == steps - 1, "backward"
+        before()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        yield step == steps - 1, "optimizer"
 
 
 def _measure_cuda(net, opt, ids, steps, settings, params_total, params_trainable, categories, notes) -> Measurement:
@@ -328,25 +334,15 @@ def _measure_cuda(net, opt, ids, steps, settings, params_total, params_trainable
     load = torch.cuda.memory_allocated()
     phases = {"load": PhaseFigures(load, load, torch.cuda.memory_reserved(), categories())}
     overall, overall_phase, reserved_overall = load, "load", torch.cuda.memory_reserved()
-    for step in range(steps):
-        for name in ("forward", "backward", "optimizer"):
-            torch.cuda.reset_peak_memory_stats()
-            if name == "forward":
-                loss = net(input_ids=ids, labels=ids).loss
-            elif name == "backward":
-                loss.backward()
-                del loss
-            else:
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-            torch.cuda.synchronize()
-            peak, end = torch.cuda.max_memory_allocated(), torch.cuda.memory_allocated()
-            reserved = torch.cuda.max_memory_reserved()
-            reserved_overall = max(reserved_overall, reserved)
-            if peak > overall:
-                overall, overall_phase = peak, name
-            if step == steps - 1:
-                phases[name] = PhaseFigures(peak, end, reserved, categories())
+    for last, name in _run_phases(net, opt, ids, steps, before=torch.cuda.reset_peak_memory_stats):
+        torch.cuda.synchronize()
+        peak, end = torch.cuda.max_memory_allocated(), torch.cuda.memory_allocated()
+        reserved = torch.cuda.max_memory_reserved()
+        reserved_overall = max(reserved_overall, reserved)
+        if peak > overall:
+            overall, overall_phase = peak, name
+        if last:
+            phases[name] = PhaseFigures(peak, end, reserved, categories())
     return Measurement("cuda", settings.method, _settings_dict(settings), params_total, params_trainable,
                        overall, overall_phase, phases, reserved_overall, _nvml_process_bytes(), tuple(notes))
 
