@@ -91,12 +91,7 @@ class Estimate:
             "params_trainable": self.params_trainable,
             **self.components(),
             "total": self.total,
-            "settings": {
-                "method": s.method, "batch_size": s.batch_size, "seq_len": s.seq_len, "lora_rank": s.lora_rank,
-                "target_modules": list(s.target_modules) if s.target_modules is not None else None,
-                "gradient_checkpointing": s.gradient_checkpointing, "optimizer": s.optimizer,
-                "attention": s.attention, "load_in_4bit": s.load_in_4bit,
-            },
+            "settings": self.settings.to_dict(),
             "figures": dict(self.figures),
             "lora_targets": list(self.lora_targets),
             "warnings": list(self.warnings),

@@ -305,7 +305,7 @@ def measure(
                     overall, overall_phase = tracker.peak, name
                 if last:
                     phases[name] = PhaseFigures(tracker.peak, tracker.current, None, categories())
-        return Measurement("cpu", settings.method, _settings_dict(settings), params_total, params_trainable,
+        return Measurement("cpu", settings.method, settings.to_dict(), params_total, params_trainable,
                            overall, overall_phase, phases, None, None, tuple(notes))
     return _measure_cuda(net, opt, ids, steps, settings, params_total, params_trainable, categories, notes)
 
@@ -343,7 +343,7 @@ def _measure_cuda(net, opt, ids, steps, settings, params_total, params_trainable
             overall, overall_phase = peak, name
         if last:
             phases[name] = PhaseFigures(peak, end, reserved, categories())
-    return Measurement("cuda", settings.method, _settings_dict(settings), params_total, params_trainable,
+    return Measurement("cuda", settings.method, settings.to_dict(), params_total, params_trainable,
                        overall, overall_phase, phases, reserved_overall, _nvml_process_bytes(), tuple(notes))
 
 
@@ -368,8 +368,3 @@ def _nvml_process_bytes() -> int | None:
     except Exception:  # noqa: BLE001 - NVML is optional here
         return None
 
-
-def _settings_dict(s) -> dict:
-    return {"batch_size": s.batch_size, "seq_len": s.seq_len, "lora_rank": s.lora_rank,
-            "target_modules": list(s.target_modules) if s.target_modules else None,
-            "gradient_checkpointing": s.gradient_checkpointing, "attention": s.attention, "optimizer": s.optimizer}

@@ -29,6 +29,12 @@ class TrainingSettings:
     attention: str
     load_in_4bit: bool
 
+    def to_dict(self) -> dict:
+        """Plain data, suitable for JSON."""
+        out = self.as_names()
+        out["target_modules"] = list(self.target_modules) if self.target_modules is not None else None
+        return out
+
     def as_names(self) -> dict:
         """The settings as formula names."""
         return {

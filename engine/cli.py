@@ -27,6 +27,11 @@ def _gib(n: float) -> str:
     return f"{n / _GIB:,.2f}"
 
 
+def _print_json(data, out) -> None:
+    json.dump(data, out, indent=2)
+    out.write("\n")
+
+
 def _count(n: int) -> str:
     for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if n >= size:
@@ -72,20 +77,21 @@ def _training_args(p: argparse.ArgumentParser) -> None:
 
 
 def _run_estimate(args) -> Estimate:
-    size_only = args.params is not None or args.weight_bytes is not None
-    if args.model is None and not size_only:
+    model, params, weight_bytes = args.model, args.params, args.weight_bytes
+    size_only = params is not None or weight_bytes is not None
+    if model is None and not size_only:
         raise SettingsError("give a MODEL (config.json, folder or hub id), or --params / --weight-bytes")
-    if args.model is not None and not size_only:
-        folder = Path(args.model).expanduser()
+    if model is not None and size_only:
+        raise SettingsError("give either a MODEL or --params / --weight-bytes, not both")
+    if model is not None:
+        folder = Path(model).expanduser()
         if folder.is_dir() and not (folder / "config.json").is_file():
             size, _ = checkpoint_size(folder)
             if size is not None:  # weight files without a config: the size-only fallback
-                args.weight_bytes, args.model, size_only = size, None, True
+                model, weight_bytes, size_only = None, size, True
     if size_only:
-        if args.model is not None:
-            raise SettingsError("give either a MODEL or --params / --weight-bytes, not both")
         return estimate_from_size(
-            params=args.params, weight_bytes=int(args.weight_bytes) if args.weight_bytes is not None else None,
+            params=params, weight_bytes=int(weight_bytes) if weight_bytes is not None else None,
             method=args.method, batch_size=args.batch_size, seq_len=args.seq_len, lora_rank=args.lora_rank,
             gradient_checkpointing=args.gradient_checkpointing, optimizer=args.optimizer,
             attention=args.attention, load_in_4bit=args.load_in_4bit,
@@ -137,7 +143,7 @@ def _jsonable(v):
 
 def _print_trace(est: Estimate, model: str, as_json: bool, out) -> None:
     if as_json:
-        json.dump(
+        _print_json(
             {
                 "estimate": est.to_dict(),
                 "trace": [
@@ -150,9 +156,8 @@ def _print_trace(est: Estimate, model: str, as_json: bool, out) -> None:
                     for t in est.trace
                 ],
             },
-            out, indent=2,
+            out,
         )
-        out.write("\n")
         return
     out.write(f"{model}: family {est.family}, profile {est.profile}\n")
     current = None
@@ -198,8 +203,7 @@ def _families(as_json: bool, out) -> None:
         for f in sorted(reg.families.values(), key=lambda f: f.name) if not f.abstract
     ]
     if as_json:
-        json.dump({"families": rows, "profiles": reg.profile_names()}, out, indent=2)
-        out.write("\n")
+        _print_json({"families": rows, "profiles": reg.profile_names()}, out)
         return
     width = max(len(r["family"]) for r in rows)
     for r in rows:
@@ -218,8 +222,7 @@ def _measure(args, out) -> None:
         attention=args.attention, optimizer=args.optimizer, steps=args.steps, device=args.device,
     )
     if args.json:
-        json.dump(m.to_dict(), out, indent=2)
-        out.write("\n")
+        _print_json(m.to_dict(), out)
         return
     out.write(f"{args.model}: {m.method} on {m.device}, {_count(m.params_total)} parameters, {_count(m.params_trainable)} trainable\n")
     out.write(f"peak: {_gib(m.peak)} GiB of tensors, in the {m.peak_phase} phase\n")
@@ -239,8 +242,7 @@ def _measure(args, out) -> None:
 def _gpus(as_json: bool, out) -> None:
     disc = discover_gpus()
     if as_json:
-        json.dump(disc.to_dict(), out, indent=2)
-        out.write("\n")
+        _print_json(disc.to_dict(), out)
         return
     if not disc.gpus:
         out.write(f"{disc.reason}\n")
@@ -273,8 +275,7 @@ def _select(args, out) -> None:
     if args.json:
         data = sel.to_dict()
         data["estimate_problem"] = note
-        json.dump(data, out, indent=2)
-        out.write("\n")
+        _print_json(data, out)
         return
     if est is not None:
         out.write(f"estimate: {_gib(est.total)} GiB total ({est.family}, {est.settings.method})\n")
@@ -364,8 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.json:
             data = est.to_dict()
             data["min_per_gpu"] = {str(n): est.min_per_gpu(n) for n in gpus}
-            json.dump(data, out, indent=2)
-            out.write("\n")
+            _print_json(data, out)
         else:
             _print_table(est, args.model, gpus, out)
         return 0
