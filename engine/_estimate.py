@@ -82,7 +82,6 @@ class Estimate:
 
     def to_dict(self) -> dict:
         """Plain data (bytes as ints), suitable for JSON."""
-        s = self.settings
         return {
             "family": self.family,
             "profile": self.profile,

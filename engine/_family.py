@@ -112,8 +112,7 @@ class Family:
     path_roots: tuple = ("model",)
     skip_modules_fact: str | None = None
     warning_rules: tuple = ()
-    examples: tuple = field(default=(), repr=False)  # raw example dicts, with their DataFile
-    example_file: DataFile | None = field(default=None, repr=False)
+    examples: tuple = field(default=(), repr=False)  # raw example dicts
 
     @property
     def fact_names(self) -> frozenset:
@@ -322,7 +321,7 @@ def _compile(name: str, raw: dict[str, DataFile]) -> Family:
         path_roots=tuple(roots.value) if roots is not None else ("model",),
         skip_modules_fact=skip_src.value if skip_src is not None else None,
         warning_rules=warning_rules,
-        examples=tuple(data.get("examples", ())), example_file=df,
+        examples=tuple(data.get("examples", ())),
     )
 
 

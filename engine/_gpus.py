@@ -96,10 +96,6 @@ class GpuDiscovery:
     def gpu(self, index: int) -> GpuInfo:
         return next(g for g in self.gpus if g.index == index)
 
-    @property
-    def visible_gpus(self) -> tuple:
-        return tuple(self.gpu(i) for i in self.visible)
-
     def to_dict(self) -> dict:
         return {
             "gpus": [vars(g).copy() for g in self.gpus],

@@ -69,7 +69,6 @@ class Profile:
     trainable_params: str
     figures: Mapping[str, str]
     constants: Mapping[str, float]
-    constant_where: Mapping[str, str]
     tables: tuple
     formulas: tuple  # dependency order
 
@@ -151,7 +150,6 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
     model_inputs = tuple(m["inputs"]["model"])
     layer_inputs = tuple(m["inputs"]["layer"])
     constants: dict[str, float] = {}
-    constant_where: dict[str, str] = {}
     tables: list[Table] = []
     raw_formulas: list[tuple[DataFile, int, dict]] = []
     declared: dict[str, str] = {}
@@ -170,7 +168,6 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
             where = df.where(("constants", name))
             declare(name, where)
             constants[name] = c["value"]
-            constant_where[name] = where
         for name, t in (df.data.get("tables") or {}).items():
             where = df.where(("tables", name))
             declare(name, where)
@@ -240,6 +237,6 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
         default_targets=tuple(m["lora"]["default_targets"]),
         target_sets={k.lower(): tuple(v) for k, v in m["lora"]["target_sets"].items()},
         components=dict(m["components"]), total=m["total"], min_per_gpu=m["min_per_gpu"],
-        trainable_params=m["trainable_params"], figures=dict(m.get("figures", {})), constants=constants, constant_where=constant_where,
+        trainable_params=m["trainable_params"], figures=dict(m.get("figures", {})), constants=constants,
         tables=tuple(tables), formulas=tuple(order),
     )

@@ -143,10 +143,6 @@ class Registry:
         return self._compiled[name]
 
     @property
-    def family_names(self) -> list[str]:
-        return sorted(self._files)
-
-    @property
     def families(self) -> dict[str, Family]:
         """Every family, compiled (problems in any file are raised together)."""
         errors: list[FileFormatError] = []

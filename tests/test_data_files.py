@@ -55,7 +55,7 @@ def test_bad_enum_points_at_the_node(tmp_path):
     with pytest.raises(FileFormatError) as info:
         vramwise.Registry(families_dir=fam).check_all()
     msg = str(info.value)
-    assert f"broken.yaml:10:13: $.layers.modules.q_proj.kind: 'linaer' is not one of" in msg
+    assert "broken.yaml:10:13: $.layers.modules.q_proj.kind: 'linaer' is not one of" in msg
 
 
 def test_invalid_yaml(tmp_path):
