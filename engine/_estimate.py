@@ -8,7 +8,7 @@ from functools import cached_property
 from typing import Any, Mapping
 
 from ._expr import Evaluator, LayerValues
-from ._model import ModelSpec, resolve_model
+from ._model import LoraSums, ModelSpec, resolve_model
 from ._profile import Profile, round_bytes
 from ._registry import Registry
 from ._settings import TrainingSettings, normalise_settings
@@ -61,6 +61,7 @@ class Estimate:
     lora_targets: tuple
     warnings: tuple
     figures: Mapping[str, int]
+    phases: Mapping[str, int]  # peak bytes of each phase of the training step (profiles that model phases)
     model: ModelSpec = field(repr=False, compare=False)
     _profile: Profile = field(repr=False, compare=False)
     _env: Mapping[str, Any] = field(repr=False, compare=False)
@@ -77,6 +78,13 @@ class Estimate:
         env["n_gpus"] = n
         return round_bytes(f.expr.evaluate(Evaluator(), env))
 
+    @property
+    def peak_phase(self) -> str | None:
+        """The phase of the training step whose peak is highest (None when the profile has no phases)."""
+        if not self.phases:
+            return None
+        return max(self.phases, key=lambda k: self.phases[k])
+
     def components(self) -> dict[str, int]:
         return {c: getattr(self, c) for c in COMPONENTS}
 
@@ -92,6 +100,8 @@ class Estimate:
             "total": self.total,
             "settings": self.settings.to_dict(),
             "figures": dict(self.figures),
+            "phases": dict(self.phases),
+            "peak_phase": self.peak_phase,
             "lora_targets": list(self.lora_targets),
             "warnings": list(self.warnings),
         }
@@ -162,6 +172,7 @@ def estimate(
     optimizer: str = "adamw_8bit",
     attention: str | None = "flash_attention_2",
     load_in_4bit: bool | None = None,
+    loss: str = "standard",
     profile: str = "unsloth",
     trust_remote_code: bool = False,
     registry: Registry | None = None,
@@ -175,7 +186,7 @@ def estimate(
     settings = normalise_settings(
         method=method, batch_size=batch_size, seq_len=seq_len, lora_rank=lora_rank,
         target_modules=target_modules, gradient_checkpointing=gradient_checkpointing,
-        optimizer=optimizer, attention=attention, load_in_4bit=load_in_4bit,
+        optimizer=optimizer, attention=attention, load_in_4bit=load_in_4bit, loss=loss,
     )
     reg = registry or Registry.default()
     prof = reg.profile(profile)
@@ -183,20 +194,21 @@ def estimate(
     reg.check_pair(reg.family(spec.family), prof)
     warnings = list(spec.warnings)
     if settings.method in ("full", "inference"):
-        lora_io, matched, targets = 0, frozenset(), frozenset()
+        lora, targets = LoraSums(0, 0, 0, frozenset()), frozenset()
     else:
         targets, explicit = prof.expand_targets(settings.target_modules)
-        lora_io, matched = spec.lora_io(targets, explicit)
+        lora = spec.lora_sums(targets, explicit)
+        matched = lora.matched
         unmatched = sorted(targets - matched)
         if unmatched:
             warnings.append(f"LoRA target(s) {', '.join(unmatched)} match no module of this model")
         if not matched:
             warnings.append("no LoRA target matches a module of this model: the adapter is empty")
-    return _evaluate(spec, prof, settings, lora_io, matched, warnings)
+    return _evaluate(spec, prof, settings, lora, warnings)
 
 
-def _evaluate(spec: ModelSpec, prof: Profile, settings: TrainingSettings, lora_io: int, matched, warnings: list) -> Estimate:
-    env, layer_envs = prof.evaluate(spec, settings, lora_io, warnings)
+def _evaluate(spec: ModelSpec, prof: Profile, settings: TrainingSettings, lora: LoraSums, warnings: list) -> Estimate:
+    env, layer_envs = prof.evaluate(spec, settings, lora, warnings)
     comps = {c: env[fid] for c, fid in prof.components.items()}
     return Estimate(
         **comps,
@@ -207,9 +219,10 @@ def _evaluate(spec: ModelSpec, prof: Profile, settings: TrainingSettings, lora_i
         profile=prof.name,
         model_type=spec.model_type,
         settings=settings,
-        lora_targets=tuple(sorted(matched)),
+        lora_targets=tuple(sorted(lora.matched)),
         warnings=tuple(warnings),
         figures={name: env[fid] for name, fid in prof.figures.items()},
+        phases={name: env[fid] for name, fid in prof.phases.items()},
         model=spec,
         _profile=prof,
         _env=env,
@@ -253,7 +266,8 @@ def estimate_from_size(
     source = f"{params:g} parameters" if params is not None else f"{int(weight_bytes)} bytes of weights"
     names = {
         "params_total": total, "quantizable_params": 0, "non_quantizable_params": total,
-        "skipped_quantizable_params": 0, "checkpoint_bytes": int(weight_bytes) if weight_bytes is not None else None,
+        "skipped_quantizable_params": 0, "linear_quantizable_params": 0, "largest_param_tensor": 0,
+        "checkpoint_bytes": int(weight_bytes) if weight_bytes is not None else None,
         "num_layers": 0,
     }
     spec = ModelSpec(
@@ -263,4 +277,4 @@ def estimate_from_size(
                      "names": MappingProxyType(names), "lora_modules": ()},
     )
     warnings = [f"no model config: a fallback estimate from {source} alone, each component a share of the model size"]
-    return _evaluate(spec, prof, settings, 0, frozenset(), warnings)
+    return _evaluate(spec, prof, settings, LoraSums(0, 0, 0, frozenset()), warnings)

@@ -127,26 +127,46 @@ class ModelSpec:
         return {path: m.params // m.repeat for path, m in self.modules()}
 
     def lora_io(self, targets: frozenset, explicit: frozenset = frozenset()) -> tuple[int, frozenset]:
-        """Sum of (in + out) features over the adapters ``targets`` put on the model, and the targets that matched.
+        """Sum of (in + out) features over the adapters ``targets`` put on the model, and the targets that matched."""
+        sums = self.lora_sums(targets, explicit)
+        return sums.io, sums.matched
+
+    def lora_sums(self, targets: frozenset, explicit: frozenset = frozenset()) -> "LoraSums":
+        """The adapters ``targets`` put on the model: sum of in + out features, sum of in features,
+        number of adapters, and the targets that matched.
 
         A linear module named in ``targets`` gets one adapter sized by its whole shape; otherwise
         every listed part (a fused projection's q/k/v, each routed expert's gate/up/down) whose
         target is named gets its own. Parts marked explicit-only count only for names in
         ``explicit`` (named by the user, not brought in by a keyword such as all-linear).
         """
-        total = 0
+        io = ins = n_adapters = 0
         matched: set[str] = set()
         for count, mods in self._aggregates["lora_modules"]:
             for m in mods:
                 if m.kind == "linear" and m.name in targets:
-                    total += count * m.repeat * (m.in_features + m.out_features)
+                    io += count * m.repeat * (m.in_features + m.out_features)
+                    ins += count * m.repeat * m.in_features
+                    n_adapters += count * m.repeat
                     matched.add(m.name)
                     continue
                 for target, fin, fout, n, explicit_only in m.lora_parts:
                     if target in (explicit if explicit_only else targets):
-                        total += count * n * (fin + fout)
+                        io += count * n * (fin + fout)
+                        ins += count * n * fin
+                        n_adapters += count * n
                         matched.add(target)
-        return total, frozenset(matched)
+        return LoraSums(io, ins, n_adapters, frozenset(matched))
+
+
+@dataclass(frozen=True)
+class LoraSums:
+    """What a set of LoRA targets puts on a model (see ModelSpec.lora_sums)."""
+
+    io: int  # sum over adapters of in + out features
+    inputs: int  # sum over adapters of in features
+    adapters: int  # number of adapters
+    matched: frozenset  # the targets that matched a module
 
 
 _NULL = object()
@@ -384,16 +404,18 @@ def resolve_model(
 
     by_group: dict[str, int] = {}
     quantizable = 0
+    linear_quantizable = 0
+    largest = 0
     total = 0
-    for m in model_mods:
-        by_group[m.group] = by_group.get(m.group, 0) + m.params
-        total += m.params
-        quantizable += m.weight_params if m.quantizable else 0
-    for lc in classes:
-        for m in lc.modules:
-            by_group[m.group] = by_group.get(m.group, 0) + lc.count * m.params
-            total += lc.count * m.params
-            quantizable += lc.count * m.weight_params if m.quantizable else 0
+    for count, mods in [(1, model_mods)] + [(lc.count, lc.modules) for lc in classes]:
+        for m in mods:
+            by_group[m.group] = by_group.get(m.group, 0) + count * m.params
+            total += count * m.params
+            if m.quantizable:
+                quantizable += count * m.weight_params
+                if m.kind == "linear":
+                    linear_quantizable += count * m.weight_params
+            largest = max(largest, prod(m.shape))
     lora_modules = tuple(
         (lc.count, tuple(m for m in lc.modules if m.kind == "linear" or m.lora_parts)) for lc in classes
     ) + ((1, tuple(m for m in model_mods if m.kind == "linear" or m.lora_parts)),)
@@ -412,6 +434,8 @@ def resolve_model(
     names = {
         "params_total": total,
         "quantizable_params": quantizable,
+        "linear_quantizable_params": linear_quantizable,
+        "largest_param_tensor": largest,
         "non_quantizable_params": total - quantizable,
         "skipped_quantizable_params": skipped,
         "checkpoint_bytes": checkpoint_bytes,

@@ -22,7 +22,8 @@ __all__ = ["Profile", "Formula", "Table", "build_profile", "check_inputs", "AGGR
 #: Inventory totals every model offers to formulas (see ModelSpec.aggregates), plus the LoRA sum.
 AGGREGATE_NAMES = frozenset((
     "params_total", "quantizable_params", "non_quantizable_params", "skipped_quantizable_params",
-    "checkpoint_bytes", "num_layers", "lora_io",
+    "checkpoint_bytes", "num_layers", "lora_io", "lora_inputs", "lora_adapters",
+    "linear_quantizable_params", "largest_param_tensor",
 ))
 N_GPUS = "n_gpus"
 
@@ -68,6 +69,7 @@ class Profile:
     min_per_gpu: str
     trainable_params: str
     figures: Mapping[str, str]
+    phases: Mapping[str, str]  # phase name -> formula id of its peak (empty: the profile has no phases)
     constants: Mapping[str, float]
     tables: tuple
     formulas: tuple  # dependency order
@@ -86,12 +88,17 @@ class Profile:
                 explicit.add(t)
         return frozenset(out), frozenset(explicit)
 
-    def evaluate(self, spec, settings, lora_io: int, warnings: list[str]) -> tuple[dict, list[dict]]:
-        """Evaluate every formula; return the model-level names and one dict per layer class."""
+    def evaluate(self, spec, settings, lora, warnings: list[str]) -> tuple[dict, list[dict]]:
+        """Evaluate every formula; return the model-level names and one dict per layer class.
+
+        ``lora`` holds the adapter sums of the chosen targets (``io``, ``inputs``, ``adapters``).
+        """
         ev = Evaluator()
         env: dict[str, Any] = dict(settings.as_names())
         env.update(spec.aggregates)
-        env["lora_io"] = lora_io
+        env["lora_io"] = lora.io
+        env["lora_inputs"] = lora.inputs
+        env["lora_adapters"] = lora.adapters
         env[N_GPUS] = 1
         for name in self.model_inputs:
             env[name] = spec.facts[name]
@@ -110,7 +117,7 @@ class Profile:
                     warnings.append(t.unknown_warning.format(key=key, default=t.default))
             else:
                 raise SettingsError(f"unknown {t.key} {key!r} (known: {', '.join(t.entries)})")
-        components = set(self.components.values()) | set(self.figures.values())
+        components = set(self.components.values()) | set(self.figures.values()) | set(self.phases.values())
         for f in self.formulas:
             if f.scope == "layer":
                 values = []
@@ -223,6 +230,7 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
         visit(fid, ())
     refs = {"total": m["total"], "min_per_gpu": m["min_per_gpu"], "trainable_params": m["trainable_params"]}
     refs.update({f"figures.{k}": v for k, v in m.get("figures", {}).items()})
+    refs.update({f"phases.{k}": v for k, v in m.get("phases", {}).items()})
     refs.update({f"components.{k}": v for k, v in m["components"].items()})
     for where, fid in refs.items():
         if fid not in compiled:
@@ -237,6 +245,7 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
         default_targets=tuple(m["lora"]["default_targets"]),
         target_sets={k.lower(): tuple(v) for k, v in m["lora"]["target_sets"].items()},
         components=dict(m["components"]), total=m["total"], min_per_gpu=m["min_per_gpu"],
-        trainable_params=m["trainable_params"], figures=dict(m.get("figures", {})), constants=constants,
+        trainable_params=m["trainable_params"], figures=dict(m.get("figures", {})), phases=dict(m.get("phases", {})),
+        constants=constants,
         tables=tuple(tables), formulas=tuple(order),
     )

@@ -7,10 +7,12 @@ from typing import Any, Iterable
 
 from ._errors import SettingsError
 
-__all__ = ["TrainingSettings", "METHODS", "CHECKPOINTING_MODES", "normalise_settings"]
+__all__ = ["TrainingSettings", "METHODS", "CHECKPOINTING_MODES", "LOSS_MODES", "normalise_settings"]
 
 METHODS = ("qlora", "lora", "full", "inference")
 CHECKPOINTING_MODES = ("none", "true", "unsloth")
+#: How the loss is computed: from the full logits tensor, or chunked / fused so that it never exists whole.
+LOSS_MODES = ("standard", "chunked", "fused")
 _GC_ALIASES = {"none": "none", "false": "none", "off": "none", "no": "none", "0": "none",
                "true": "true", "on": "true", "yes": "true", "1": "true", "unsloth": "unsloth"}
 
@@ -28,6 +30,7 @@ class TrainingSettings:
     optimizer: str
     attention: str
     load_in_4bit: bool
+    loss: str = "standard"
 
     def to_dict(self) -> dict:
         """Plain data, suitable for JSON."""
@@ -46,12 +49,13 @@ class TrainingSettings:
             "optimizer": self.optimizer,
             "attention": self.attention,
             "load_in_4bit": self.load_in_4bit,
+            "loss": self.loss,
         }
 
 
 #: Names that settings give to formula files.
 SETTING_NAMES = frozenset(
-    ("method", "batch_size", "seq_len", "lora_rank", "gradient_checkpointing", "optimizer", "attention", "load_in_4bit")
+    ("method", "batch_size", "seq_len", "lora_rank", "gradient_checkpointing", "optimizer", "attention", "load_in_4bit", "loss")
 )
 __all__ += ["SETTING_NAMES"]
 
@@ -78,6 +82,7 @@ def normalise_settings(
     optimizer: str,
     attention: str | None,
     load_in_4bit: bool | None,
+    loss: str = "standard",
 ) -> TrainingSettings:
     if not isinstance(method, str) or method.strip().lower() not in METHODS:
         raise SettingsError(f"unknown method {method!r} (choose one of: {', '.join(METHODS)})")
@@ -97,6 +102,8 @@ def normalise_settings(
         attention = "flash_attention_2"
     if not isinstance(attention, str) or not attention.strip():
         raise SettingsError(f"attention must be an implementation name, got {attention!r}")
+    if not isinstance(loss, str) or loss.strip().lower() not in LOSS_MODES:
+        raise SettingsError(f"unknown loss {loss!r} (choose one of: {', '.join(LOSS_MODES)})")
     if load_in_4bit is None:
         load_in_4bit = method == "qlora"
     elif not isinstance(load_in_4bit, bool):
@@ -129,4 +136,5 @@ def normalise_settings(
         optimizer=opt,
         attention=attention.strip(),
         load_in_4bit=load_in_4bit,
+        loss=loss.strip().lower(),
     )
