@@ -197,7 +197,10 @@ def estimate(
         lora, targets = LoraSums(0, 0, 0, frozenset()), frozenset()
     else:
         targets, explicit = prof.expand_targets(settings.target_modules)
-        lora = spec.lora_sums(targets, explicit)
+        if prof.lora_convention == "peft":
+            lora = spec.peft_lora_sums(targets, reg.family(spec.family).peft)
+        else:
+            lora = spec.lora_sums(targets, explicit)
         matched = lora.matched
         unmatched = sorted(targets - matched)
         if unmatched:

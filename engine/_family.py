@@ -95,6 +95,15 @@ class WarningRule:
 
 
 @dataclass(frozen=True)
+class PeftRule:
+    """How PEFT rewrites LoRA targets for some model types: target name -> the leaf name of the
+    (fused) parameter it is moved to (targets fused into one parameter multiply its rank)."""
+
+    model_types: frozenset
+    target_parameters: Mapping[str, str]
+
+
+@dataclass(frozen=True)
 class Family:
     name: str
     file: str
@@ -112,6 +121,7 @@ class Family:
     path_roots: tuple = ("model",)
     skip_modules_fact: str | None = None
     warning_rules: tuple = ()
+    peft: "PeftRule | None" = None
     examples: tuple = field(default=(), repr=False)  # raw example dicts
 
     @property
@@ -169,7 +179,7 @@ def _merge(raw: dict[str, DataFile], name: str, seen: tuple = ()) -> dict:
     count = (data.get("layers") or {}).get("count")
     if count is not None:
         merged["count"] = Src(count, df, ("layers", "count"))
-    for key in ("path_roots", "skip_modules_fact"):
+    for key in ("path_roots", "skip_modules_fact", "peft"):
         if key in data:
             merged[key] = Src(data[key], df, (key,))
         else:
@@ -313,6 +323,10 @@ def _compile(name: str, raw: dict[str, DataFile]) -> Family:
     if skip_src is not None and skip_src.value not in known:
         raise FileFormatError(skip_src.df.problem(skip_src.parts, f"unknown fact {skip_src.value!r}"))
     roots = merged["path_roots"]
+    peft_src = merged["peft"]
+    peft = None
+    if peft_src is not None:
+        peft = PeftRule(frozenset(peft_src.value["model_types"]), dict(peft_src.value["target_parameters"]))
     return Family(
         name=name, file=df.path, description=data["description"], source=data["source"],
         model_types=tuple(data.get("model_types", ())), abstract=abstract, fallback=bool(data.get("fallback", False)),
@@ -321,6 +335,7 @@ def _compile(name: str, raw: dict[str, DataFile]) -> Family:
         path_roots=tuple(roots.value) if roots is not None else ("model",),
         skip_modules_fact=skip_src.value if skip_src is not None else None,
         warning_rules=warning_rules,
+        peft=peft,
         examples=tuple(data.get("examples", ())),
     )
 

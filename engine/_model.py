@@ -158,6 +158,43 @@ class ModelSpec:
                         matched.add(target)
         return LoraSums(io, ins, n_adapters, frozenset(matched))
 
+    def peft_lora_sums(self, targets: frozenset, rule=None) -> "LoraSums":
+        """The adapters PEFT itself puts on the model for ``targets``.
+
+        A target matches a linear module whose path ends in that name (PEFT's suffix rule), so
+        a fused projection does not answer to the names of its parts. Where ``rule`` (the family's
+        PeftRule) covers this model type, targets it maps are moved to the parameters they name:
+        an adapter of rank r x (targets fused there) on each matching parameter, r x E x (in + out)
+        for an (E, out, in) expert tensor; those names then no longer match modules.
+        """
+        mapping = rule.target_parameters if rule is not None and self.model_type in rule.model_types else {}
+        module_targets = {t for t in targets if t not in mapping}
+        fused: dict[str, list[str]] = {}
+        for t in sorted(targets):
+            if t in mapping:
+                fused.setdefault(mapping[t], []).append(t)
+        io = ins = n_adapters = merged = 0
+        matched: set[str] = set()
+        groups = [(1, self.model_modules)] + [(lc.count, lc.modules) for lc in self.layer_classes]
+        for count, mods in groups:
+            for m in mods:
+                leaf = m.path.rsplit(".", 1)[-1]
+                if m.kind == "linear" and leaf in module_targets:
+                    io += count * m.repeat * (m.in_features + m.out_features)
+                    ins += count * m.repeat * m.in_features
+                    n_adapters += count * m.repeat
+                    matched.add(leaf)
+                    continue
+                # a bare parameter is named by its path, a module's weight by path + ".weight"
+                param = m.path if m.kind == "parameter" else m.path + ".weight"
+                for suffix, names in fused.items():
+                    if m.kind != "norm" and (param == suffix or param.endswith("." + suffix)):
+                        experts = m.shape[0] if len(m.shape) == 3 else 1
+                        io += count * m.repeat * len(names) * experts * (m.shape[-1] + m.shape[-2])
+                        merged += count * m.weight_params
+                        matched.update(names)
+        return LoraSums(io, ins, n_adapters, frozenset(matched), merged)
+
 
 @dataclass(frozen=True)
 class LoraSums:
@@ -167,6 +204,7 @@ class LoraSums:
     inputs: int  # sum over adapters of in features
     adapters: int  # number of adapters
     matched: frozenset  # the targets that matched a module
+    merged_params: int = 0  # weights of parameters carrying an adapter (PEFT merges them in the forward)
 
 
 _NULL = object()

@@ -22,7 +22,7 @@ __all__ = ["Profile", "Formula", "Table", "build_profile", "check_inputs", "AGGR
 #: Inventory totals every model offers to formulas (see ModelSpec.aggregates), plus the LoRA sum.
 AGGREGATE_NAMES = frozenset((
     "params_total", "quantizable_params", "non_quantizable_params", "skipped_quantizable_params",
-    "checkpoint_bytes", "num_layers", "lora_io", "lora_inputs", "lora_adapters",
+    "checkpoint_bytes", "num_layers", "lora_io", "lora_inputs", "lora_adapters", "lora_merged_params",
     "linear_quantizable_params", "largest_param_tensor",
 ))
 N_GPUS = "n_gpus"
@@ -64,6 +64,7 @@ class Profile:
     layer_inputs: tuple
     default_targets: tuple
     target_sets: Mapping[str, tuple]
+    lora_convention: str  # "unsloth" or "peft"
     components: Mapping[str, str]  # component -> formula id
     total: str
     min_per_gpu: str
@@ -99,6 +100,7 @@ class Profile:
         env["lora_io"] = lora.io
         env["lora_inputs"] = lora.inputs
         env["lora_adapters"] = lora.adapters
+        env["lora_merged_params"] = lora.merged_params
         env[N_GPUS] = 1
         for name in self.model_inputs:
             env[name] = spec.facts[name]
@@ -244,6 +246,7 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
         model_inputs=model_inputs, layer_inputs=layer_inputs,
         default_targets=tuple(m["lora"]["default_targets"]),
         target_sets={k.lower(): tuple(v) for k, v in m["lora"]["target_sets"].items()},
+        lora_convention=m["lora"].get("convention", "unsloth"),
         components=dict(m["components"]), total=m["total"], min_per_gpu=m["min_per_gpu"],
         trainable_params=m["trainable_params"], figures=dict(m.get("figures", {})), phases=dict(m.get("phases", {})),
         constants=constants,

@@ -3,7 +3,8 @@
 Dense families with the seven projection names (Phi-3 with its own fused names, which PEFT
 adapts whole), and attention-only targets for every family with standard attention names.
 Routed experts and latent attention follow the unsloth profile's own rules (tested by hand
-elsewhere), not PEFT's.
+elsewhere), not PEFT's. The hf profile follows PEFT's convention: the seven names, all-linear
+and the Mixtral names on every MoE family PEFT rewrites onto fused expert parameters (or not).
 """
 
 from __future__ import annotations
@@ -65,3 +66,24 @@ def test_attention_only_adapters(model_type):
     cfg = _small_default(model_type)
     ours = vramwise.estimate(cfg, method="lora", lora_rank=4, target_modules=ATTENTION).params_trainable
     assert ours == _peft_count(cfg, ATTENTION, 4)
+
+
+#: Model types whose default configs build on the meta device, MoE ones both rewritten by PEFT
+#: (qwen2_moe layout) and not (mixtral, qwen2_moe itself, gpt_oss, llama4), plus latent attention.
+PEFT_CONVENTION = ["llama", "qwen3", "gemma3_text", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe",
+                   "deepseek_v3", "glm4_moe", "exaone_moe", "ernie4_5_moe", "hunyuan_v1_moe", "gpt_oss",
+                   "llama4_text", "qwen3_next"]
+MIXTRAL_NAMES = ["q_proj", "v_proj", "w1", "w2", "w3"]
+
+
+@pytest.mark.parametrize("targets", [SEVEN, MIXTRAL_NAMES], ids=["seven", "mixtral-names"])
+@pytest.mark.parametrize("model_type", PEFT_CONVENTION)
+def test_hf_profile_counts_what_peft_builds(model_type, targets):
+    cfg = _small_default(model_type)
+    ours = vramwise.estimate(cfg, profile="hf", method="lora", lora_rank=4, target_modules=targets)
+    try:
+        expected = _peft_count(cfg, targets, 4)
+    except ValueError as e:  # PEFT finds no module to adapt (e.g. latent attention has no q_proj/v_proj)
+        assert "not found in the base model" in str(e) or "did not match any" in str(e), e
+        expected = 0
+    assert ours.params_trainable == expected
