@@ -189,8 +189,15 @@ def measure(
     optimizer: str = "adamw_torch",
     steps: int = 2,
     device: str = "cpu",
+    fake: bool = False,
 ) -> Measurement:
-    """Run ``steps`` optimizer steps of ``model`` (a config source) and report the memory they used."""
+    """Run ``steps`` optimizer steps of ``model`` (a config source) and report the memory they used.
+
+    ``fake=True`` runs the same step under torch's FakeTensorMode on CPU: shapes, dtypes and
+    storage lifetimes are real, nothing is allocated or computed, so models far larger than this
+    machine's memory can be measured (full fine-tuning and LoRA; QLoRA needs real
+    bitsandbytes storage).
+    """
     from ._settings import normalise_settings
     from ._source import read_config
 
@@ -214,10 +221,16 @@ def measure(
         raise SettingsError(f"device must be cpu or cuda, got {device!r}")
     if device == "cuda" and not torch.cuda.is_available():
         raise VramwiseError("--device cuda: torch sees no CUDA device here")
+    if fake and device != "cpu":
+        raise SettingsError("fake tensors are simulated on CPU: use --device cpu with --fake")
+    if fake and settings.method == "qlora":
+        raise SettingsError("QLoRA cannot be measured with fake tensors (bitsandbytes needs real 4-bit storage): drop --fake")
     cfg, _ = read_config(model)
     if isinstance(cfg.get("text_config"), dict) and "model_type" in cfg["text_config"]:
         cfg = dict(cfg["text_config"])
     dtype = torch.bfloat16
+    if fake:
+        return _measure_fake(cfg, settings, steps, dtype)
     net = _build(cfg, settings.attention, dtype)
     notes = []
     if settings.method == "qlora":
@@ -230,84 +243,167 @@ def measure(
         finally:
             if bars:
                 hf_logging.enable_progress_bar()
-    if settings.method in ("lora", "qlora"):
-        _need("peft")
-        from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
-
-        if settings.method == "qlora":
-            net = prepare_model_for_kbit_training(
-                net, use_gradient_checkpointing=settings.gradient_checkpointing == "true",
-                gradient_checkpointing_kwargs={"use_reentrant": False},
-            )
-        targets = list(settings.target_modules) if settings.target_modules else [
-            "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-        if len(targets) == 1 and targets[0].lower() in ("all-linear", "all_linear"):
-            targets = "all-linear"
-        net = get_peft_model(net, LoraConfig(r=settings.lora_rank, lora_alpha=2 * settings.lora_rank,
-                                             target_modules=targets, lora_dropout=0.0))
-    if settings.gradient_checkpointing == "true":
-        net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if settings.method != "full":
-            net.enable_input_require_grads()
+    net = _apply_lora(net, settings)
+    _apply_checkpointing(net, settings)
     if device == "cuda":
         net = net.to("cuda")
     net.train()
     trainable = [p for p in net.parameters() if p.requires_grad]
-    if settings.optimizer == "adamw_8bit":
-        bnb = _need("bitsandbytes")
-        opt = bnb.optim.AdamW8bit(trainable, lr=1e-5)
-    elif settings.optimizer == "sgd":
-        opt = torch.optim.SGD(trainable, lr=1e-5)
-    else:
-        opt = torch.optim.AdamW(trainable, lr=1e-5, foreach=False)
-        if device == "cpu":
-            notes.append("AdamW runs its for-loop implementation (foreach=False), as on CPU by default")
+    opt = _optimizer(trainable, settings, notes, device)
     vocab = int(net.get_output_embeddings().weight.shape[0]) if net.get_output_embeddings() is not None else 1000
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(0, vocab, (settings.batch_size, settings.seq_len), generator=gen).to(device)
     params_total = sum(p.numel() for p in net.parameters())
     params_trainable = sum(p.numel() for p in trainable)
 
-    def categories() -> dict:
-        seen: set = set()
-
-        def total(tensors) -> int:
-            out = 0
-            for t in tensors:
-                if t is None or not isinstance(t, torch.Tensor):
-                    continue
-                st = t.untyped_storage()
-                key = st.data_ptr()
-                if key in seen:
-                    continue
-                seen.add(key)
-                out += -(-st.nbytes() // _ROUND) * _ROUND
-            return out
-
-        return {
-            "parameters": total(net.parameters()),
-            "gradients": total(p.grad for p in net.parameters()),
-            "optimizer_state": total(v for s in opt.state.values() for v in s.values()),
-        }
-
-    phases: dict[str, PhaseFigures] = {}
     if device == "cpu":
-        tracker = StorageTracker()
-        for t in list(net.parameters()) + list(net.buffers()) + [ids]:
-            tracker.add(t)
-        tracker.reset_peak()
-        phases["load"] = PhaseFigures(tracker.current, tracker.current, None, categories())
-        overall, overall_phase = tracker.current, "load"
-        with tracker.mode():
-            for last, name in _run_phases(net, opt, ids, steps, before=tracker.reset_peak):
-                tracker.sweep()
-                if tracker.peak > overall:
-                    overall, overall_phase = tracker.peak, name
-                if last:
-                    phases[name] = PhaseFigures(tracker.peak, tracker.current, None, categories())
-        return Measurement("cpu", settings.method, settings.to_dict(), params_total, params_trainable,
-                           overall, overall_phase, phases, None, None, tuple(notes))
-    return _measure_cuda(net, opt, ids, steps, settings, params_total, params_trainable, categories, notes)
+        return _track_cpu(net, opt, ids, steps, settings, params_total, params_trainable, notes)
+    return _measure_cuda(net, opt, ids, steps, settings, params_total, params_trainable,
+                         lambda: _categories(net, opt), notes)
+
+
+def _apply_lora(net, settings):
+    """PEFT's LoRA on ``net`` (after prepare_model_for_kbit_training for QLoRA); ``net`` for full fine-tuning."""
+    if settings.method not in ("lora", "qlora"):
+        return net
+    _need("peft")
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+    if settings.method == "qlora":
+        net = prepare_model_for_kbit_training(
+            net, use_gradient_checkpointing=settings.gradient_checkpointing == "true",
+            gradient_checkpointing_kwargs={"use_reentrant": False},
+        )
+    targets = list(settings.target_modules) if settings.target_modules else [
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    if len(targets) == 1 and targets[0].lower() in ("all-linear", "all_linear"):
+        targets = "all-linear"
+    return get_peft_model(net, LoraConfig(r=settings.lora_rank, lora_alpha=2 * settings.lora_rank,
+                                          target_modules=targets, lora_dropout=0.0))
+
+
+def _apply_checkpointing(net, settings) -> None:
+    if settings.gradient_checkpointing == "true":
+        net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if settings.method != "full":
+            net.enable_input_require_grads()
+
+
+def _optimizer(trainable, settings, notes: list, device: str):
+    import torch
+
+    if settings.optimizer == "adamw_8bit":
+        bnb = _need("bitsandbytes")
+        return bnb.optim.AdamW8bit(trainable, lr=1e-5)
+    if settings.optimizer == "sgd":
+        return torch.optim.SGD(trainable, lr=1e-5)
+    if device == "cpu":
+        notes.append("AdamW runs its for-loop implementation (foreach=False), as on CPU by default")
+    return torch.optim.AdamW(trainable, lr=1e-5, foreach=False)
+
+
+def _measure_fake(cfg: dict, settings, steps: int, dtype) -> Measurement:
+    """The CPU measurement with every tensor fake: built on the meta device, adapters added there,
+    then each parameter and buffer replaced by a fake tensor of its shape and dtype (ties kept)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    d = dict(cfg)
+    mt = d.pop("model_type", None)
+    if not mt:
+        raise VramwiseError("the config has no model_type, so transformers cannot build it")
+    d.pop("quantization_config", None)
+    try:
+        conf = AutoConfig.for_model(mt, **d)
+    except Exception as e:  # noqa: BLE001
+        raise VramwiseError(f"transformers cannot build a {mt!r} config: {type(e).__name__}: {e}") from None
+    with torch.device("meta"):
+        net = AutoModelForCausalLM.from_config(conf, dtype=dtype, attn_implementation=settings.attention)
+    net = _apply_lora(net, settings)
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode:
+        made: dict[int, Any] = {}
+        for module in net.modules():
+            for name, p in list(module._parameters.items()):
+                if p is not None:
+                    if id(p) not in made:
+                        made[id(p)] = torch.nn.Parameter(torch.empty(p.shape, dtype=p.dtype), requires_grad=p.requires_grad)
+                    module._parameters[name] = made[id(p)]
+            for name, b in list(module._buffers.items()):
+                if b is not None:
+                    module._buffers[name] = torch.zeros(b.shape, dtype=b.dtype)
+        _apply_checkpointing(net, settings)
+        net.train()
+        trainable = [p for p in net.parameters() if p.requires_grad]
+        notes = ["fake tensors: shapes and lifetimes are real, nothing was allocated"]
+        opt = _optimizer(trainable, settings, notes, "cpu")
+        vocab = int(net.get_output_embeddings().weight.shape[0])
+        ids = torch.randint(0, vocab, (settings.batch_size, settings.seq_len))
+        params_total = sum(p.numel() for p in net.parameters())
+        params_trainable = sum(p.numel() for p in trainable)
+        with _packed_sequence_check_off():
+            return _track_cpu(net, opt, ids, steps, settings, params_total, params_trainable, notes)
+
+
+class _packed_sequence_check_off:
+    """transformers treats fake tensors as tracing and then builds a dense mask for packed
+    sequences; synthetic batches are never packed, so give its eager answer (no packing)."""
+
+    def __enter__(self):
+        import transformers.masking_utils as mu
+
+        self._mu, self._orig = mu, mu.find_packed_sequence_indices
+        mu.find_packed_sequence_indices = lambda *a, **k: None
+        return self
+
+    def __exit__(self, *exc):
+        self._mu.find_packed_sequence_indices = self._orig
+        return False
+
+
+def _categories(net, opt) -> dict:
+    seen: set = set()
+
+    import torch
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    def total(tensors) -> int:
+        out = 0
+        for t in tensors:
+            if t is None or not isinstance(t, torch.Tensor):
+                continue
+            st = t.untyped_storage()
+            key = StorageWeakRef(st).cdata
+            if key in seen:
+                continue
+            seen.add(key)
+            out += -(-st.nbytes() // _ROUND) * _ROUND
+        return out
+
+    return {
+        "parameters": total(net.parameters()),
+        "gradients": total(p.grad for p in net.parameters()),
+        "optimizer_state": total(v for s in opt.state.values() for v in s.values()),
+    }
+
+
+def _track_cpu(net, opt, ids, steps, settings, params_total, params_trainable, notes) -> Measurement:
+    tracker = StorageTracker()
+    for t in list(net.parameters()) + list(net.buffers()) + [ids]:
+        tracker.add(t)
+    tracker.reset_peak()
+    phases = {"load": PhaseFigures(tracker.current, tracker.current, None, _categories(net, opt))}
+    overall, overall_phase = tracker.current, "load"
+    with tracker.mode():
+        for last, name in _run_phases(net, opt, ids, steps, before=tracker.reset_peak):
+            tracker.sweep()
+            if tracker.peak > overall:
+                overall, overall_phase = tracker.peak, name
+            if last:
+                phases[name] = PhaseFigures(tracker.peak, tracker.current, None, _categories(net, opt))
+    return Measurement("cpu", settings.method, settings.to_dict(), params_total, params_trainable,
+                       overall, overall_phase, phases, None, None, tuple(notes))
 
 
 def _run_phases(net, opt, ids, steps: int, before):

@@ -219,7 +219,7 @@ def _measure(args, out) -> None:
     m = measure(
         args.model, method=args.method, batch_size=args.batch_size, seq_len=args.seq_len, lora_rank=args.lora_rank,
         target_modules=args.target_modules, gradient_checkpointing=args.gradient_checkpointing,
-        attention=args.attention, optimizer=args.optimizer, steps=args.steps, device=args.device,
+        attention=args.attention, optimizer=args.optimizer, steps=args.steps, device=args.device, fake=args.fake,
     )
     if args.json:
         _print_json(m.to_dict(), out)
@@ -326,6 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--optimizer", default="adamw_torch", help="adamw_torch, adamw_8bit or sgd (default: adamw_torch)")
     p.add_argument("--steps", type=int, default=2, help="optimizer steps to run (default: 2; the last one is reported)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where to run (default: cpu)")
+    p.add_argument("--fake", action="store_true",
+                   help="simulate the step with fake tensors on CPU: nothing is allocated, so large models fit (full and lora)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p = sub.add_parser("gpus", help="list the NVIDIA GPUs and their memory (or why none is visible)")
     p.add_argument("--json", action="store_true", help="print JSON")

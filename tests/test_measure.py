@@ -85,3 +85,27 @@ def test_cli_measure_json(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["device"] == "cpu" and set(data["phases"]) == {"load", "forward", "backward", "optimizer"}
     assert data["peak"] == max(v["peak"] for v in data["phases"].values())
+
+
+MOE = {"model_type": "qwen3_moe", "vocab_size": 1000, "hidden_size": 128, "intermediate_size": 256,
+       "moe_intermediate_size": 64, "num_experts": 8, "num_experts_per_tok": 2, "num_hidden_layers": 2,
+       "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32}
+
+
+@pytest.mark.parametrize("cfg", [TINY, MOE], ids=["llama", "qwen3_moe"])
+@pytest.mark.parametrize("method,gc,attention", [("full", "none", "sdpa"), ("full", "true", "eager"),
+                                                 ("lora", "none", "eager"), ("lora", "true", "sdpa")])
+def test_fake_tensors_give_the_real_step_to_the_byte(cfg, method, gc, attention):
+    kw = dict(method=method, batch_size=2, seq_len=32, gradient_checkpointing=gc, attention=attention)
+    real, fake = measure(cfg, **kw), measure(cfg, fake=True, **kw)
+    assert fake.peak == real.peak
+    for name, ph in real.phases.items():
+        assert (fake.phases[name].peak, fake.phases[name].end) == (ph.peak, ph.end), name
+        assert fake.phases[name].categories == ph.categories, name
+
+
+def test_fake_tensors_refuse_qlora():
+    from vramwise import SettingsError
+
+    with pytest.raises(SettingsError, match="real 4-bit storage"):
+        measure(TINY, method="qlora", fake=True)
