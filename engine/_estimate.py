@@ -7,6 +7,7 @@ from types import MappingProxyType
 from functools import cached_property
 from typing import Any, Mapping
 
+from ._errors import SettingsError
 from ._expr import Evaluator, LayerValues
 from ._model import LoraSums, ModelSpec, resolve_model
 from ._profile import Profile, round_bytes
@@ -70,8 +71,6 @@ class Estimate:
     def min_per_gpu(self, n: int = 1) -> int:
         """Least memory each of ``n`` GPUs needs when the model is split over them (profile formula)."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            from ._errors import SettingsError
-
             raise SettingsError(f"the number of GPUs must be a positive integer, got {n!r}")
         f = self._profile.formula(self._profile.min_per_gpu)
         env = dict(self._env)
@@ -190,6 +189,10 @@ def estimate(
     )
     reg = registry or Registry.default()
     prof = reg.profile(profile)
+    if settings.method not in prof.methods:
+        raise SettingsError(
+            f"profile {prof.name} does not model {settings.method} (it models {', '.join(prof.methods)})"
+        )
     spec = load_model(model, trust_remote_code=trust_remote_code, registry=reg)
     reg.check_pair(reg.family(spec.family), prof)
     warnings = list(spec.warnings)
@@ -251,8 +254,6 @@ def estimate_from_size(
 
     Every component is a share of the 16-bit model size (profile ``size_only``); the estimate says so.
     """
-    from ._errors import SettingsError
-
     if params is None and weight_bytes is None:
         raise SettingsError("give a parameter count (params) or the weights' size in bytes (weight_bytes)")
     for name, value in (("params", params), ("weight_bytes", weight_bytes)):

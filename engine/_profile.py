@@ -65,6 +65,7 @@ class Profile:
     default_targets: tuple
     target_sets: Mapping[str, tuple]
     lora_convention: str  # "unsloth" or "peft"
+    methods: tuple  # the methods the profile models
     components: Mapping[str, str]  # component -> formula id
     total: str
     min_per_gpu: str
@@ -247,6 +248,7 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
         default_targets=tuple(m["lora"]["default_targets"]),
         target_sets={k.lower(): tuple(v) for k, v in m["lora"]["target_sets"].items()},
         lora_convention=m["lora"].get("convention", "unsloth"),
+        methods=tuple(m.get("methods", ("qlora", "lora", "full", "inference"))),
         components=dict(m["components"]), total=m["total"], min_per_gpu=m["min_per_gpu"],
         trainable_params=m["trainable_params"], figures=dict(m.get("figures", {})), phases=dict(m.get("phases", {})),
         constants=constants,

@@ -18,7 +18,7 @@ from ._registry import Registry
 from ._errors import SettingsError
 from ._gpus import discover_gpus, select_gpus
 from ._source import checkpoint_size
-from ._settings import CHECKPOINTING_MODES, METHODS
+from ._settings import CHECKPOINTING_MODES, LOSS_MODES, METHODS
 
 _GIB = 1024**3
 
@@ -71,7 +71,10 @@ def _training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizer", default="adamw_8bit", help="optimizer name, e.g. adamw_8bit, adamw_torch, sgd (default: adamw_8bit)")
     p.add_argument("--attention", default="flash_attention_2", help="attention implementation: flash_attention_2, sdpa, flex_attention, eager (default: flash_attention_2)")
     p.add_argument("--load-in-4bit", type=_bool_flag, default=None, metavar="{true,false}", help="override 4-bit loading (default: true for qlora only)")
-    p.add_argument("--profile", default="unsloth", help="memory profile (default: unsloth)")
+    p.add_argument("--loss", default="standard", choices=LOSS_MODES,
+                   help="cross-entropy: standard (full logits), chunked or fused (Liger-style; the logits never exist whole); the hf profile models it (default: standard)")
+    p.add_argument("--profile", default="unsloth",
+                   help="memory profile: unsloth (Unsloth's calibrated model) or hf (plain transformers + PEFT, phase by phase) (default: unsloth)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a hub config's remote code to run (off by default)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -100,7 +103,7 @@ def _run_estimate(args) -> Estimate:
         args.model, method=args.method, batch_size=args.batch_size, seq_len=args.seq_len,
         lora_rank=args.lora_rank, target_modules=args.target_modules,
         gradient_checkpointing=args.gradient_checkpointing, optimizer=args.optimizer,
-        attention=args.attention, load_in_4bit=args.load_in_4bit, profile=args.profile,
+        attention=args.attention, load_in_4bit=args.load_in_4bit, loss=args.loss, profile=args.profile,
         trust_remote_code=args.trust_remote_code,
     )
 
@@ -120,6 +123,13 @@ def _print_table(est: Estimate, model: str, gpus: Sequence[int], out) -> None:
         share = 100.0 * value / est.total if est.total else 0.0
         out.write(f"{name:<{width}}  {_gib(value):>9}  {share:>6.1f}%\n")
     out.write(f"{'total':<{width}}  {_gib(est.total):>9}  {100.0:>6.1f}%\n\n")
+    if est.phases:
+        out.write("phases (tensor bytes at each peak): " + ", ".join(
+            f"{k} {_gib(v)} GiB" for k, v in est.phases.items()) + f"; the peak is in the {est.peak_phase} phase\n")
+        f = est.figures
+        if {"tensor_peak", "reserved", "device"} <= f.keys():
+            out.write(f"tensors {_gib(f['tensor_peak'])} GiB (max_memory_allocated), reserved {_gib(f['reserved'])} GiB "
+                      f"(max_memory_reserved), device {_gib(f['device'])} GiB (nvidia-smi)\n\n")
     if s.method == "inference" and est.figures:
         kv = est.figures.get("kv_cache")
         kv_total = est.figures.get("kv_cache_total")

@@ -117,3 +117,23 @@ def test_console_script_does_not_import_torch(cfg):
 def test_module_entry_point(cfg):
     proc = subprocess.run([sys.executable, "-m", "vramwise", "estimate", cfg], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "total" in proc.stdout
+
+
+def test_hf_profile_table_names_phases_and_figures(cfg, capsys):
+    assert main(["estimate", cfg, "--profile", "hf", "--method", "lora", "--loss", "chunked"]) == 0
+    out = capsys.readouterr().out
+    e = vramwise.estimate(SMALL, profile="hf", method="lora", loss="chunked")
+    assert f"the peak is in the {e.peak_phase} phase" in out
+    assert f"device {e.figures['device'] / 2**30:,.2f} GiB" in out
+    assert main(["estimate", cfg, "--profile", "hf", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["peak_phase"] in ("forward", "backward", "optimizer") and set(data["phases"]) == {
+        "forward", "backward", "optimizer"}
+
+
+def test_hf_profile_errors_are_one_line(cfg, capsys):
+    assert main(["estimate", cfg, "--profile", "hf", "--method", "inference"]) == 2
+    assert "does not model inference" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as ex:
+        main(["estimate", cfg, "--loss", "sparse"])
+    assert ex.value.code == 2

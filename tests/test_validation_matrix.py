@@ -1,0 +1,66 @@
+"""The hf profile against `vramwise measure`: the validation matrix of issue 5, run in full.
+
+Cells: llama, qwen3, gemma3_text, qwen3_moe (MoE) and deepseek_v3 (MLA) at 256 wide, 2 layers and
+their real vocabularies x full / LoRA / QLoRA x checkpointing off / on x sdpa / eager x two
+shapes (batch 1 x 128, batch 2 x 256): 120 cells. Expected values are measurements (CPU storage
+tracker; full and LoRA under fake tensors, which tests/test_measure.py shows equal real tensors to
+the byte; QLoRA with real bitsandbytes storage). The estimate's tensor peak must be within 10 % of
+the measured peak in every cell and within 5 % in the median.
+
+With real vocabularies the logits dominate these small models, so a second check isolates the
+per-layer terms: the growth of the peak from 2 to 4 layers (vocabulary 1000, batch 2 x 512) must
+be within 10 % of the estimate's growth, per family, method and attention kernel.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("peft")
+pytest.importorskip("bitsandbytes")
+
+import validation_matrix as vm  # noqa: E402
+
+from vramwise import estimate  # noqa: E402
+from vramwise._measure import measure  # noqa: E402
+
+CELLS = list(vm.cells())
+_results: dict = {}
+
+
+def _result(cell):
+    if cell not in _results:
+        _results[cell] = vm.run_cell(cell)
+    return _results[cell]
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=[vm.cell_id(c) for c in CELLS])
+def test_cell_within_ten_percent(cell):
+    r = _result(cell)
+    assert abs(r["error"]) <= vm.CELL_LIMIT, r
+
+
+def test_median_within_five_percent():
+    rows = [_result(c) for c in CELLS]
+    assert vm.median_abs_error(rows) <= vm.MEDIAN_LIMIT
+
+
+def _small_vocab(name: str, layers: int) -> dict:
+    cfg = dict(vm.CONFIGS[name], vocab_size=1000, num_hidden_layers=layers)
+    if "layer_types" in cfg:
+        cfg["layer_types"] = (["sliding_attention", "full_attention"] * layers)[:layers]
+    return cfg
+
+
+@pytest.mark.parametrize("attention", vm.ATTENTION)
+@pytest.mark.parametrize("method", vm.METHODS)
+@pytest.mark.parametrize("name", sorted(vm.CONFIGS))
+def test_two_more_layers_cost_what_the_estimate_says(name, method, attention):
+    kw = dict(method=method, batch_size=2, seq_len=512, gradient_checkpointing="none", attention=attention,
+              optimizer=vm.OPTIMIZER)
+    measured = {n: measure(_small_vocab(name, n), fake=method != "qlora", **kw).peak for n in (2, 4)}
+    estimated = {n: estimate(_small_vocab(name, n), profile="hf", **kw).figures["tensor_peak"] for n in (2, 4)}
+    growth_measured = measured[4] - measured[2]
+    growth_estimated = estimated[4] - estimated[2]
+    assert abs(growth_estimated / growth_measured - 1) <= vm.CELL_LIMIT, (growth_measured, growth_estimated)
