@@ -54,6 +54,10 @@ def main() -> None:
     for _ in range(200):  # warm up
         vramwise.estimate(spec, registry=reg, **next(grid))
     warm = _median_us(lambda: vramwise.estimate(spec, registry=reg, **next(grid)), 5000)
+    reg.profile("hf")
+    for _ in range(200):
+        vramwise.estimate(spec, registry=reg, profile="hf", **next(grid))
+    warm_hf = _median_us(lambda: vramwise.estimate(spec, registry=reg, profile="hf", **next(grid)), 5000)
     from_mapping = _median_us(lambda: vramwise.estimate(cfg, registry=reg, **next(grid)), 1000)
     runs = []
     for _ in range(7):
@@ -72,6 +76,7 @@ def main() -> None:
     print(f"first model (its family compiled):       {first_ms:8.1f} ms")
     print(f"every family and profile (check_all):    {all_ms:8.1f} ms")
     print(f"warm estimate (resolved model), median:  {warm:8.1f} us")
+    print(f"warm estimate, hf profile, median:       {warm_hf:8.1f} us")
     print(f"estimate from config mapping, median:    {from_mapping:8.1f} us")
     print(f"CLI `vramwise estimate`, median of 7:    {statistics.median(runs) * 1e3:8.1f} ms  (torch not imported)")
 

@@ -172,6 +172,7 @@ def estimate(
     attention: str | None = "flash_attention_2",
     load_in_4bit: bool | None = None,
     loss: str = "standard",
+    lora_dropout: float = 0.0,
     profile: str = "unsloth",
     trust_remote_code: bool = False,
     registry: Registry | None = None,
@@ -185,7 +186,7 @@ def estimate(
     settings = normalise_settings(
         method=method, batch_size=batch_size, seq_len=seq_len, lora_rank=lora_rank,
         target_modules=target_modules, gradient_checkpointing=gradient_checkpointing,
-        optimizer=optimizer, attention=attention, load_in_4bit=load_in_4bit, loss=loss,
+        optimizer=optimizer, attention=attention, load_in_4bit=load_in_4bit, loss=loss, lora_dropout=lora_dropout,
     )
     reg = registry or Registry.default()
     prof = reg.profile(profile)

@@ -190,6 +190,7 @@ def measure(
     steps: int = 2,
     device: str = "cpu",
     fake: bool = False,
+    lora_dropout: float = 0.0,
 ) -> Measurement:
     """Run ``steps`` optimizer steps of ``model`` (a config source) and report the memory they used.
 
@@ -208,6 +209,7 @@ def measure(
     settings = normalise_settings(
         method=method, batch_size=batch_size, seq_len=seq_len, lora_rank=lora_rank, target_modules=target_modules,
         gradient_checkpointing=gradient_checkpointing, optimizer=optimizer, attention=attention, load_in_4bit=None,
+        lora_dropout=lora_dropout,
     )
     if settings.method == "inference":
         raise SettingsError("measure runs training steps: choose qlora, lora or full")
@@ -279,7 +281,7 @@ def _apply_lora(net, settings):
     if len(targets) == 1 and targets[0].lower() in ("all-linear", "all_linear"):
         targets = "all-linear"
     return get_peft_model(net, LoraConfig(r=settings.lora_rank, lora_alpha=2 * settings.lora_rank,
-                                          target_modules=targets, lora_dropout=0.0))
+                                          target_modules=targets, lora_dropout=settings.lora_dropout))
 
 
 def _apply_checkpointing(net, settings) -> None:
@@ -388,12 +390,17 @@ def _categories(net, opt) -> dict:
     }
 
 
+def _with_rest(cats: dict, end: int) -> dict:
+    """Add what the named categories do not explain: activations, loss buffers and temporaries."""
+    return {**cats, "activations_and_temporaries": end - sum(cats.values())}
+
+
 def _track_cpu(net, opt, ids, steps, settings, params_total, params_trainable, notes) -> Measurement:
     tracker = StorageTracker()
     for t in list(net.parameters()) + list(net.buffers()) + [ids]:
         tracker.add(t)
     tracker.reset_peak()
-    phases = {"load": PhaseFigures(tracker.current, tracker.current, None, _categories(net, opt))}
+    phases = {"load": PhaseFigures(tracker.current, tracker.current, None, _with_rest(_categories(net, opt), tracker.current))}
     overall, overall_phase = tracker.current, "load"
     with tracker.mode():
         for last, name in _run_phases(net, opt, ids, steps, before=tracker.reset_peak):
@@ -401,7 +408,8 @@ def _track_cpu(net, opt, ids, steps, settings, params_total, params_trainable, n
             if tracker.peak > overall:
                 overall, overall_phase = tracker.peak, name
             if last:
-                phases[name] = PhaseFigures(tracker.peak, tracker.current, None, _categories(net, opt))
+                phases[name] = PhaseFigures(tracker.peak, tracker.current, None,
+                                            _with_rest(_categories(net, opt), tracker.current))
     return Measurement("cpu", settings.method, settings.to_dict(), params_total, params_trainable,
                        overall, overall_phase, phases, None, None, tuple(notes))
 
@@ -428,7 +436,7 @@ def _measure_cuda(net, opt, ids, steps, settings, params_total, params_trainable
 
     torch.cuda.synchronize()
     load = torch.cuda.memory_allocated()
-    phases = {"load": PhaseFigures(load, load, torch.cuda.memory_reserved(), categories())}
+    phases = {"load": PhaseFigures(load, load, torch.cuda.memory_reserved(), _with_rest(categories(), load))}
     overall, overall_phase, reserved_overall = load, "load", torch.cuda.memory_reserved()
     for last, name in _run_phases(net, opt, ids, steps, before=torch.cuda.reset_peak_memory_stats):
         torch.cuda.synchronize()
@@ -438,7 +446,7 @@ def _measure_cuda(net, opt, ids, steps, settings, params_total, params_trainable
         if peak > overall:
             overall, overall_phase = peak, name
         if last:
-            phases[name] = PhaseFigures(peak, end, reserved, categories())
+            phases[name] = PhaseFigures(peak, end, reserved, _with_rest(categories(), end))
     return Measurement("cuda", settings.method, settings.to_dict(), params_total, params_trainable,
                        overall, overall_phase, phases, reserved_overall, _nvml_process_bytes(), tuple(notes))
 

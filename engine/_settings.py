@@ -31,6 +31,7 @@ class TrainingSettings:
     attention: str
     load_in_4bit: bool
     loss: str = "standard"
+    lora_dropout: float = 0.0
 
     def to_dict(self) -> dict:
         """Plain data, suitable for JSON."""
@@ -50,12 +51,13 @@ class TrainingSettings:
             "attention": self.attention,
             "load_in_4bit": self.load_in_4bit,
             "loss": self.loss,
+            "lora_dropout": self.lora_dropout,
         }
 
 
 #: Names that settings give to formula files.
 SETTING_NAMES = frozenset(
-    ("method", "batch_size", "seq_len", "lora_rank", "gradient_checkpointing", "optimizer", "attention", "load_in_4bit", "loss")
+    ("method", "batch_size", "seq_len", "lora_rank", "gradient_checkpointing", "optimizer", "attention", "load_in_4bit", "loss", "lora_dropout")
 )
 __all__ += ["SETTING_NAMES"]
 
@@ -83,6 +85,7 @@ def normalise_settings(
     attention: str | None,
     load_in_4bit: bool | None,
     loss: str = "standard",
+    lora_dropout: Any = 0.0,
 ) -> TrainingSettings:
     if not isinstance(method, str) or method.strip().lower() not in METHODS:
         raise SettingsError(f"unknown method {method!r} (choose one of: {', '.join(METHODS)})")
@@ -104,6 +107,8 @@ def normalise_settings(
         raise SettingsError(f"attention must be an implementation name, got {attention!r}")
     if not isinstance(loss, str) or loss.strip().lower() not in LOSS_MODES:
         raise SettingsError(f"unknown loss {loss!r} (choose one of: {', '.join(LOSS_MODES)})")
+    if isinstance(lora_dropout, bool) or not isinstance(lora_dropout, (int, float)) or not 0 <= lora_dropout < 1:
+        raise SettingsError(f"lora_dropout must be a probability in [0, 1), got {lora_dropout!r}")
     if load_in_4bit is None:
         load_in_4bit = method == "qlora"
     elif not isinstance(load_in_4bit, bool):
@@ -137,4 +142,5 @@ def normalise_settings(
         attention=attention.strip(),
         load_in_4bit=load_in_4bit,
         loss=loss.strip().lower(),
+        lora_dropout=float(lora_dropout),
     )

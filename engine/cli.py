@@ -71,6 +71,7 @@ def _training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizer", default="adamw_8bit", help="optimizer name, e.g. adamw_8bit, adamw_torch, sgd (default: adamw_8bit)")
     p.add_argument("--attention", default="flash_attention_2", help="attention implementation: flash_attention_2, sdpa, flex_attention, eager (default: flash_attention_2)")
     p.add_argument("--load-in-4bit", type=_bool_flag, default=None, metavar="{true,false}", help="override 4-bit loading (default: true for qlora only)")
+    p.add_argument("--lora-dropout", type=float, default=0.0, help="LoRA dropout probability; the hf profile charges its masks (default: 0)")
     p.add_argument("--loss", default="standard", choices=LOSS_MODES,
                    help="cross-entropy: standard (full logits), chunked or fused (Liger-style; the logits never exist whole); the hf profile models it (default: standard)")
     p.add_argument("--profile", default="unsloth",
@@ -103,7 +104,7 @@ def _run_estimate(args) -> Estimate:
         args.model, method=args.method, batch_size=args.batch_size, seq_len=args.seq_len,
         lora_rank=args.lora_rank, target_modules=args.target_modules,
         gradient_checkpointing=args.gradient_checkpointing, optimizer=args.optimizer,
-        attention=args.attention, load_in_4bit=args.load_in_4bit, loss=args.loss, profile=args.profile,
+        attention=args.attention, load_in_4bit=args.load_in_4bit, loss=args.loss, lora_dropout=args.lora_dropout, profile=args.profile,
         trust_remote_code=args.trust_remote_code,
     )
 
@@ -230,6 +231,7 @@ def _measure(args, out) -> None:
         args.model, method=args.method, batch_size=args.batch_size, seq_len=args.seq_len, lora_rank=args.lora_rank,
         target_modules=args.target_modules, gradient_checkpointing=args.gradient_checkpointing,
         attention=args.attention, optimizer=args.optimizer, steps=args.steps, device=args.device, fake=args.fake,
+        lora_dropout=args.lora_dropout,
     )
     if args.json:
         _print_json(m.to_dict(), out)
@@ -240,10 +242,10 @@ def _measure(args, out) -> None:
         out.write(f"reserved by the caching allocator: {_gib(m.reserved_peak)} GiB\n")
     if m.process_bytes is not None:
         out.write(f"process memory (NVML, CUDA context included): {_gib(m.process_bytes)} GiB\n")
-    out.write(f"\n{'phase':<10} {'peak GiB':>9} {'end GiB':>8}  parameters / gradients / optimizer state at its end (GiB)\n")
+    out.write(f"\n{'phase':<10} {'peak GiB':>9} {'end GiB':>8}  at its end (GiB): parameters / gradients / optimizer state / activations and temporaries\n")
     for name, ph in m.phases.items():
         c = ph.categories
-        cats = " / ".join(_gib(c.get(k, 0)) for k in ("parameters", "gradients", "optimizer_state"))
+        cats = " / ".join(_gib(c.get(k, 0)) for k in ("parameters", "gradients", "optimizer_state", "activations_and_temporaries"))
         out.write(f"{name:<10} {_gib(ph.peak):>9} {_gib(ph.end):>8}  {cats}\n")
     for n in m.notes:
         out.write(f"note: {n}\n")
@@ -336,6 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--optimizer", default="adamw_torch", help="adamw_torch, adamw_8bit or sgd (default: adamw_torch)")
     p.add_argument("--steps", type=int, default=2, help="optimizer steps to run (default: 2; the last one is reported)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where to run (default: cpu)")
+    p.add_argument("--lora-dropout", type=float, default=0.0, help="LoRA dropout probability (default: 0)")
     p.add_argument("--fake", action="store_true",
                    help="simulate the step with fake tensors on CPU: nothing is allocated, so large models fit (full and lora)")
     p.add_argument("--json", action="store_true", help="print JSON")

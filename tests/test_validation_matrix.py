@@ -64,3 +64,29 @@ def test_two_more_layers_cost_what_the_estimate_says(name, method, attention):
     growth_measured = measured[4] - measured[2]
     growth_estimated = estimated[4] - estimated[2]
     assert abs(growth_estimated / growth_measured - 1) <= vm.CELL_LIMIT, (growth_measured, growth_estimated)
+
+
+@pytest.mark.parametrize("method", ("lora", "qlora"))
+@pytest.mark.parametrize("name", ("llama", "qwen3"))
+def test_lora_dropout_masks(name, method):
+    """LoRA dropout 0.1: each adapter keeps its float32 dropout output and the dropout's mask.
+
+    The profile charges a GPU's one-byte bool mask; torch's CPU dropout keeps a float32 noise
+    tensor instead, so the CPU measurement is compared with the estimate plus 3 bytes per adapter
+    input element: both configs put 2,304 input elements per layer under the seven adapters
+    (q, k, v, o, gate, up: 256 each; down: 768), over 2 layers (4 in the grown model).
+    """
+    inputs_per_layer = 6 * 256 + 768
+    kw = dict(method=method, gradient_checkpointing="none", attention="sdpa", optimizer=vm.OPTIMIZER, lora_dropout=0.1)
+    fake = method != "qlora"
+    real_vocab = dict(kw, batch_size=2, seq_len=256)
+    m = measure(vm.CONFIGS[name], fake=fake, **real_vocab).peak
+    e = estimate(vm.CONFIGS[name], profile="hf", **real_vocab).figures["tensor_peak"]
+    e_cpu = e + 3 * inputs_per_layer * 2 * 256 * 2
+    assert abs(e_cpu / m - 1) <= vm.CELL_LIMIT, (m, e_cpu)
+    growth = dict(kw, batch_size=2, seq_len=512)
+    measured = {n: measure(_small_vocab(name, n), fake=fake, **growth).peak for n in (2, 4)}
+    estimated = {n: estimate(_small_vocab(name, n), profile="hf", **growth).figures["tensor_peak"]
+                 + 3 * inputs_per_layer * 2 * 512 * n for n in (2, 4)}
+    ratio = (estimated[4] - estimated[2]) / (measured[4] - measured[2])
+    assert abs(ratio - 1) <= vm.CELL_LIMIT, (measured, estimated)
