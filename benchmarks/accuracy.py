@@ -1,6 +1,6 @@
 """Regenerate docs/accuracy.md: the hf profile's estimate against `vramwise measure`.
 
-    python benchmarks/accuracy.py            # every cell of tests/validation_matrix.py (about 5 minutes on 2 cores)
+    python benchmarks/accuracy.py            # every cell of tests/validation_matrix.py and three 8B steps (about 10 minutes on 2 cores)
     python benchmarks/accuracy.py --cuda     # also measure the GPU rows when torch sees a CUDA device
 
 CPU rows come from the storage tracker (full and LoRA under fake tensors, QLoRA with real
@@ -70,6 +70,29 @@ def layer_rows():
     return rows
 
 
+#: Full-size models, measured under fake tensors (nothing allocated): (config path, method, checkpointing, batch, seq).
+LARGE = [
+    (os.path.join(ROOT, "examples", "llama-3.1-8b.json"), "lora", "true", 1, 2048),
+    (os.path.join(ROOT, "examples", "llama-3.1-8b.json"), "full", "true", 1, 2048),
+    (os.path.join(ROOT, "examples", "llama-3.1-8b.json"), "lora", "none", 1, 1024),
+]
+
+
+def large_rows():
+    from vramwise import estimate
+    from vramwise._measure import measure
+
+    rows = []
+    for path, method, gc, b, s in LARGE:
+        kw = dict(method=method, batch_size=b, seq_len=s, gradient_checkpointing=gc, attention="sdpa",
+                  optimizer=vm.OPTIMIZER)
+        m = measure(path, fake=True, **kw)
+        e = estimate(path, profile="hf", **kw)
+        rows.append((os.path.basename(path), method, gc, b, s, m, e))
+        print(f"{os.path.basename(path)} {method} {gc}: {_pct(e.figures['tensor_peak'] / m.peak - 1)}", file=sys.stderr, flush=True)
+    return rows
+
+
 def gpu_rows():
     import torch
 
@@ -88,7 +111,7 @@ def gpu_rows():
     return rows
 
 
-def render(cpu, layers, gpu) -> str:
+def render(cpu, layers, large, gpu) -> str:
     mib = 2**20
     errs = [abs(r["error"]) for _, r in cpu]
     out = [
@@ -138,6 +161,24 @@ def render(cpu, layers, gpu) -> str:
     ]
     for name, method, att, gm, ge, err in layers:
         out.append(f"| {name} | {method} | {att} | {gm / mib:.2f} | {ge / mib:.2f} | {_pct(err)} |")
+    gib = 2**30
+    out += [
+        "",
+        "## Full-size models under fake tensors (CPU)",
+        "",
+        "The same step simulated with FakeTensorMode (shapes and lifetimes real, nothing allocated),",
+        "sdpa, AdamW; the phase peaks are listed as forward / backward / optimizer.",
+        "",
+        "| config | method | checkpointing | batch x seq | measured GiB | estimate GiB | error | measured phases GiB | estimated phases GiB |",
+        "|---|---|---|---|---:|---:|---:|---|---|",
+    ]
+    for name, method, gc, b, s, m, e in large:
+        mp = " / ".join(f"{m.phases[k].peak / gib:.2f}" for k in ("forward", "backward", "optimizer"))
+        ep = " / ".join(f"{e.phases[k] / gib:.2f}" for k in ("forward", "backward", "optimizer"))
+        out.append(
+            f"| {name} | {method} | {gc} | {b} x {s} | {m.peak / gib:.2f} | {e.figures['tensor_peak'] / gib:.2f} "
+            f"| {_pct(e.figures['tensor_peak'] / m.peak - 1)} | {mp} | {ep} |"
+        )
     out += ["", "## GPU", ""]
     if gpu:
         out += [
@@ -184,9 +225,10 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     cpu = cpu_rows()
     layers = layer_rows()
+    large = large_rows()
     gpu = gpu_rows() if args.cuda else []
     with open(args.out, "w", encoding="utf-8") as f:
-        f.write(render(cpu, layers, gpu))
+        f.write(render(cpu, layers, large, gpu))
     print(f"wrote {args.out}", file=sys.stderr)
 
 

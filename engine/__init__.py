@@ -5,6 +5,7 @@ Public surface::
     vramwise.estimate(model, *, method="qlora", ...) -> Estimate
     vramwise.load_model(model) -> ModelSpec          # resolve once, estimate many times
     vramwise.estimate_from_size(params=8e9) -> Estimate   # no config: the seed's size-only fallback
+    vramwise.measure(model, *, method="lora", ..., fake=False) -> Measurement   # needs the [measure] extra
     vramwise.discover_gpus() / select_gpus(...) / child_env(...)
     vramwise.Registry                                # families and profiles (bundled or from folders)
 
@@ -22,6 +23,7 @@ from ._errors import (
 )
 from ._estimate import COMPONENTS, Estimate, TraceEntry, estimate, estimate_from_size, load_model
 from ._gpus import GpuDiscovery, GpuInfo, GpuSelection, PynvmlBackend, child_env, device_map, discover_gpus, select_gpus
+from ._measure import Measurement, PhaseFigures, measure
 from ._model import LayerClass, ModelSpec, Module
 from ._registry import Registry
 from ._settings import TrainingSettings
@@ -32,6 +34,9 @@ __all__ = [
     "estimate",
     "estimate_from_size",
     "load_model",
+    "measure",
+    "Measurement",
+    "PhaseFigures",
     "discover_gpus",
     "select_gpus",
     "device_map",

@@ -145,3 +145,18 @@ def test_unsloth_profile_unchanged_by_loss_setting():
     a = vramwise.estimate(TINY, method="lora")
     b = vramwise.estimate(TINY, method="lora", loss="fused")
     assert a.total == b.total
+
+
+_REG = vramwise.Registry.default()
+_EXAMPLES = [(f.name, f.examples[0]) for f in _REG.families.values() if f.examples]
+
+
+@pytest.mark.parametrize("family,example", _EXAMPLES, ids=[f for f, _ in _EXAMPLES])
+def test_every_family_estimates_under_hf(family, example):
+    """Every family provides what the hf profile needs; its phases and figures hold together."""
+    spec = vramwise.load_model(example["config"], registry=_REG)
+    for method in ("qlora", "lora", "full"):
+        e = vramwise.estimate(spec, profile="hf", method=method, registry=_REG)
+        assert e.figures["tensor_peak"] == max(e.phases.values()) > e.weights > 0
+        assert e.figures["tensor_peak"] <= e.figures["reserved"] <= e.figures["device"] == e.total
+        assert min(e.components().values()) >= 0
