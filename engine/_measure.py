@@ -286,6 +286,7 @@ def _apply_lora(net, settings):
 
 def _apply_checkpointing(net, settings) -> None:
     if settings.gradient_checkpointing == "true":
+        net.config.use_cache = False  # a KV cache cannot be kept with checkpointing (transformers turns it off)
         net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if settings.method != "full":
             net.enable_input_require_grads()

@@ -225,28 +225,38 @@ def _families(as_json: bool, out) -> None:
 
 
 def _measure(args, out) -> None:
+    import warnings
+
     from ._measure import measure
 
-    m = measure(
-        args.model, method=args.method, batch_size=args.batch_size, seq_len=args.seq_len, lora_rank=args.lora_rank,
-        target_modules=args.target_modules, gradient_checkpointing=args.gradient_checkpointing,
-        attention=args.attention, optimizer=args.optimizer, steps=args.steps, device=args.device, fake=args.fake,
-        lora_dropout=args.lora_dropout,
-    )
+    with warnings.catch_warnings():  # deprecation notices of the libraries measured are not the user's concern
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        m = measure(
+            args.model, method=args.method, batch_size=args.batch_size, seq_len=args.seq_len, lora_rank=args.lora_rank,
+            target_modules=args.target_modules, gradient_checkpointing=args.gradient_checkpointing,
+            attention=args.attention, optimizer=args.optimizer, steps=args.steps, device=args.device, fake=args.fake,
+            lora_dropout=args.lora_dropout,
+        )
     if args.json:
         _print_json(m.to_dict(), out)
         return
+    unit, scale = ("GiB", 2**30) if m.peak >= 2**30 else ("MiB", 2**20)
+
+    def size(n: int) -> str:
+        return f"{n / scale:,.2f}"
+
     out.write(f"{args.model}: {m.method} on {m.device}, {_count(m.params_total)} parameters, {_count(m.params_trainable)} trainable\n")
-    out.write(f"peak: {_gib(m.peak)} GiB of tensors, in the {m.peak_phase} phase\n")
+    out.write(f"peak: {size(m.peak)} {unit} of tensors, in the {m.peak_phase} phase\n")
     if m.reserved_peak is not None:
-        out.write(f"reserved by the caching allocator: {_gib(m.reserved_peak)} GiB\n")
+        out.write(f"reserved by the caching allocator: {size(m.reserved_peak)} {unit}\n")
     if m.process_bytes is not None:
-        out.write(f"process memory (NVML, CUDA context included): {_gib(m.process_bytes)} GiB\n")
-    out.write(f"\n{'phase':<10} {'peak GiB':>9} {'end GiB':>8}  at its end (GiB): parameters / gradients / optimizer state / activations and temporaries\n")
+        out.write(f"process memory (NVML, CUDA context included): {size(m.process_bytes)} {unit}\n")
+    out.write(f"\n{'phase':<10} {'peak ' + unit:>9} {'end ' + unit:>9}  at its end ({unit}): parameters / gradients / optimizer state / activations and temporaries\n")
     for name, ph in m.phases.items():
         c = ph.categories
-        cats = " / ".join(_gib(c.get(k, 0)) for k in ("parameters", "gradients", "optimizer_state", "activations_and_temporaries"))
-        out.write(f"{name:<10} {_gib(ph.peak):>9} {_gib(ph.end):>8}  {cats}\n")
+        cats = " / ".join(size(c.get(k, 0)) for k in ("parameters", "gradients", "optimizer_state", "activations_and_temporaries"))
+        out.write(f"{name:<10} {size(ph.peak):>9} {size(ph.end):>9}  {cats}\n")
     for n in m.notes:
         out.write(f"note: {n}\n")
 

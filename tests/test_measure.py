@@ -85,6 +85,19 @@ def test_cli_measure_json(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["device"] == "cpu" and set(data["phases"]) == {"load", "forward", "backward", "optimizer"}
     assert data["peak"] == max(v["peak"] for v in data["phases"].values())
+    # the categories account for every live byte at a phase's end
+    for ph in data["phases"].values():
+        assert sum(ph["categories"].values()) == ph["end"]
+
+
+def test_cli_measure_table_in_mib_for_small_models(tmp_path, capsys):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(TINY))
+    assert main(["measure", str(p), "--fake", "--seq-len", "16", "--steps", "1"]) == 0
+    out = capsys.readouterr().out
+    m = measure(TINY, seq_len=16, steps=1, fake=True)
+    assert f"peak: {m.peak / 2**20:,.2f} MiB of tensors, in the {m.peak_phase} phase" in out
+    assert "activations and temporaries" in out
 
 
 MOE = {"model_type": "qwen3_moe", "vocab_size": 1000, "hidden_size": 128, "intermediate_size": 256,
