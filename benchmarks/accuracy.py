@@ -124,7 +124,7 @@ def render(cpu, layers, large, gpu) -> str:
         "the highest live tensor bytes `vramwise measure` records over two optimizer steps on CPU",
         "(storages rounded up to 512 bytes, as the CUDA caching allocator rounds). Full fine-tuning and",
         "LoRA run under fake tensors (equal to real tensors to the byte, see tests/test_measure.py); QLoRA",
-        "runs real bitsandbytes 4-bit storage. Optimizer: torch AdamW, for-loop implementation.",
+        "runs real bitsandbytes 4-bit storage. Optimizer: torch AdamW, foreach implementation (`adamw_torch`).",
         "",
         "**Configs.** 256 wide, 2 layers, real vocabularies: llama (128,256, untied), qwen3 (151,936, tied,",
         "q/k norms), gemma3_text (262,144, tied, sliding + full layer), qwen3_moe (8 experts, top-2, PEFT",

@@ -271,7 +271,7 @@ def estimate_from_size(
     source = f"{params:g} parameters" if params is not None else f"{int(weight_bytes)} bytes of weights"
     names = {
         "params_total": total, "quantizable_params": 0, "non_quantizable_params": total,
-        "skipped_quantizable_params": 0, "linear_quantizable_params": 0, "largest_param_tensor": 0,
+        "skipped_quantizable_params": 0, "linear_quantizable_params": 0,
         "checkpoint_bytes": int(weight_bytes) if weight_bytes is not None else None,
         "num_layers": 0,
     }

@@ -20,7 +20,7 @@ from ._errors import SettingsError, VramwiseError
 __all__ = ["Measurement", "PhaseFigures", "measure", "StorageTracker", "MEASURE_OPTIMIZERS"]
 
 #: Optimizers measure can build.
-MEASURE_OPTIMIZERS = ("adamw_torch", "adamw_8bit", "sgd")
+MEASURE_OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw_8bit", "sgd")
 _ROUND = 512
 
 
@@ -251,7 +251,7 @@ def measure(
         net = net.to("cuda")
     net.train()
     trainable = [p for p in net.parameters() if p.requires_grad]
-    opt = _optimizer(trainable, settings, notes, device)
+    opt = _optimizer(trainable, settings, notes)
     vocab = int(net.get_output_embeddings().weight.shape[0]) if net.get_output_embeddings() is not None else 1000
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(0, vocab, (settings.batch_size, settings.seq_len), generator=gen).to(device)
@@ -292,7 +292,7 @@ def _apply_checkpointing(net, settings) -> None:
             net.enable_input_require_grads()
 
 
-def _optimizer(trainable, settings, notes: list, device: str):
+def _optimizer(trainable, settings, notes: list):
     import torch
 
     if settings.optimizer == "adamw_8bit":
@@ -300,9 +300,11 @@ def _optimizer(trainable, settings, notes: list, device: str):
         return bnb.optim.AdamW8bit(trainable, lr=1e-5)
     if settings.optimizer == "sgd":
         return torch.optim.SGD(trainable, lr=1e-5)
-    if device == "cpu":
-        notes.append("AdamW runs its for-loop implementation (foreach=False), as on CPU by default")
-    return torch.optim.AdamW(trainable, lr=1e-5, foreach=False)
+    if settings.optimizer == "adamw_torch_fused":
+        return torch.optim.AdamW(trainable, lr=1e-5, fused=True)
+    # torch's default on GPUs (and the transformers Trainer's adamw_torch): the foreach implementation
+    notes.append("AdamW runs its foreach implementation, torch's default on GPUs")
+    return torch.optim.AdamW(trainable, lr=1e-5, foreach=True)
 
 
 def _measure_fake(cfg: dict, settings, steps: int, dtype) -> Measurement:
@@ -340,7 +342,7 @@ def _measure_fake(cfg: dict, settings, steps: int, dtype) -> Measurement:
         net.train()
         trainable = [p for p in net.parameters() if p.requires_grad]
         notes = ["fake tensors: shapes and lifetimes are real, nothing was allocated"]
-        opt = _optimizer(trainable, settings, notes, "cpu")
+        opt = _optimizer(trainable, settings, notes)
         vocab = int(net.get_output_embeddings().weight.shape[0])
         ids = torch.randint(0, vocab, (settings.batch_size, settings.seq_len))
         params_total = sum(p.numel() for p in net.parameters())

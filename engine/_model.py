@@ -443,7 +443,6 @@ def resolve_model(
     by_group: dict[str, int] = {}
     quantizable = 0
     linear_quantizable = 0
-    largest = 0
     total = 0
     for count, mods in [(1, model_mods)] + [(lc.count, lc.modules) for lc in classes]:
         for m in mods:
@@ -453,7 +452,6 @@ def resolve_model(
                 quantizable += count * m.weight_params
                 if m.kind == "linear":
                     linear_quantizable += count * m.weight_params
-            largest = max(largest, prod(m.shape))
     lora_modules = tuple(
         (lc.count, tuple(m for m in lc.modules if m.kind == "linear" or m.lora_parts)) for lc in classes
     ) + ((1, tuple(m for m in model_mods if m.kind == "linear" or m.lora_parts)),)
@@ -473,7 +471,6 @@ def resolve_model(
         "params_total": total,
         "quantizable_params": quantizable,
         "linear_quantizable_params": linear_quantizable,
-        "largest_param_tensor": largest,
         "non_quantizable_params": total - quantizable,
         "skipped_quantizable_params": skipped,
         "checkpoint_bytes": checkpoint_bytes,

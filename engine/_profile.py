@@ -23,7 +23,7 @@ __all__ = ["Profile", "Formula", "Table", "build_profile", "check_inputs", "AGGR
 AGGREGATE_NAMES = frozenset((
     "params_total", "quantizable_params", "non_quantizable_params", "skipped_quantizable_params",
     "checkpoint_bytes", "num_layers", "lora_io", "lora_inputs", "lora_adapters", "lora_merged_params",
-    "linear_quantizable_params", "largest_param_tensor",
+    "linear_quantizable_params",
 ))
 N_GPUS = "n_gpus"
 

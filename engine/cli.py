@@ -345,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target-modules", default=None, help="comma-separated LoRA targets or all-linear (default: the seven projections)")
     p.add_argument("--gradient-checkpointing", default="none", metavar="{none,true}", help="transformers' checkpointing (default: none)")
     p.add_argument("--attention", default="sdpa", help="attention implementation: sdpa or eager (default: sdpa)")
-    p.add_argument("--optimizer", default="adamw_torch", help="adamw_torch, adamw_8bit or sgd (default: adamw_torch)")
+    p.add_argument("--optimizer", default="adamw_torch", help="adamw_torch (foreach), adamw_torch_fused, adamw_8bit or sgd (default: adamw_torch)")
     p.add_argument("--steps", type=int, default=2, help="optimizer steps to run (default: 2; the last one is reported)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where to run (default: cpu)")
     p.add_argument("--lora-dropout", type=float, default=0.0, help="LoRA dropout probability (default: 0)")

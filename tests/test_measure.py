@@ -74,7 +74,7 @@ def test_measure_rejects_unsupported_settings():
 
     with pytest.raises(SettingsError, match="gradient checkpointing is none or true"):
         measure(TINY, gradient_checkpointing="unsloth")
-    with pytest.raises(SettingsError, match="adamw_torch, adamw_8bit, sgd"):
+    with pytest.raises(SettingsError, match="adamw_torch, adamw_torch_fused, adamw_8bit, sgd"):
         measure(TINY, optimizer="lion")
 
 
@@ -122,3 +122,18 @@ def test_fake_tensors_refuse_qlora():
 
     with pytest.raises(SettingsError, match="real 4-bit storage"):
         measure(TINY, method="qlora", fake=True)
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_optimizer_step_temporaries(method):
+    """foreach AdamW: sqrt(exp_avg_sq) of every trainable tensor at once, one more copy of the
+    trainable bytes (the gradients have exactly that size); the fused kernel works in place."""
+    state = {}
+    for opt in ("adamw_torch", "adamw_torch_fused"):
+        m = measure(TINY, method=method, batch_size=1, seq_len=16, optimizer=opt)
+        c = m.phases["backward"].categories
+        state[opt] = (m.phases["optimizer"].peak - (c["parameters"] + c["gradients"] + c["optimizer_state"]),
+                      c["gradients"])
+    extra, grads = state["adamw_torch"]
+    assert grads <= extra <= grads + 4 * 512  # plus a few scalar step tensors
+    assert state["adamw_torch_fused"][0] <= 4 * 512
