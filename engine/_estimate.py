@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 from ._errors import SettingsError
 from ._expr import Evaluator, LayerValues
-from ._model import LoraSums, ModelSpec, resolve_model
+from ._model import NO_ADAPTERS, LoraSums, ModelSpec, resolve_model
 from ._profile import Profile, round_bytes
 from ._registry import Registry
 from ._settings import TrainingSettings, normalise_settings
@@ -198,7 +198,7 @@ def estimate(
     reg.check_pair(reg.family(spec.family), prof)
     warnings = list(spec.warnings)
     if settings.method in ("full", "inference"):
-        lora, targets = LoraSums(0, 0, 0, frozenset()), frozenset()
+        lora, targets = NO_ADAPTERS, frozenset()
     else:
         targets, explicit = prof.expand_targets(settings.target_modules)
         if prof.lora_convention == "peft":
@@ -282,4 +282,4 @@ def estimate_from_size(
                      "names": MappingProxyType(names), "lora_modules": ()},
     )
     warnings = [f"no model config: a fallback estimate from {source} alone, each component a share of the model size"]
-    return _evaluate(spec, prof, settings, LoraSums(0, 0, 0, frozenset()), warnings)
+    return _evaluate(spec, prof, settings, NO_ADAPTERS, warnings)

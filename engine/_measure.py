@@ -136,7 +136,8 @@ class Measurement:
         }
 
 
-def _build(cfg_dict: dict, attention: str, dtype):
+def _meta_model(cfg_dict: dict, attention: str, dtype):
+    """The causal LM transformers builds from ``cfg_dict``, on the meta device (nothing allocated)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -150,8 +151,14 @@ def _build(cfg_dict: dict, attention: str, dtype):
     except Exception as e:  # noqa: BLE001
         raise VramwiseError(f"transformers cannot build a {mt!r} config: {type(e).__name__}: {e}") from None
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation=attention)
-    model = model.to_empty(device="cpu")
+        return AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation=attention)
+
+
+def _build(cfg_dict: dict, attention: str, dtype):
+    """The model with random weights on CPU."""
+    import torch
+
+    model = _meta_model(cfg_dict, attention, dtype).to_empty(device="cpu")
     with torch.no_grad():
         gen = torch.Generator().manual_seed(0)
         for p in model.parameters():
@@ -312,20 +319,8 @@ def _measure_fake(cfg: dict, settings, steps: int, dtype) -> Measurement:
     then each parameter and buffer replaced by a fake tensor of its shape and dtype (ties kept)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from transformers import AutoConfig, AutoModelForCausalLM
 
-    d = dict(cfg)
-    mt = d.pop("model_type", None)
-    if not mt:
-        raise VramwiseError("the config has no model_type, so transformers cannot build it")
-    d.pop("quantization_config", None)
-    try:
-        conf = AutoConfig.for_model(mt, **d)
-    except Exception as e:  # noqa: BLE001
-        raise VramwiseError(f"transformers cannot build a {mt!r} config: {type(e).__name__}: {e}") from None
-    with torch.device("meta"):
-        net = AutoModelForCausalLM.from_config(conf, dtype=dtype, attn_implementation=settings.attention)
-    net = _apply_lora(net, settings)
+    net = _apply_lora(_meta_model(cfg, settings.attention, dtype), settings)
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     with mode:
         made: dict[int, Any] = {}
@@ -368,10 +363,11 @@ class _packed_sequence_check_off:
 
 
 def _categories(net, opt) -> dict:
-    seen: set = set()
-
+    """Bytes of the parameters, gradients and optimizer state (each storage once, 512-byte rounded)."""
     import torch
     from torch.multiprocessing.reductions import StorageWeakRef
+
+    seen: set = set()
 
     def total(tensors) -> int:
         out = 0

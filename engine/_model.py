@@ -126,11 +126,6 @@ class ModelSpec:
         """Parameter count per module path (weights plus bias, one copy)."""
         return {path: m.params // m.repeat for path, m in self.modules()}
 
-    def lora_io(self, targets: frozenset, explicit: frozenset = frozenset()) -> tuple[int, frozenset]:
-        """Sum of (in + out) features over the adapters ``targets`` put on the model, and the targets that matched."""
-        sums = self.lora_sums(targets, explicit)
-        return sums.io, sums.matched
-
     def lora_sums(self, targets: frozenset, explicit: frozenset = frozenset()) -> "LoraSums":
         """The adapters ``targets`` put on the model: sum of in + out features, sum of in features,
         number of adapters, and the targets that matched.
@@ -205,6 +200,10 @@ class LoraSums:
     adapters: int  # number of adapters
     matched: frozenset  # the targets that matched a module
     merged_params: int = 0  # weights of parameters carrying an adapter (PEFT merges them in the forward)
+
+
+#: No adapters (full fine-tuning, inference, the size-only fallback).
+NO_ADAPTERS = LoraSums(0, 0, 0, frozenset())
 
 
 _NULL = object()
