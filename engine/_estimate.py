@@ -202,7 +202,7 @@ def estimate(
     else:
         targets, explicit = prof.expand_targets(settings.target_modules)
         if prof.lora_convention == "peft":
-            lora = spec.peft_lora_sums(targets, reg.family(spec.family).peft)
+            lora = spec.peft_lora_sums(targets)
         else:
             lora = spec.lora_sums(targets, explicit)
         matched = lora.matched

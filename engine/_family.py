@@ -9,6 +9,7 @@ is used. Nothing here knows any model family: all of that is in the files.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Mapping
 
 from ._errors import FileFormatError
@@ -95,15 +96,6 @@ class WarningRule:
 
 
 @dataclass(frozen=True)
-class PeftRule:
-    """How PEFT rewrites LoRA targets for some model types: target name -> the leaf name of the
-    (fused) parameter it is moved to (targets fused into one parameter multiply its rank)."""
-
-    model_types: frozenset
-    target_parameters: Mapping[str, str]
-
-
-@dataclass(frozen=True)
 class Family:
     name: str
     file: str
@@ -121,7 +113,9 @@ class Family:
     path_roots: tuple = ("model",)
     skip_modules_fact: str | None = None
     warning_rules: tuple = ()
-    peft: "PeftRule | None" = None
+    # PEFT's rewrite of LoRA targets onto (fused) parameters, per model type it applies to:
+    # model type -> {target name: parameter name suffix}; targets fused into one parameter multiply its rank
+    peft_target_parameters: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     examples: tuple = field(default=(), repr=False)  # raw example dicts
 
     @property
@@ -324,9 +318,10 @@ def _compile(name: str, raw: dict[str, DataFile]) -> Family:
         raise FileFormatError(skip_src.df.problem(skip_src.parts, f"unknown fact {skip_src.value!r}"))
     roots = merged["path_roots"]
     peft_src = merged["peft"]
-    peft = None
+    peft_targets: dict = {}
     if peft_src is not None:
-        peft = PeftRule(frozenset(peft_src.value["model_types"]), dict(peft_src.value["target_parameters"]))
+        targets = MappingProxyType(dict(peft_src.value["target_parameters"]))
+        peft_targets = {mt: targets for mt in peft_src.value["model_types"]}
     return Family(
         name=name, file=df.path, description=data["description"], source=data["source"],
         model_types=tuple(data.get("model_types", ())), abstract=abstract, fallback=bool(data.get("fallback", False)),
@@ -335,7 +330,7 @@ def _compile(name: str, raw: dict[str, DataFile]) -> Family:
         path_roots=tuple(roots.value) if roots is not None else ("model",),
         skip_modules_fact=skip_src.value if skip_src is not None else None,
         warning_rules=warning_rules,
-        peft=peft,
+        peft_target_parameters=MappingProxyType(peft_targets),
         examples=tuple(data.get("examples", ())),
     )
 

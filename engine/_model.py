@@ -96,6 +96,8 @@ class ModelSpec:
     model_modules: tuple
     warnings: tuple = ()
     source: str = ""
+    # where PEFT moves LoRA targets onto parameters for this model type (family data, resolved once)
+    peft_target_parameters: Mapping[str, str] = field(default_factory=dict)
     _aggregates: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -153,16 +155,16 @@ class ModelSpec:
                         matched.add(target)
         return LoraSums(io, ins, n_adapters, frozenset(matched))
 
-    def peft_lora_sums(self, targets: frozenset, rule=None) -> "LoraSums":
+    def peft_lora_sums(self, targets: frozenset) -> "LoraSums":
         """The adapters PEFT itself puts on the model for ``targets``.
 
         A target matches a linear module whose path ends in that name (PEFT's suffix rule), so
-        a fused projection does not answer to the names of its parts. Where ``rule`` (the family's
-        PeftRule) covers this model type, targets it maps are moved to the parameters they name:
+        a fused projection does not answer to the names of its parts. Targets the family's PEFT
+        rule maps for this model type (``peft_target_parameters``) are moved to the parameters they name:
         an adapter of rank r x (targets fused there) on each matching parameter, r x E x (in + out)
         for an (E, out, in) expert tensor; those names then no longer match modules.
         """
-        mapping = rule.target_parameters if rule is not None and self.model_type in rule.model_types else {}
+        mapping = self.peft_target_parameters
         module_targets = {t for t in targets if t not in mapping}
         fused: dict[str, list[str]] = {}
         for t in sorted(targets):
@@ -484,7 +486,9 @@ def resolve_model(
     return ModelSpec(
         family=family.name, family_file=family.file, model_type=model_type, facts=MappingProxyType(facts),
         num_layers=n_layers, layer_classes=tuple(classes), model_modules=model_mods,
-        warnings=tuple(warns), source=source, _aggregates=aggregates,
+        warnings=tuple(warns), source=source,
+        peft_target_parameters=family.peft_target_parameters.get(model_type, MappingProxyType({})),
+        _aggregates=aggregates,
     )
 
 
