@@ -57,12 +57,7 @@ def layer_rows():
             for att in vm.ATTENTION:
                 kw = dict(method=method, batch_size=2, seq_len=512, gradient_checkpointing="none", attention=att,
                           optimizer=vm.OPTIMIZER)
-                cfgs = {}
-                for n in (2, 4):
-                    cfg = dict(vm.CONFIGS[name], vocab_size=1000, num_hidden_layers=n)
-                    if "layer_types" in cfg:
-                        cfg["layer_types"] = (["sliding_attention", "full_attention"] * n)[:n]
-                    cfgs[n] = cfg
+                cfgs = {n: vm.small_vocab(name, n) for n in (2, 4)}
                 meas = {n: measure(cfgs[n], fake=method != "qlora", **kw).peak for n in (2, 4)}
                 est = {n: estimate(cfgs[n], profile="hf", **kw).figures["tensor_peak"] for n in (2, 4)}
                 gm, ge = meas[4] - meas[2], est[4] - est[2]

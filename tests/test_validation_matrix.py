@@ -46,21 +46,14 @@ def test_median_within_five_percent():
     assert vm.median_abs_error(rows) <= vm.MEDIAN_LIMIT
 
 
-def _small_vocab(name: str, layers: int) -> dict:
-    cfg = dict(vm.CONFIGS[name], vocab_size=1000, num_hidden_layers=layers)
-    if "layer_types" in cfg:
-        cfg["layer_types"] = (["sliding_attention", "full_attention"] * layers)[:layers]
-    return cfg
-
-
 @pytest.mark.parametrize("attention", vm.ATTENTION)
 @pytest.mark.parametrize("method", vm.METHODS)
 @pytest.mark.parametrize("name", sorted(vm.CONFIGS))
 def test_two_more_layers_cost_what_the_estimate_says(name, method, attention):
     kw = dict(method=method, batch_size=2, seq_len=512, gradient_checkpointing="none", attention=attention,
               optimizer=vm.OPTIMIZER)
-    measured = {n: measure(_small_vocab(name, n), fake=method != "qlora", **kw).peak for n in (2, 4)}
-    estimated = {n: estimate(_small_vocab(name, n), profile="hf", **kw).figures["tensor_peak"] for n in (2, 4)}
+    measured = {n: measure(vm.small_vocab(name, n), fake=method != "qlora", **kw).peak for n in (2, 4)}
+    estimated = {n: estimate(vm.small_vocab(name, n), profile="hf", **kw).figures["tensor_peak"] for n in (2, 4)}
     growth_measured = measured[4] - measured[2]
     growth_estimated = estimated[4] - estimated[2]
     assert abs(growth_estimated / growth_measured - 1) <= vm.CELL_LIMIT, (growth_measured, growth_estimated)
@@ -85,8 +78,8 @@ def test_lora_dropout_masks(name, method):
     e_cpu = e + 3 * inputs_per_layer * 2 * 256 * 2
     assert abs(e_cpu / m - 1) <= vm.CELL_LIMIT, (m, e_cpu)
     growth = dict(kw, batch_size=2, seq_len=512)
-    measured = {n: measure(_small_vocab(name, n), fake=fake, **growth).peak for n in (2, 4)}
-    estimated = {n: estimate(_small_vocab(name, n), profile="hf", **growth).figures["tensor_peak"]
+    measured = {n: measure(vm.small_vocab(name, n), fake=fake, **growth).peak for n in (2, 4)}
+    estimated = {n: estimate(vm.small_vocab(name, n), profile="hf", **growth).figures["tensor_peak"]
                  + 3 * inputs_per_layer * 2 * 512 * n for n in (2, 4)}
     ratio = (estimated[4] - estimated[2]) / (measured[4] - measured[2])
     assert abs(ratio - 1) <= vm.CELL_LIMIT, (measured, estimated)

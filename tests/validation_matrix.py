@@ -80,5 +80,13 @@ def run_cell(cell) -> dict:
     }
 
 
+def small_vocab(name: str, layers: int) -> dict:
+    """The config with vocabulary 1000 and ``layers`` layers: isolates the per-layer terms."""
+    cfg = dict(CONFIGS[name], vocab_size=1000, num_hidden_layers=layers)
+    if "layer_types" in cfg:
+        cfg["layer_types"] = (["sliding_attention", "full_attention"] * layers)[:layers]
+    return cfg
+
+
 def median_abs_error(rows) -> float:
     return statistics.median(abs(r["error"]) for r in rows)
