@@ -1,4 +1,4 @@
-"""Inference estimates (the seed's rule and the KV-cache figure) and the size-only fallback, by hand."""
+"""Inference estimates (the rule of docs/unsloth-profile.md#inference and the KV-cache figure) and the size-only fallback, by hand."""
 
 from __future__ import annotations
 

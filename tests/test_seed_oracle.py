@@ -1,8 +1,8 @@
-"""Every dense config of ../shared/configs against a direct transcription of the seed's formulas.
+"""Every dense config of ../shared/configs against a direct transcription of the unsloth formulas.
 
-The oracle below is written from the seed document (sections 1-7), not from the YAML files: it
+The oracle below is written from docs/unsloth-profile.md (#total to #overhead), not from the YAML files: it
 takes the exact parameter split from transformers' meta-device model (linear weights inside the
-decoder layers are quantizable; everything else is not) and applies the seed's arithmetic.
+decoder layers are quantizable; everything else is not) and applies that arithmetic.
 """
 
 from __future__ import annotations

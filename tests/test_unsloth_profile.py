@@ -1,4 +1,4 @@
-"""The unsloth profile reproduces the seed's formulas; expected values are derived by hand.
+"""The unsloth profile reproduces the formulas of docs/unsloth-profile.md; expected values are derived by hand.
 
 Llama-3.1-8B dims used throughout (H 4096, 32 layers, 32 heads of 128, 8 KV heads, MLP 14336,
 vocabulary 128256, untied):
