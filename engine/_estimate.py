@@ -8,7 +8,7 @@ from functools import cached_property
 from typing import Any, Mapping
 
 from ._errors import SettingsError
-from ._expr import Evaluator, LayerValues
+from ._expr import LayerValues
 from ._model import NO_ADAPTERS, LoraSums, ModelSpec, resolve_model
 from ._profile import Profile, round_bytes
 from ._registry import Registry
@@ -75,7 +75,7 @@ class Estimate:
         f = self._profile.formula(self._profile.min_per_gpu)
         env = dict(self._env)
         env["n_gpus"] = n
-        return round_bytes(f.expr.evaluate(Evaluator(), env))
+        return round_bytes(f.expr.evaluate(env))
 
     @property
     def peak_phase(self) -> str | None:

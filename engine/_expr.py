@@ -1,14 +1,22 @@
-"""The safe expression language of family and formula files.
+"""The safe expression language of family and formula files, and its compiler.
 
 Expressions are checked when their file is loaded (syntax whitelist, known
-names, whitelisted functions) and evaluated with :mod:`simpleeval`, never with
-Python's ``eval``. What is accepted: numbers, strings, ``True``/``False``/
-``None``, names, ``+ - * / // % **``, comparisons (including ``in`` and
-``is``), ``and``/``or``/``not``, ``a if c else b``, indexing (``xs[i]``) and
-calls of the functions in :data:`FUNCTIONS`. Everything else -- attribute
-access, assignment, several expressions, the ``^`` operator (XOR in Python, not
-power), lambdas, comprehensions, calls outside the whitelist -- is rejected at
-load time with ``file:line:col``.
+names, whitelisted functions) and compiled once to Python code that runs with
+no builtins. What is accepted: numbers, strings, ``True``/``False``/``None``,
+names, ``+ - * / // % **``, comparisons (including ``in`` and ``is``),
+``and``/``or``/``not``, ``a if c else b``, indexing (``xs[i]``) and calls of the
+functions in :data:`FUNCTIONS`. Everything else -- attribute access, assignment,
+several expressions, the ``^`` operator (XOR in Python, not power), lambdas,
+comprehensions, calls outside the whitelist, names starting with ``_`` -- is
+rejected at load time with ``file:line:col``.
+
+The checked tree is re-emitted as Python source by :func:`emit`, never passed on
+as text the user wrote, so nothing outside the whitelist can reach the compiler.
+The run-time limits of a sandboxed evaluator are kept as guarded functions: a
+power whose base or exponent exceeds :data:`MAX_POWER`, and a string or sequence
+repeated or concatenated beyond :data:`MAX_STRING_LENGTH`, raise instead of
+allocating; ``%`` never formats a string. A guard is emitted only where the
+operand types (known when a profile is compiled for a model) allow the danger.
 """
 
 from __future__ import annotations
@@ -18,12 +26,18 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from simpleeval import SimpleEval
-
 from ._errors import EvaluationError, ExpressionError
 from ._yamlio import DataFile, json_path
 
-__all__ = ["Expression", "LayerValues", "FUNCTIONS", "compile_expression", "Evaluator"]
+__all__ = [
+    "Expression", "LayerValues", "FUNCTIONS", "compile_expression", "emit", "GLOBALS", "ANY", "type_tag",
+    "MAX_POWER", "MAX_STRING_LENGTH",
+]
+
+#: Largest base or exponent of ``**`` (simpleeval's limit).
+MAX_POWER = 4_000_000
+#: Longest string or sequence that repetition or concatenation may build (simpleeval's limit).
+MAX_STRING_LENGTH = 100_000
 
 
 class LayerValues(tuple):
@@ -71,6 +85,145 @@ FUNCTIONS: dict[str, Callable] = {
 
 _LAYER_REDUCERS = frozenset({"layers_sum", "layers_max"})
 
+
+def _pow(a, b):
+    if abs(a) > MAX_POWER or abs(b) > MAX_POWER:
+        raise OverflowError(f"{a!r} ** {b!r} is beyond the allowed power ({MAX_POWER})")
+    return a**b
+
+
+def _mul(a, b):
+    if hasattr(a, "__len__") and b * len(a) > MAX_STRING_LENGTH:
+        raise OverflowError(f"repeating a sequence beyond {MAX_STRING_LENGTH} elements")
+    if hasattr(b, "__len__") and a * len(b) > MAX_STRING_LENGTH:
+        raise OverflowError(f"repeating a sequence beyond {MAX_STRING_LENGTH} elements")
+    return a * b
+
+
+def _add(a, b):
+    if hasattr(a, "__len__") and hasattr(b, "__len__") and len(a) + len(b) > MAX_STRING_LENGTH:
+        raise OverflowError(f"joining sequences beyond {MAX_STRING_LENGTH} elements")
+    return a + b
+
+
+def _mod(a, b):
+    if isinstance(a, str):
+        raise TypeError("% does not format strings here")
+    return a % b
+
+
+def round_bytes(value: float) -> int:
+    """Nearest whole byte, halves rounded up (components are reported as ints)."""
+    return int(value + 0.5) if value >= 0 else -int(-value + 0.5)
+
+
+#: Globals of every compiled expression: the whitelisted functions and guards, no builtins.
+GLOBALS: dict[str, Any] = {"__builtins__": {}}
+GLOBALS.update({f"_vw_{name}": fn for name, fn in FUNCTIONS.items()})
+GLOBALS.update(_vw_pow=_pow, _vw_mul=_mul, _vw_add=_add, _vw_mod=_mod, _vw_round=round_bytes, _vw_float=float)
+
+# -- types, for deciding where guards are needed -------------------------------------------
+_NUM, _STR, _SEQ, _NONE, _OTHER = "n", "s", "q", "z", "o"
+NUMBER = frozenset(_NUM)
+ANY = frozenset((_NUM, _STR, _SEQ, _NONE, _OTHER))
+_SIZED = frozenset((_STR, _SEQ, _OTHER))
+
+
+def type_tag(value: Any) -> frozenset:
+    """The type class of a value as the compiler sees it."""
+    if isinstance(value, (bool, int, float)):
+        return NUMBER
+    if isinstance(value, str):
+        return frozenset(_STR)
+    if isinstance(value, (list, tuple)):
+        return frozenset(_SEQ)
+    if value is None:
+        return frozenset(_NONE)
+    return frozenset(_OTHER)
+
+
+_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%", ast.Pow: "**"}
+_CMPOPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
+           ast.In: "in", ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not"}
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"_vw_float({str(value)!r})"
+    return repr(value)
+
+
+def emit(
+    node: ast.AST,
+    name: Callable[[str], str] = str,
+    types: Callable[[str], frozenset] | None = None,
+) -> tuple[str, frozenset]:
+    """Python source of a checked expression tree, and the type classes its value may have.
+
+    ``name`` maps a variable of the expression to the source text that reads it; ``types`` gives
+    the type classes of a variable (unknown: any type), from which the guards are chosen.
+    Everything is parenthesised, so operator precedence is that of the tree.
+    """
+
+    def go(n: ast.AST) -> tuple[str, frozenset]:
+        if isinstance(n, ast.Expr):
+            return go(n.value)
+        if isinstance(n, ast.Constant):
+            return _literal(n.value), type_tag(n.value)
+        if isinstance(n, ast.Name):
+            return name(n.id), (types(n.id) if types is not None else ANY)
+        if isinstance(n, ast.BinOp):
+            (a, ta), (b, tb) = go(n.left), go(n.right)
+            op = type(n.op)
+            numeric = ta <= NUMBER and tb <= NUMBER
+            result = NUMBER if numeric else ANY
+            if op is ast.Pow:
+                return f"_vw_pow({a}, {b})", result
+            if op is ast.Mult and (ta & _SIZED or tb & _SIZED):
+                return f"_vw_mul({a}, {b})", result
+            if op is ast.Add and ta & _SIZED and tb & _SIZED:
+                return f"_vw_add({a}, {b})", result
+            if op is ast.Mod and _STR in ta:
+                return f"_vw_mod({a}, {b})", result
+            return f"({a} {_BINOPS[op]} {b})", result
+        if isinstance(n, ast.UnaryOp):
+            a, ta = go(n.operand)
+            if isinstance(n.op, ast.Not):
+                return f"(not {a})", NUMBER
+            sign = "-" if isinstance(n.op, ast.USub) else "+"
+            return f"({sign}{a})", NUMBER if ta <= NUMBER else ANY
+        if isinstance(n, ast.BoolOp):
+            parts = [go(v) for v in n.values]
+            joiner = " and " if isinstance(n.op, ast.And) else " or "
+            return "(" + joiner.join(p for p, _ in parts) + ")", frozenset().union(*(t for _, t in parts))
+        if isinstance(n, ast.Compare):
+            out = [go(n.left)[0]]
+            for op, comp in zip(n.ops, n.comparators):
+                out += [_CMPOPS[type(op)], go(comp)[0]]
+            return "(" + " ".join(out) + ")", NUMBER
+        if isinstance(n, ast.IfExp):
+            (t, _), (a, ta), (b, tb) = go(n.test), go(n.body), go(n.orelse)
+            return f"({a} if {t} else {b})", ta | tb
+        if isinstance(n, ast.Subscript):
+            return f"{go(n.value)[0]}[{go(n.slice)[0]}]", ANY
+        if isinstance(n, ast.Call):
+            fname = n.func.id
+            args = [go(a) for a in n.args]
+            text = f"_vw_{fname}(" + ", ".join(a for a, _ in args) + ")"
+            if fname in ("ceil", "floor", "int", "len", "layers_sum", "layers_max"):
+                return text, NUMBER
+            if fname == "lower":
+                return text, frozenset(_STR)
+            if fname in ("min", "max") and len(args) > 1:
+                return text, frozenset().union(*(t for _, t in args))
+            if fname == "abs" and args and args[0][1] <= NUMBER:
+                return text, NUMBER
+            return text, ANY
+        raise AssertionError(f"unchecked node {type(n).__name__}")  # compile_expression rejects it first
+
+    return go(node)
+
+
 _ALLOWED_NODES = (
     ast.Expression, ast.Expr, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp,
     ast.Constant, ast.Name, ast.Load, ast.Call, ast.Subscript,
@@ -105,13 +258,14 @@ _FRIENDLY = {
 
 @dataclass(frozen=True, eq=False)
 class Expression:
-    """One checked expression, with where it was written."""
+    """One checked expression, with where it was written, compiled for evaluation over a mapping."""
 
     text: str
     names: frozenset
     where: str  # file:line:col
-    node: Any = None  # parsed tree; None for a literal
+    node: Any = None  # checked tree; None for a literal
     literal: Any = None
+    code: Any = None  # code object evaluating the tree with the expression's names read from a mapping
 
     @property
     def file(self) -> str:
@@ -121,31 +275,24 @@ class Expression:
     def line(self) -> int:
         return int(self.where.rsplit(":", 2)[1])
 
-    def evaluate(self, evaluator: "Evaluator", env: Mapping[str, Any]) -> Any:
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        """The value over ``env``; any failure becomes an :class:`EvaluationError` naming the place and inputs."""
         if self.node is None:
             return self.literal
-        return evaluator.run(self, env)
-
-
-class Evaluator:
-    """A simpleeval instance restricted to :data:`FUNCTIONS`; one per thread of work."""
-
-    __slots__ = ("_s",)
-
-    def __init__(self) -> None:
-        self._s = SimpleEval(functions=dict(FUNCTIONS), names={})
-
-    def run(self, expr: Expression, env: Mapping[str, Any]) -> Any:
-        s = self._s
-        s.names = env
         try:
-            return s.eval(expr.text, previously_parsed=expr.node)
+            return eval(self.code, GLOBALS, env)  # noqa: S307 - code emitted from a checked tree, no builtins
         except Exception as exc:  # noqa: BLE001 - every failure is reported with its place
-            inputs = ", ".join(f"{n}={env.get(n)!r}" for n in sorted(expr.names) if n in env)
-            raise EvaluationError(
-                f"{expr.where}: evaluating `{expr.text}` failed: {type(exc).__name__}: {exc}"
-                + (f" (inputs: {inputs})" if inputs else "")
-            ) from None
+            raise self.failure(exc, env) from None
+
+    def failure(self, exc: BaseException, env: Mapping[str, Any]) -> EvaluationError:
+        if isinstance(exc, NameError):
+            missing = str(exc).split("'")[1] if "'" in str(exc) else str(exc)
+            exc = NameError(f"'{missing}' is not defined")
+        inputs = ", ".join(f"{n}={env.get(n)!r}" for n in sorted(self.names) if n in env)
+        return EvaluationError(
+            f"{self.where}: evaluating `{self.text}` failed: {type(exc).__name__}: {exc}"
+            + (f" (inputs: {inputs})" if inputs else "")
+        )
 
 
 def _position(df: DataFile | None, parts: tuple, col_in_text: int, raw: str, text: str) -> str:
@@ -224,10 +371,14 @@ def compile_expression(
         elif isinstance(node, ast.Constant):
             if not isinstance(node.value, (int, float, str, bool, type(None))):
                 raise fail(f"constant {node.value!r} is not allowed", node)
+            if isinstance(node.value, str) and len(node.value) > MAX_STRING_LENGTH:
+                raise fail(f"a string literal longer than {MAX_STRING_LENGTH} characters is not allowed", node)
         elif isinstance(node, ast.Name):
             parent = parents.get(id(node))
             if isinstance(parent, ast.Call) and parent.func is node:
                 continue  # function name, checked above
+            if node.id.startswith("_"):
+                raise fail(f"names starting with `_` are reserved (`{node.id}`)", node)
             if not is_allowed(node.id):
                 raise fail(f"unknown name `{node.id}`", node)
             if node.id in layer_valued and not (
@@ -235,4 +386,6 @@ def compile_expression(
             ):
                 raise fail(f"`{node.id}` has one value per layer: use layers_sum({node.id}) or layers_max({node.id})", node)
             names.add(node.id)
-    return Expression(text=text, names=frozenset(names), where=place, node=stmt)
+    source, _ = emit(stmt)
+    code = compile(source, place, "eval")
+    return Expression(text=text, names=frozenset(names), where=place, node=stmt, code=code)

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
 from ._errors import ConfigError, EvaluationError
-from ._expr import Evaluator
+
 from ._family import Family, FactRule, ModuleRule, describe_alias_list
 
 __all__ = ["Module", "LayerClass", "ModelSpec", "resolve_model"]
@@ -258,7 +258,7 @@ def _reduce(value: Any, how: str | None, origin: str) -> Any:
     return max(value)
 
 
-def _resolve_facts(family: Family, root: Mapping, text: Mapping, ev: Evaluator, warnings: list[str]) -> dict:
+def _resolve_facts(family: Family, root: Mapping, text: Mapping, warnings: list[str]) -> dict:
     """Facts in file order, as transformers' config classes resolve them: a value in the config
     wins; an absent field takes the class default (else the derivation); a field present but
     null takes the derivation (what the class computes from None), else stays None."""
@@ -285,7 +285,7 @@ def _resolve_facts(family: Family, root: Mapping, text: Mapping, ev: Evaluator, 
             facts[rule.name] = rule.default
         elif rule.derive is not None:
             try:
-                value = rule.derive.evaluate(ev, facts)
+                value = rule.derive.evaluate(facts)
             except EvaluationError as e:
                 raise ConfigError(
                     f"cannot derive {rule.name} (no field among: {describe_alias_list(rule)}): {e}"
@@ -303,10 +303,10 @@ def _resolve_facts(family: Family, root: Mapping, text: Mapping, ev: Evaluator, 
     return facts
 
 
-def _module(rule: ModuleRule, ev: Evaluator, env: Mapping, where_layer: str) -> Module | None:
-    if rule.when is not None and not rule.when.evaluate(ev, env):
+def _module(rule: ModuleRule, env: Mapping, where_layer: str) -> Module | None:
+    if rule.when is not None and not rule.when.evaluate(env):
         return None
-    shape = tuple(e.evaluate(ev, env) for e in rule.shape)
+    shape = tuple(e.evaluate(env) for e in rule.shape)
     for dim in shape:
         if isinstance(dim, float) and dim.is_integer():
             dim = int(dim)
@@ -318,17 +318,17 @@ def _module(rule: ModuleRule, ev: Evaluator, env: Mapping, where_layer: str) -> 
     shape = tuple(int(d) for d in shape)
     parts = []
     for p in rule.lora:
-        fin, fout = p.in_features.evaluate(ev, env), p.out_features.evaluate(ev, env)
-        n = p.count.evaluate(ev, env) if p.count is not None else 1
+        fin, fout = p.in_features.evaluate(env), p.out_features.evaluate(env)
+        n = p.count.evaluate(env) if p.count is not None else 1
         parts.append((p.target, int(fin), int(fout), int(n), p.explicit_only))
-    repeat = rule.repeat.evaluate(ev, env) if rule.repeat is not None else 1
+    repeat = rule.repeat.evaluate(env) if rule.repeat is not None else 1
     if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 0:
         raise ConfigError(f"module {rule.name}{where_layer} gets repeat {repeat!r}; it must be a whole number")
     if repeat == 0:
         return None
     return Module(
         name=rule.name, kind=rule.kind, group=rule.group, path=rule.path, shape=shape,
-        bias=bool(rule.bias.evaluate(ev, env)), quantizable=rule.quantizable, lora_parts=tuple(parts),
+        bias=bool(rule.bias.evaluate(env)), quantizable=rule.quantizable, lora_parts=tuple(parts),
         repeat=repeat,
     )
 
@@ -403,9 +403,8 @@ def resolve_model(
     checkpoint_origin: str | None = None,
 ) -> ModelSpec:
     """Resolve ``family`` on a config (``root``: whole config, ``text``: its text view)."""
-    ev = Evaluator()
     warns = list(warnings)
-    facts = _resolve_facts(family, root, text, ev, warns)
+    facts = _resolve_facts(family, root, text, warns)
     n_layers = facts.get(family.layer_count)
     if not isinstance(n_layers, int) or isinstance(n_layers, bool) or n_layers < 1:
         raise ConfigError(f"{family.layer_count} must be a positive integer, got {n_layers!r}")
@@ -415,7 +414,7 @@ def resolve_model(
     env = dict(facts)
     for a in family.attributes:
         if not a.per_layer:
-            fixed[a.name] = a.expr.evaluate(ev, {**env, **fixed})
+            fixed[a.name] = a.expr.evaluate({**env, **fixed})
     varying = [a for a in family.attributes if a.per_layer]
     groups: dict[tuple, list[int]] = {}
     attr_values: dict[tuple, dict] = {}
@@ -425,7 +424,7 @@ def resolve_model(
             layer_env = {**env, **fixed, "i": i}
             for a in varying:
                 try:
-                    values[a.name] = layer_env[a.name] = a.expr.evaluate(ev, layer_env)
+                    values[a.name] = layer_env[a.name] = a.expr.evaluate(layer_env)
                 except EvaluationError as e:
                     raise ConfigError(f"layer {i}: {e}") from None
         key = tuple(_hashable(values[a.name]) for a in family.attributes)
@@ -437,9 +436,9 @@ def resolve_model(
         values = attr_values[key]
         lenv = {**env, **values}
         label = f" (layer {indices[0]})"
-        mods = tuple(m for m in (_module(r, ev, lenv, label) for r in family.layer_modules) if m is not None)
+        mods = tuple(m for m in (_module(r, lenv, label) for r in family.layer_modules) if m is not None)
         classes.append(LayerClass(indices=tuple(indices), attributes=MappingProxyType(values), modules=mods))
-    model_mods = tuple(m for m in (_module(r, ev, env, "") for r in family.model_modules) if m is not None)
+    model_mods = tuple(m for m in (_module(r, env, "") for r in family.model_modules) if m is not None)
 
     by_group: dict[str, int] = {}
     quantizable = 0
@@ -459,7 +458,7 @@ def resolve_model(
     skip = facts.get(family.skip_modules_fact) if family.skip_modules_fact else None
     skipped = _skipped_quantizable(classes, model_mods, skip, family.path_roots) if skip else 0
     for rule in family.warning_rules:
-        if rule.when.evaluate(ev, facts):
+        if rule.when.evaluate(facts):
             warns.append(_WARN_FIELD.sub(lambda m: str(facts.get(m.group(1))), rule.message))
     if checkpoint_bytes is not None and checkpoint_bytes > 2 * total:
         extra = checkpoint_bytes - 2 * total

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ._errors import FileFormatError, SettingsError
-from ._expr import Evaluator, Expression, LayerValues, compile_expression
+from ._expr import Expression, LayerValues, compile_expression, round_bytes
 from ._settings import SETTING_NAMES
 from ._yamlio import DataFile
 
@@ -28,9 +28,6 @@ AGGREGATE_NAMES = frozenset((
 N_GPUS = "n_gpus"
 
 
-def round_bytes(value: float) -> int:
-    """Nearest whole byte, halves rounded up (components are reported as ints)."""
-    return int(value + 0.5) if value >= 0 else -int(-value + 0.5)
 
 
 @dataclass(frozen=True)
@@ -95,7 +92,6 @@ class Profile:
 
         ``lora`` holds the adapter sums of the chosen targets (``io``, ``inputs``, ``adapters``).
         """
-        ev = Evaluator()
         env: dict[str, Any] = dict(settings.as_names())
         env.update(spec.aggregates)
         env["lora_io"] = lora.io
@@ -125,12 +121,12 @@ class Profile:
             if f.scope == "layer":
                 values = []
                 for lc, lenv in zip(classes, layer_envs):
-                    v = f.expr.evaluate(ev, {**env, **lenv})
+                    v = f.expr.evaluate({**env, **lenv})
                     lenv[f.id] = v
                     values.append((lc.count, v))
                 env[f.id] = LayerValues(values)
             else:
-                v = f.expr.evaluate(ev, env)
+                v = f.expr.evaluate(env)
                 env[f.id] = round_bytes(v) if f.id in components else v
         return env, layer_envs
 
