@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping
 from ._errors import ConfigError, EvaluationError
 
 from ._family import Family, FactRule, ModuleRule, describe_alias_list
+from ._plan import IndexSet, Unplannable, _progressions, plan_layers
 
 __all__ = ["Module", "LayerClass", "ModelSpec", "resolve_model"]
 
@@ -333,15 +334,8 @@ def _module(rule: ModuleRule, env: Mapping, where_layer: str) -> Module | None:
     )
 
 
-def _skip_matcher(entries: Iterable[str], roots: tuple):
-    """A predicate over module paths for a quantization skip list (llm_int8_skip_modules).
-
-    Entries under any text-tower root (``model``, ``language_model``, ``model.language_model``, ...)
-    are compared relative to that root, so the roots are interchangeable; they match a module
-    or any module below it. Other entries (``q_proj``, ``lm_head``) match a path that ends with
-    them or starts with them at a module boundary. Entries naming other towers match nothing here.
-    """
-    canon = roots[0]
+def _split_entries(entries: Iterable[str], roots: tuple) -> tuple[list, list]:
+    """A skip list split into entries under a text-tower root (made relative to it) and short entries."""
     ordered = sorted(roots, key=len, reverse=True)
     rooted: list[str] = []
     short: list[str] = []
@@ -357,6 +351,109 @@ def _skip_matcher(entries: Iterable[str], roots: tuple):
                 break
         else:
             short.append(e)
+    return rooted, short
+
+
+_PLACEHOLDERS = ("{i}", "{j}")
+
+
+def _align(entry: list, segs: list, offset: int) -> tuple | None:
+    """Whether ``entry`` matches the template segments ``segs`` from ``offset`` on, and for which
+    (i, j): ``(i or None, j or None)`` (None: any), or None when it cannot match."""
+    want = {"{i}": None, "{j}": None}
+    for e, t in zip(entry, segs[offset:offset + len(entry)]):
+        if t in want:
+            if not (e.isascii() and e.isdigit() and str(int(e)) == e):
+                return None
+            if want[t] is not None and want[t] != int(e):
+                return None
+            want[t] = int(e)
+        elif e != t:
+            return None
+    return want["{i}"], want["{j}"]
+
+
+def _skip_constraints(template: str, rooted: list, short: list, canon: str) -> list | None:
+    """The (i, j) pairs (None: any) whose module path the skip list matches, from the path template.
+
+    Same rules as a concrete path: entries under the canonical root match the path relative to it
+    when equal or a parent of it; short entries match when equal, a parent, or a suffix at a module
+    boundary. None when a placeholder shares a segment with other text (then paths are expanded).
+    """
+    segs = template.split(".")
+    if any(p in s and s != p for s in segs for p in _PLACEHOLDERS):
+        return None
+    out = []
+    canon_segs = canon.split(".")
+    if segs[:len(canon_segs)] == canon_segs and len(segs) > len(canon_segs):
+        rel = segs[len(canon_segs):]
+        for r in rooted:
+            if r == "":
+                out.append((None, None))
+                continue
+            rs = r.split(".")
+            if len(rs) <= len(rel):
+                hit = _align(rs, rel, 0)
+                if hit is not None:
+                    out.append(hit)
+    for e in short:
+        es = e.split(".")
+        if len(es) > len(segs):
+            continue
+        for offset in {0, len(segs) - len(es)}:
+            hit = _align(es, segs, offset)
+            if hit is not None:
+                out.append(hit)
+    return out
+
+
+def _copies_matched(constraints: list, indices, count: int, repeat: int) -> int:
+    """Module copies (layer x numbered copy) that the (i, j) constraints select, over ``indices``."""
+    any_layer = [j for i, j in constraints if i is None]
+    if any(j is None for j in any_layer):
+        return count * repeat
+    common = {j for j in any_layer if 0 <= j < repeat}
+    by_layer: dict[int, set] = {}
+    for i, j in constraints:
+        if i is not None and i in indices:
+            by_layer.setdefault(i, set()).add(j)
+    total = (count - len(by_layer)) * len(common)
+    for js in by_layer.values():
+        total += repeat if None in js else len(common | {j for j in js if 0 <= j < repeat})
+    return total
+
+
+def _skipped_quantizable(classes, model_mods, entries, roots) -> int:
+    """Quantizable weights a 4-bit load keeps in 16 bit because the skip list names their module.
+
+    Each module's path template is matched against the list once; layers and numbered copies
+    are counted from the constraints the match leaves, never by writing out every path.
+    """
+    rooted, short = _split_entries(entries, roots)
+    canon = roots[0]
+    total = 0
+    groups = [(None, 1, model_mods)] + [(lc.indices, lc.count, lc.modules) for lc in classes]
+    for indices, count, mods in groups:
+        for m in mods:
+            if not m.quantizable:
+                continue
+            template = m.path.rsplit(".", 1)[0] if m.kind == "parameter" else m.path  # a bare parameter's module
+            constraints = _skip_constraints(template, rooted, short, canon)
+            if constraints is None:
+                matches = _skip_matcher(rooted, short, canon)
+                layers = indices if indices is not None else (None,)
+                copies = sum(
+                    1 for i in layers for p in m.paths(i)
+                    if matches(p.rsplit(".", 1)[0] if m.kind == "parameter" else p)
+                )
+            else:
+                copies = _copies_matched(constraints, indices if indices is not None else (0,), count, m.repeat)
+            total += copies * (m.weight_params // m.repeat)
+    return total
+
+
+def _skip_matcher(rooted: list, short: list, canon: str):
+    """A predicate over concrete module paths (used when a path template cannot be matched as a whole)."""
 
     def matches(path: str) -> bool:
         rel = path[len(canon) + 1:] if path.startswith(canon + ".") else None
@@ -372,23 +469,37 @@ def _skip_matcher(entries: Iterable[str], roots: tuple):
     return matches
 
 
-def _skipped_quantizable(classes, model_mods, entries, roots) -> int:
-    matches = _skip_matcher(entries, roots)
-
-    def module_path(m: Module, path: str) -> str:
-        return path.rsplit(".", 1)[0] if m.kind == "parameter" else path  # a bare parameter's module
-
-    total = 0
-    for m in model_mods:
-        if m.quantizable:
-            total += sum(m.weight_params // m.repeat for p in m.paths() if matches(module_path(m, p)))
-    for lc in classes:
-        for m in lc.modules:
-            if not m.quantizable:
-                continue
-            for i in lc.indices:
-                total += sum(m.weight_params // m.repeat for p in m.paths(i) if matches(module_path(m, p)))
-    return total
+def _layer_classes(family: Family, env: dict, n_layers: int) -> list[tuple[IndexSet, dict]]:
+    """The distinct layers of the model: (their indices, their attributes), in order of first index."""
+    fixed: dict[str, Any] = {}
+    for a in family.attributes:
+        if not a.per_layer:
+            fixed[a.name] = a.expr.evaluate({**env, **fixed})
+    varying = [a for a in family.attributes if a.per_layer]
+    if not varying:
+        return [(IndexSet([range(n_layers)]), fixed)]
+    scope = {**env, **fixed}
+    try:
+        if family.layer_atoms is None:
+            raise Unplannable("the family uses the layer index outside the planned forms")
+        probes = plan_layers(family.layer_atoms, scope, n_layers)
+    except Unplannable:
+        probes = [(i, IndexSet([range(i, i + 1)])) for i in range(n_layers)]
+    groups: dict[tuple, tuple[dict, list]] = {}
+    for first, indices in probes:
+        values = dict(fixed)
+        layer_env = {**scope, "i": first}
+        for a in varying:
+            try:
+                values[a.name] = layer_env[a.name] = a.expr.evaluate(layer_env)
+            except EvaluationError as e:
+                raise ConfigError(f"layer {first}: {e}") from None
+        key = tuple(_hashable(values[a.name]) for a in family.attributes)
+        if key in groups:
+            groups[key][1].extend(indices.runs)
+        else:
+            groups[key] = (values, list(indices.runs))
+    return [(IndexSet(_progressions(runs)), values) for values, runs in groups.values()]
 
 
 def resolve_model(
@@ -409,35 +520,13 @@ def resolve_model(
     if not isinstance(n_layers, int) or isinstance(n_layers, bool) or n_layers < 1:
         raise ConfigError(f"{family.layer_count} must be a positive integer, got {n_layers!r}")
 
-    # Layer plan: attributes per layer; those that do not depend on i are computed once.
-    fixed: dict[str, Any] = {}
     env = dict(facts)
-    for a in family.attributes:
-        if not a.per_layer:
-            fixed[a.name] = a.expr.evaluate({**env, **fixed})
-    varying = [a for a in family.attributes if a.per_layer]
-    groups: dict[tuple, list[int]] = {}
-    attr_values: dict[tuple, dict] = {}
-    for i in range(n_layers):
-        values = dict(fixed)
-        if varying:
-            layer_env = {**env, **fixed, "i": i}
-            for a in varying:
-                try:
-                    values[a.name] = layer_env[a.name] = a.expr.evaluate(layer_env)
-                except EvaluationError as e:
-                    raise ConfigError(f"layer {i}: {e}") from None
-        key = tuple(_hashable(values[a.name]) for a in family.attributes)
-        groups.setdefault(key, []).append(i)
-        attr_values.setdefault(key, values)
-
     classes = []
-    for key, indices in groups.items():
-        values = attr_values[key]
+    for indices, values in _layer_classes(family, env, n_layers):
         lenv = {**env, **values}
         label = f" (layer {indices[0]})"
         mods = tuple(m for m in (_module(r, lenv, label) for r in family.layer_modules) if m is not None)
-        classes.append(LayerClass(indices=tuple(indices), attributes=MappingProxyType(values), modules=mods))
+        classes.append(LayerClass(indices=indices, attributes=MappingProxyType(values), modules=mods))
     model_mods = tuple(m for m in (_module(r, env, "") for r in family.model_modules) if m is not None)
 
     by_group: dict[str, int] = {}

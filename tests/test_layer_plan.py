@@ -1,0 +1,134 @@
+"""The layer plan groups layers exactly as visiting every layer does.
+
+The reference here is the definition: evaluate every per-layer attribute at every index
+and group indices by equal attributes. The planner must give the same classes (same
+indices, same attribute values, same order) for real configs and for random dispatch
+fields, and the same error where visiting every layer fails.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import vramwise
+from vramwise._model import _hashable
+from vramwise._plan import IndexSet, analyse
+from helpers import shared_configs
+
+REG = vramwise.Registry()
+
+
+def brute_force(family, facts, n):
+    fixed = {}
+    for a in family.attributes:
+        if not a.per_layer:
+            fixed[a.name] = a.expr.evaluate({**facts, **fixed})
+    groups = {}
+    for i in range(n):
+        values = dict(fixed)
+        env = {**facts, **fixed, "i": i}
+        for a in family.attributes:
+            if a.per_layer:
+                values[a.name] = env[a.name] = a.expr.evaluate(env)
+        key = tuple(_hashable(values[a.name]) for a in family.attributes)
+        groups.setdefault(key, (values, []))[1].append(i)
+    return [(tuple(idx), values) for values, idx in groups.values()]
+
+
+def planned(spec):
+    return [(tuple(lc.indices), dict(lc.attributes)) for lc in spec.layer_classes]
+
+
+def check(config):
+    try:
+        spec = vramwise.load_model(config, registry=REG)
+    except vramwise.VramwiseError as e:
+        spec, error = None, str(e)
+    family = REG.family_for([config.get("model_type")])[0]
+    if spec is None:
+        # the planner may only fail where visiting every layer fails too
+        with pytest.raises(vramwise.VramwiseError):
+            facts = vramwise.load_model(dict(config, num_hidden_layers=1), registry=REG).facts
+            brute_force(family, {**facts, "num_hidden_layers": config["num_hidden_layers"]}, config["num_hidden_layers"])
+        return error
+    assert planned(spec) == brute_force(family, dict(spec.facts), spec.num_layers)
+    return None
+
+
+def test_every_family_is_planned_from_atoms():
+    for name, fam in REG.families.items():
+        if not fam.abstract:
+            assert fam.layer_atoms is not None, name
+
+
+@pytest.mark.parametrize("name,path", shared_configs({f for fam in REG.families.values() for f in fam.model_types}))
+def test_shared_configs(name, path):
+    assert check(json.loads(path.read_text())) is None
+
+
+LLAMA = {"model_type": "qwen2_moe", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "moe_intermediate_size": 32,
+         "shared_expert_intermediate_size": 64}
+
+small_ints = st.integers(min_value=-3, max_value=40)
+index_lists = st.lists(st.one_of(small_ints, st.sampled_from([1.0, 2.5, True, "3", None])), max_size=12)
+kinds = st.lists(st.sampled_from(["sliding_attention", "full_attention", "linear_attention"]), max_size=40)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    model_type=st.sampled_from(["qwen2_moe", "llama4_text", "ernie4_5_moe", "deepseek_v3", "exaone_moe", "gemma2", "gemma3_text", "qwen3_next", "qwen2"]),
+    n=st.integers(min_value=1, max_value=40),
+    fields=st.fixed_dictionaries({}, optional={
+        "num_experts": st.sampled_from([0, 4, 8]),
+        "layer_types": kinds,
+        "mlp_layer_types": st.lists(st.sampled_from(["dense", "sparse", "Dense", "moe"]), max_size=40),
+        "moe_layers": index_lists,
+        "interleave_moe_layer_step": st.integers(min_value=1, max_value=7),
+        "moe_layer_start_index": st.integers(min_value=0, max_value=10),
+        "moe_layer_end_index": st.integers(min_value=-1, max_value=30),
+        "moe_layer_interval": st.integers(min_value=1, max_value=5),
+        "first_k_dense_replace": st.integers(min_value=0, max_value=45),
+        "decoder_sparse_step": st.integers(min_value=1, max_value=6),
+        "mlp_only_layers": index_lists,
+        "sliding_window_pattern": st.integers(min_value=1, max_value=7),
+        "full_attention_interval": st.integers(min_value=1, max_value=6),
+        "use_sliding_window": st.booleans(),
+        "max_window_layers": st.integers(min_value=-2, max_value=45),
+        "sliding_window": st.sampled_from([None, 128]),
+    }),
+)
+def test_random_dispatch_fields(model_type, n, fields):
+    config = dict(LLAMA, model_type=model_type, num_hidden_layers=n, **fields)
+    if model_type == "deepseek_v3":
+        config.update(kv_lora_rank=16, q_lora_rank=None, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8,
+                      n_routed_experts=fields.get("num_experts", 4))
+    check(config)
+
+
+def test_a_million_alternating_layers_are_two_progressions():
+    n = 1_000_000
+    config = dict(LLAMA, model_type="llama", num_hidden_layers=n, sliding_window=4096,
+                  layer_types=["sliding_attention", "full_attention"] * (n // 2))
+    spec = vramwise.load_model(config, registry=REG)
+    assert [lc.indices.runs for lc in spec.layer_classes] == [(range(0, n, 2),), (range(1, n, 2),)]
+    assert [lc.attributes["kv_window"] for lc in spec.layer_classes] == [4096, None]
+
+
+def test_index_set():
+    s = IndexSet([range(1, 10, 2), range(0, 10, 2)])
+    assert list(s) == list(range(10)) and len(s) == 10 and s[0] == 0 and s[3] == 3 and 7 in s and 11 not in s
+    assert IndexSet.of([0, 2, 4, 5, 6, 9]).runs == (range(0, 5, 2), range(5, 7), range(9, 10))
+    assert IndexSet.of([3]) == (3,)
+
+
+def test_index_used_otherwise_visits_every_layer():
+    from vramwise._family import AttributeRule
+    from vramwise._expr import compile_expression
+
+    rule = AttributeRule("x", compile_expression("i * 2", allowed={"i"}), True, "")
+    assert analyse([rule]) is None
