@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from ._errors import FileFormatError
 from ._expr import Expression, compile_expression
+from ._plan import analyse
 from ._yamlio import DataFile
 
 __all__ = ["Family", "FactRule", "AttributeRule", "ModuleRule", "LoraPart", "WarningRule", "compile_family", "describe_alias_list"]
@@ -117,6 +118,10 @@ class Family:
     # model type -> {target name: parameter name suffix}; targets fused into one parameter multiply its rank
     peft_target_parameters: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     examples: tuple = field(default=(), repr=False)  # raw example dicts
+    # raw `reference:` mapping (what the exactness tests build); not inherited, None when absent
+    reference: Mapping[str, Any] | None = field(default=None, repr=False)
+    # the atoms through which per-layer attributes depend on the layer index (None: visit every layer)
+    layer_atoms: Any = field(default=None, repr=False, compare=False)
 
     @property
     def fact_names(self) -> frozenset:
@@ -332,6 +337,8 @@ def _compile(name: str, raw: dict[str, DataFile]) -> Family:
         warning_rules=warning_rules,
         peft_target_parameters=MappingProxyType(peft_targets),
         examples=tuple(data.get("examples", ())),
+        reference=data.get("reference"),
+        layer_atoms=analyse(attrs),
     )
 
 
