@@ -3,6 +3,8 @@
 The reference is transformers itself (``AutoModelForCausalLM.from_config`` on the meta device),
 for each family's default config, a minimal config that leaves optional fields to their defaults,
 and every config of the family in ../shared/configs (skipped when that folder is absent).
+What is built for a family is stated in its file's ``reference:`` block (model type, fixes for
+the default config, the minimal config, aliases of shared model types); no family is named here.
 """
 
 from __future__ import annotations
@@ -17,66 +19,24 @@ pytest.importorskip("transformers")
 import vramwise  # noqa: E402
 from helpers import by_kind, reference_params, shared_configs  # noqa: E402
 
-# model type built by transformers for each family's checks
-FAMILY_TYPES = {
-    "llama": "llama",
-    "mistral": "mistral",
-    "qwen2": "qwen2",
-    "qwen3": "qwen3",
-    "phi3": "phi3",
-    "gemma2": "gemma2",
-    "gemma3_text": "gemma3_text",
-    "mixtral": "mixtral",
-    "qwen2_moe": "qwen2_moe",
-    "qwen3_moe": "qwen3_moe",
-    "olmoe": "olmoe",
-    "phimoe": "phimoe",
-    "deepseek_v2": "deepseek_v2",
-    "deepseek_v3": "deepseek_v3",
-    "glm4_moe": "glm4_moe",
-    "glm4_moe_lite": "glm4_moe_lite",
-    "exaone_moe": "exaone_moe",
-    "gpt_oss": "gpt_oss",
-    "llama4": "llama4_text",
-    "ernie4_5_moe": "ernie4_5_moe",
-    "hunyuan_v1_moe": "hunyuan_v1_moe",
-    "qwen3_next": "qwen3_next",
-    "qwen3_5": "qwen3_5_text",
-    "qwen3_5_moe": "qwen3_5_moe_text",
-    "gemma4": "gemma4_text",
-    "dbrx": "dbrx",
-    "ernie4_5_vl_moe": "ernie4_5_vl_moe",
-    "gemma3n": "gemma3n_text",
-    "solar_open": "solar_open",
-    "minimax_m2": "minimax_m2",
-    "gemma": "gemma",
-    "phi": "phi",
-}
-# fields some default configs leave unusable (None) that the model code needs
-DEFAULT_FIXES = {"hunyuan_v1_moe": {"head_dim": 128}, "dbrx": {"attn_config": {"rope_theta": 10000.0}}}
-
-REFERENCE_TYPE = {"kimi_k2": "deepseek_v3"}
-
-# Small configs with only the fields no default covers: the family's defaults must match the
-# config class defaults for every field left out (head_dim, KV heads, ties, biases, ...).
-MINIMAL = {"vocab_size": 270000, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 3,
-           "num_attention_heads": 8}
+_REG = vramwise.Registry.default()
 
 
-# families whose configs use other field names
-MINIMAL_NAMES = {
-    "dbrx": {"vocab_size": 270000, "d_model": 256, "n_layers": 3, "n_heads": 8},
-    # the default 15 KV-shared layers need more than 3 layers
-    "gemma3n": {**MINIMAL, "num_kv_shared_layers": 1},
-}
+def _concrete(fam) -> bool:
+    """Neither abstract nor the fallback, and served by a model type (what transformers can build)."""
+    return not fam.abstract and not fam.fallback and bool(fam.model_types)
 
 
-def _minimal(family: str) -> dict:
-    return dict(MINIMAL_NAMES.get(family, MINIMAL))
+#: every concrete family, by name
+CONCRETE = {name: fam for name, fam in _REG.families.items() if _concrete(fam)}
 
 
-# composite configs whose vision tower cannot be built around a minimal text tower
-NO_MINIMAL = {"ernie4_5_vl_moe"}
+def _reference(family: str) -> dict:
+    """The family's ``reference:`` block; a concrete family without one fails the test that asks."""
+    fam = _REG.family(family)
+    if fam.reference is None:
+        pytest.fail(f"family {family!r} has no reference: block ({fam.file})", pytrace=False)
+    return dict(fam.reference)
 
 
 def _compare(config: dict) -> None:
@@ -106,22 +66,30 @@ def _merge(base: dict, fixes: dict) -> dict:
     return out
 
 
-def test_every_concrete_family_is_covered(registry):
-    concrete = {f.name for f in registry.families.values() if not f.abstract and not f.fallback}
-    assert concrete == set(FAMILY_TYPES)
+def test_reference_blocks_only_on_concrete_families(registry):
+    missing = sorted(n for n, f in registry.families.items() if _concrete(f) and f.reference is None)
+    assert not missing, f"concrete families without a reference: block: {missing}"
+    extra = sorted(n for n, f in registry.families.items() if (f.abstract or f.fallback) and f.reference is not None)
+    assert not extra, f"abstract or fallback families with a reference: block: {extra}"
 
 
-@pytest.mark.parametrize("family", sorted(FAMILY_TYPES))
+@pytest.mark.parametrize("family", sorted(CONCRETE))
 def test_default_config(family):
-    cfg = _merge(_default_config(FAMILY_TYPES[family]), DEFAULT_FIXES.get(family, {}))
+    ref = _reference(family)
+    cfg = _merge(_default_config(ref["model_type"]), ref.get("default_fixes") or {})
     assert vramwise.load_model(cfg).family == family
     _compare(cfg)
 
 
-@pytest.mark.parametrize("family", sorted(set(FAMILY_TYPES) - NO_MINIMAL))
+# a family without a reference block is listed too (and fails); `minimal: null` opts out
+@pytest.mark.parametrize(
+    "family", sorted(n for n, f in CONCRETE.items() if f.reference is None or f.reference.get("minimal") is not None)
+)
 def test_minimal_config_defaults(family):
-    minimal = _minimal(family)
-    _compare(_merge({"model_type": FAMILY_TYPES[family], **minimal}, DEFAULT_FIXES.get(family, {})))
+    """Small configs with only the fields no default covers: the family's defaults must match the
+    config class defaults for every field left out (head_dim, KV heads, ties, biases, ...)."""
+    ref = _reference(family)
+    _compare(_merge({"model_type": ref["model_type"], **ref["minimal"]}, ref.get("default_fixes") or {}))
 
 
 def test_gemma3_vision_language_text_tower():
@@ -137,16 +105,16 @@ def test_gemma3_vision_language_text_tower():
 
 
 def test_generic_family_matches_llama_layout():
-    cfg = {"model_type": "my_custom_llm", **MINIMAL, "num_key_value_heads": 2}
+    llama = _reference("llama")
+    cfg = {"model_type": "my_custom_llm", **llama["minimal"], "num_key_value_heads": 2}
     spec = vramwise.load_model(cfg)
     assert spec.family == "generic"
     assert any("my_custom_llm" in w for w in spec.warnings)
-    ref = reference_params({**cfg, "model_type": "llama"})
+    ref = reference_params({**cfg, "model_type": llama["model_type"]})
     assert spec.module_params() == ref
 
 
-_SHARED = [(fam, name, path) for fam, mt in FAMILY_TYPES.items() for name, path in shared_configs(
-    set(next(f for f in vramwise.Registry.default().families.values() if f.name == fam).model_types))]
+_SHARED = [(name, cfg, path) for name, fam in sorted(CONCRETE.items()) for cfg, path in shared_configs(set(fam.model_types))]
 
 
 @pytest.mark.skipif(not _SHARED, reason="../shared/configs is absent")
@@ -155,5 +123,6 @@ def test_shared_config(family, name, path):
     cfg = json.loads(path.read_text())
     assert vramwise.load_model(cfg).family == family
     # model types transformers does not know are built as the architecture they reuse
-    cfg = {**cfg, "model_type": REFERENCE_TYPE.get(cfg["model_type"], cfg["model_type"])}
+    aliases = (_REG.family(family).reference or {}).get("aliases") or {}
+    cfg = {**cfg, "model_type": aliases.get(cfg["model_type"], cfg["model_type"])}
     _compare(cfg)
