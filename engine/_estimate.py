@@ -1,21 +1,27 @@
-"""The estimate: settings + resolved model + profile -> a frozen breakdown in bytes."""
+"""The estimate: settings + resolved model + profile -> a frozen breakdown in bytes.
+
+An estimate is computed in two stages (see :mod:`vramwise._program`): everything that
+does not depend on batch and sequence is evaluated once per model, profile and other
+settings and kept on the registry (a :class:`Stage`); the rest is one call of the
+profile's compiled program. Models are resolved once per config (see
+:meth:`Registry.model`), so repeated estimates of one model cost a few dictionary
+look-ups and that call.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from functools import cached_property
+import inspect
+from dataclasses import FrozenInstanceError, dataclass
 from typing import Any, Mapping
 
 from ._errors import SettingsError
-from ._expr import LayerValues
-from ._model import NO_ADAPTERS, LoraSums, ModelSpec, resolve_model
-from ._profile import Profile, round_bytes
+from ._expr import LayerValues, round_bytes
+from ._model import NO_ADAPTERS, LoraSums, ModelSpec
+from ._profile import Profile
 from ._registry import Registry
-from ._settings import TrainingSettings, normalise_settings
-from ._source import checkpoint_size, read_config, text_view
+from ._settings import DEFAULTS, PER_CALL, SETTINGS, TrainingSettings, normalise_static, positive_int
 
-__all__ = ["Estimate", "TraceEntry", "load_model", "estimate", "estimate_from_size", "COMPONENTS"]
+__all__ = ["Estimate", "TraceEntry", "load_model", "estimate", "estimate_from_size", "COMPONENTS", "Stage"]
 
 #: Reported components, in display order.
 COMPONENTS = ("weights", "lora", "optimizer", "gradients", "activations", "overhead")
@@ -42,47 +48,192 @@ class TraceEntry:
         return f"{self.file}:{self.line}"
 
 
-@dataclass(frozen=True)
-class Estimate:
-    """Memory needed to train ``model`` with ``settings``, in bytes."""
+class Stage:
+    """What an estimate computes before batch and sequence are known, for one model, profile and settings."""
 
-    weights: int
-    lora: int
-    optimizer: int
-    gradients: int
-    activations: int
-    overhead: int
-    total: int
-    params_total: int
-    params_trainable: int
-    family: str
-    profile: str
-    model_type: str | None
-    settings: TrainingSettings
-    lora_targets: tuple
-    warnings: tuple
-    figures: Mapping[str, int]
-    phases: Mapping[str, int]  # peak bytes of each phase of the training step (profiles that model phases)
-    model: ModelSpec = field(repr=False, compare=False)
-    _profile: Profile = field(repr=False, compare=False)
-    _env: Mapping[str, Any] = field(repr=False, compare=False)
-    _layer_envs: tuple = field(repr=False, compare=False)
+    __slots__ = ("spec", "profile", "settings", "lora", "warnings", "env", "layer_envs", "program", "static",
+                 "counts", "_where")
+
+    def __init__(self, spec: ModelSpec, prof: Profile, settings: dict, lora: LoraSums, warnings: list):
+        self.spec, self.profile, self.settings, self.lora = spec, prof, settings, lora
+        names = {k: v for k, v in settings.items() if k != "target_modules"}
+        self.env, self.layer_envs = prof.static_env(spec, names, lora, warnings)
+        self.warnings = tuple(warnings)
+        self.program = prof.program(self.env, self.layer_envs)
+        self.static = _static_tuple(self.program, self.env, self.layer_envs)
+        self.counts = tuple(lc.count for lc in spec.layer_classes)
+        where = {fid: (True, k) for k, fid in enumerate(self.program.model_ids)}
+        self._where = where
+
+    def value(self, fid: str, dynamic: tuple):
+        """The value of a model-scope formula, from the dynamic results or the static env."""
+        hit = self._where.get(fid)
+        return dynamic[hit[1]] if hit is not None else self.env[fid]
+
+    def run(self, batch_size: int, seq_len: int) -> tuple[tuple, tuple]:
+        try:
+            return self.program.function(batch_size, seq_len, self.static, self.counts)
+        except Exception:  # noqa: BLE001 - evaluate formula by formula to name the failing one
+            env, layer_envs = self.full_env(batch_size, seq_len, None)
+            return (tuple(env[i] for i in self.program.model_ids),
+                    tuple([lenv[i] for lenv in layer_envs] for i in self.program.layer_ids))
+
+    def full_env(self, batch_size: int, seq_len: int, results: tuple | None) -> tuple[dict, list]:
+        """Every name of the estimate: the static env plus the dynamic formulas (evaluated formula by
+        formula when ``results`` is None, which raises the failing formula's EvaluationError)."""
+        env = dict(self.env)
+        env["batch_size"], env["seq_len"] = batch_size, seq_len
+        layer_envs = [dict(lenv) for lenv in self.layer_envs]
+        if results is None:
+            self.profile.dynamic_env(self.spec, env, layer_envs)
+            return env, layer_envs
+        model_values, layer_values = results
+        env.update(zip(self.program.model_ids, model_values))
+        for fid, values in zip(self.program.layer_ids, layer_values):
+            for lenv, v in zip(layer_envs, values):
+                lenv[fid] = v
+            env[fid] = LayerValues(zip(self.counts, values))
+        return env, layer_envs
+
+
+def _static_tuple(program, env: Mapping, layer_envs) -> tuple:
+    return tuple(env[n] if kind == "model" else tuple(lenv[n] for lenv in layer_envs) for n, kind in program.inputs)
+
+
+class Estimate:
+    """Memory needed to train ``model`` with ``settings``, in bytes (immutable).
+
+    Components (``weights``, ``lora``, ``optimizer``, ``gradients``, ``activations``,
+    ``overhead``) and ``total`` are ints; ``figures`` and ``phases`` map names to ints.
+    """
+
+    __slots__ = ("_stage", "_batch", "_seq", "_results", "_memo")
+
+    def __init__(self, stage: Stage, batch_size: int, seq_len: int, results: tuple):
+        set_ = object.__setattr__
+        set_(self, "_stage", stage)
+        set_(self, "_batch", batch_size)
+        set_(self, "_seq", seq_len)
+        set_(self, "_results", results)
+        set_(self, "_memo", {})
+
+    def __setattr__(self, name, value):
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name):
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def _get(self, fid: str):
+        return self._stage.value(fid, self._results[0])
+
+    # -- components -----------------------------------------------------------------------
+    @property
+    def weights(self) -> int:
+        return self._get(self._stage.profile.components["weights"])
+
+    @property
+    def lora(self) -> int:
+        return self._get(self._stage.profile.components["lora"])
+
+    @property
+    def optimizer(self) -> int:
+        return self._get(self._stage.profile.components["optimizer"])
+
+    @property
+    def gradients(self) -> int:
+        return self._get(self._stage.profile.components["gradients"])
+
+    @property
+    def activations(self) -> int:
+        return self._get(self._stage.profile.components["activations"])
+
+    @property
+    def overhead(self) -> int:
+        return self._get(self._stage.profile.components["overhead"])
+
+    @property
+    def total(self) -> int:
+        return round_bytes(self._get(self._stage.profile.total))
+
+    @property
+    def params_total(self) -> int:
+        return self._stage.spec.params_total
+
+    @property
+    def params_trainable(self) -> int:
+        return round_bytes(self._get(self._stage.profile.trainable_params))
+
+    @property
+    def figures(self) -> dict[str, int]:
+        return {name: self._get(fid) for name, fid in self._stage.profile.figures.items()}
+
+    @property
+    def phases(self) -> dict[str, int]:
+        """Peak bytes of each phase of the training step (profiles that model phases)."""
+        return {name: self._get(fid) for name, fid in self._stage.profile.phases.items()}
+
+    # -- what it was computed for ---------------------------------------------------------
+    @property
+    def model(self) -> ModelSpec:
+        return self._stage.spec
+
+    @property
+    def family(self) -> str:
+        return self._stage.spec.family
+
+    @property
+    def profile(self) -> str:
+        return self._stage.profile.name
+
+    @property
+    def model_type(self) -> str | None:
+        return self._stage.spec.model_type
+
+    @property
+    def settings(self) -> TrainingSettings:
+        s = self._memo.get("settings")
+        if s is None:
+            values = dict(self._stage.settings, batch_size=self._batch, seq_len=self._seq)
+            s = self._memo["settings"] = TrainingSettings(**{x.name: values[x.name] for x in SETTINGS})
+        return s
+
+    @property
+    def lora_targets(self) -> tuple:
+        return tuple(sorted(self._stage.lora.matched))
+
+    @property
+    def warnings(self) -> tuple:
+        return self._stage.warnings
+
+    def __repr__(self) -> str:
+        comps = ", ".join(f"{c}={getattr(self, c)}" for c in COMPONENTS)
+        return f"Estimate({comps}, total={self.total}, family={self.family!r}, profile={self.profile!r})"
+
+    # -- derived --------------------------------------------------------------------------
+    def _env(self) -> tuple[dict, list]:
+        got = self._memo.get("env")
+        if got is None:
+            got = self._memo["env"] = self._stage.full_env(self._batch, self._seq, self._results)
+        return got
 
     def min_per_gpu(self, n: int = 1) -> int:
         """Least memory each of ``n`` GPUs needs when the model is split over them (profile formula)."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise SettingsError(f"the number of GPUs must be a positive integer, got {n!r}")
-        f = self._profile.formula(self._profile.min_per_gpu)
-        env = dict(self._env)
+        prof = self._stage.profile
+        if n == 1:
+            return round_bytes(self._get(prof.min_per_gpu))
+        env = dict(self._env()[0])
         env["n_gpus"] = n
-        return round_bytes(f.expr.evaluate(env))
+        return round_bytes(prof.formula(prof.min_per_gpu).expr.evaluate(env))
 
     @property
     def peak_phase(self) -> str | None:
         """The phase of the training step whose peak is highest (None when the profile has no phases)."""
-        if not self.phases:
+        phases = self.phases
+        if not phases:
             return None
-        return max(self.phases, key=lambda k: self.phases[k])
+        return max(phases, key=lambda k: phases[k])
 
     def components(self) -> dict[str, int]:
         return {c: getattr(self, c) for c in COMPONENTS}
@@ -98,8 +249,8 @@ class Estimate:
             **self.components(),
             "total": self.total,
             "settings": self.settings.to_dict(),
-            "figures": dict(self.figures),
-            "phases": dict(self.phases),
+            "figures": self.figures,
+            "phases": self.phases,
             "peak_phase": self.peak_phase,
             "lora_targets": list(self.lora_targets),
             "warnings": list(self.warnings),
@@ -111,15 +262,22 @@ class Estimate:
         out["total"] = self.total / _GIB
         return out
 
-    @cached_property
+    @property
     def trace(self) -> tuple:
         """Every formula evaluated for this estimate, in evaluation order."""
+        got = self._memo.get("trace")
+        if got is None:
+            got = self._memo["trace"] = self._trace()
+        return got
+
+    def _trace(self) -> tuple:
         entries = []
-        env = self._env
-        classes = self.model.layer_classes
-        for f in self._profile.formulas:
+        env, layer_envs = self._env()
+        classes = self._stage.spec.layer_classes
+        prof = self._stage.profile
+        for f in prof.formulas:
             if f.scope == "layer":
-                for lc, lenv in zip(classes, self._layer_envs):
+                for lc, lenv in zip(classes, layer_envs):
                     scope = {**env, **lenv}
                     entries.append(
                         TraceEntry(
@@ -143,143 +301,125 @@ class Estimate:
 
 
 def load_model(model: Any, *, trust_remote_code: bool = False, registry: Registry | None = None) -> ModelSpec:
-    """Read a model source and resolve it against its family (no training settings involved)."""
+    """Read a model source and resolve it against its family (no training settings involved).
+
+    Resolutions are kept by the registry: the same mapping (by content) or the same unchanged
+    file is resolved once.
+    """
     if isinstance(model, ModelSpec):
         return model
-    reg = registry or Registry.default()
-    root, origin = read_config(model, trust_remote_code=trust_remote_code)
-    text = text_view(root)
-    types = [text.get("model_type"), root.get("model_type")]
-    family, note = reg.family_for(types)
-    model_type = next((t for t in types if t), None)
-    size, size_origin = checkpoint_size(model)
-    return resolve_model(
-        family, root, text, model_type=model_type, warnings=[note] if note else [], source=origin,
-        checkpoint_bytes=size, checkpoint_origin=size_origin,
-    )
+    return (registry or Registry.default()).model(model, trust_remote_code=trust_remote_code)
 
 
-def estimate(
-    model: Any,
-    *,
-    method: str = "qlora",
-    batch_size: int = 4,
-    seq_len: int = 2048,
-    lora_rank: int = 16,
-    target_modules: Any = None,
-    gradient_checkpointing: Any = "unsloth",
-    optimizer: str = "adamw_8bit",
-    attention: str | None = "flash_attention_2",
-    load_in_4bit: bool | None = None,
-    loss: str = "standard",
-    lora_dropout: float = 0.0,
-    profile: str = "unsloth",
-    trust_remote_code: bool = False,
-    registry: Registry | None = None,
-) -> Estimate:
+def _settings_key(args: tuple) -> tuple:
+    """A cache key of raw setting values that tells apart values Python calls equal (1, 1.0, True)."""
+    return tuple((type(v), v) for v in args)
+
+
+def _stage(reg: Registry, spec: ModelSpec, prof: Profile, static: dict) -> Stage:
+    key = (spec, prof, static["_key"])
+    stage = reg.stages.get(key)
+    if stage is not None:
+        return stage
+    prof.check_family(spec.rules)
+    warnings = list(spec.warnings)
+    if static["method"] in ("full", "inference") or prof.lora_convention == "none":
+        lora = NO_ADAPTERS
+    else:
+        targets, explicit = prof.expand_targets(static["target_modules"])
+        lora = spec.peft_lora_sums(targets) if prof.lora_convention == "peft" else spec.lora_sums(targets, explicit)
+        unmatched = sorted(targets - lora.matched)
+        if unmatched:
+            warnings.append(f"LoRA target(s) {', '.join(unmatched)} match no module of this model")
+        if not lora.matched:
+            warnings.append("no LoRA target matches a module of this model: the adapter is empty")
+    settings = {k: v for k, v in static.items() if k != "_key"}
+    stage = Stage(spec, prof, settings, lora, warnings)
+    reg.stages.put(key, stage)
+    return stage
+
+
+def _static_settings(reg: Registry, raw: tuple) -> dict:
+    key = _settings_key(raw)
+    try:
+        hit = reg.settings.get(key)
+    except TypeError:  # an unhashable value (a list of targets): normalise without the cache
+        hit, key = None, None
+    if hit is not None:
+        return hit
+    static = normalise_static(dict(zip(_STATIC_NAMES, raw)))
+    static["_key"] = tuple((k, v) for k, v in static.items())
+    if key is not None:
+        reg.settings.put(key, static)
+    return static
+
+
+_STATIC_NAMES = tuple(s.name for s in SETTINGS if not s.per_call) + ("profile",)
+
+
+def estimate(model: Any, *, profile: str = "unsloth", trust_remote_code: bool = False,
+             registry: Registry | None = None, **settings: Any) -> Estimate:
     """Estimate the GPU memory of fine-tuning ``model``.
 
     ``model`` is a path to a config.json or a model folder, a dict, a transformers
-    ``PretrainedConfig``, a hub id, or a :class:`ModelSpec` from :func:`load_model`
-    (the fast path when many settings are tried on one model).
+    ``PretrainedConfig``, a hub id, or a :class:`ModelSpec` from :func:`load_model`.
+    The training settings are keyword arguments named and defaulted as in
+    :data:`vramwise.SETTINGS` (method, batch_size, seq_len, lora_rank, target_modules,
+    gradient_checkpointing, optimizer, attention, load_in_4bit, loss, lora_dropout).
     """
-    settings = normalise_settings(
-        method=method, batch_size=batch_size, seq_len=seq_len, lora_rank=lora_rank,
-        target_modules=target_modules, gradient_checkpointing=gradient_checkpointing,
-        optimizer=optimizer, attention=attention, load_in_4bit=load_in_4bit, loss=loss, lora_dropout=lora_dropout,
-    )
     reg = registry or Registry.default()
+    unknown = settings.keys() - DEFAULTS.keys()
+    if unknown:
+        raise SettingsError(f"unknown setting(s) {', '.join(sorted(unknown))} (settings: {', '.join(DEFAULTS)})")
+    values = {**DEFAULTS, **settings}
+    targets = values["target_modules"]
+    if isinstance(targets, list):
+        values["target_modules"] = tuple(targets)
+    static = _static_settings(reg, tuple(values[n] for n in _STATIC_NAMES[:-1]) + (profile,))
+    batch, seq = values["batch_size"], values["seq_len"]
+    if type(batch) is not int or batch < 1:
+        batch = positive_int("batch_size", batch)
+    if type(seq) is not int or seq < 1:
+        seq = positive_int("seq_len", seq)
     prof = reg.profile(profile)
-    if settings.method not in prof.methods:
-        raise SettingsError(
-            f"profile {prof.name} does not model {settings.method} (it models {', '.join(prof.methods)})"
-        )
-    spec = load_model(model, trust_remote_code=trust_remote_code, registry=reg)
-    reg.check_pair(reg.family(spec.family), prof)
-    warnings = list(spec.warnings)
-    if settings.method in ("full", "inference"):
-        lora, targets = NO_ADAPTERS, frozenset()
-    else:
-        targets, explicit = prof.expand_targets(settings.target_modules)
-        if prof.lora_convention == "peft":
-            lora = spec.peft_lora_sums(targets)
-        else:
-            lora = spec.lora_sums(targets, explicit)
-        matched = lora.matched
-        unmatched = sorted(targets - matched)
-        if unmatched:
-            warnings.append(f"LoRA target(s) {', '.join(unmatched)} match no module of this model")
-        if not matched:
-            warnings.append("no LoRA target matches a module of this model: the adapter is empty")
-    return _evaluate(spec, prof, settings, lora, warnings)
+    if static["method"] not in prof.methods:
+        raise SettingsError(f"profile {prof.name} does not model {static['method']} (it models {', '.join(prof.methods)})")
+    spec = model if isinstance(model, ModelSpec) else reg.model(model, trust_remote_code=trust_remote_code)
+    stage = _stage(reg, spec, prof, static)
+    return Estimate(stage, batch, seq, stage.run(batch, seq))
 
 
-def _evaluate(spec: ModelSpec, prof: Profile, settings: TrainingSettings, lora: LoraSums, warnings: list) -> Estimate:
-    env, layer_envs = prof.evaluate(spec, settings, lora, warnings)
-    comps = {c: env[fid] for c, fid in prof.components.items()}
-    return Estimate(
-        **comps,
-        total=round_bytes(env[prof.total]),
-        params_total=spec.params_total,
-        params_trainable=round_bytes(env[prof.trainable_params]),
-        family=spec.family,
-        profile=prof.name,
-        model_type=spec.model_type,
-        settings=settings,
-        lora_targets=tuple(sorted(lora.matched)),
-        warnings=tuple(warnings),
-        figures={name: env[fid] for name, fid in prof.figures.items()},
-        phases={name: env[fid] for name, fid in prof.phases.items()},
-        model=spec,
-        _profile=prof,
-        _env=env,
-        _layer_envs=tuple(layer_envs),
-    )
+estimate.__signature__ = inspect.Signature(
+    [inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    + [inspect.Parameter(s.name, inspect.Parameter.KEYWORD_ONLY, default=s.default) for s in SETTINGS]
+    + [inspect.Parameter("profile", inspect.Parameter.KEYWORD_ONLY, default="unsloth"),
+       inspect.Parameter("trust_remote_code", inspect.Parameter.KEYWORD_ONLY, default=False),
+       inspect.Parameter("registry", inspect.Parameter.KEYWORD_ONLY, default=None)],
+    return_annotation=Estimate,
+)
 
 
-def estimate_from_size(
-    *,
-    params: float | None = None,
-    weight_bytes: int | None = None,
-    method: str = "qlora",
-    batch_size: int = 4,
-    seq_len: int = 2048,
-    lora_rank: int = 16,
-    gradient_checkpointing: Any = "unsloth",
-    optimizer: str = "adamw_8bit",
-    attention: str | None = "flash_attention_2",
-    load_in_4bit: bool | None = None,
-    registry: Registry | None = None,
-) -> Estimate:
-    """The seed's fallback when no config can be read: only a parameter count or the weights' size.
+def estimate_from_size(*, params: float | None = None, weight_bytes: int | None = None,
+                       registry: Registry | None = None, **settings: Any) -> Estimate:
+    """The fallback when no config can be read: only a parameter count or the weights' size.
 
-    Every component is a share of the 16-bit model size (profile ``size_only``); the estimate says so.
+    Every component is a share of the 16-bit model size (profile ``size_only``, family
+    ``size_only``); the estimate says so. See docs/unsloth-profile.md#size-only.
     """
     if params is None and weight_bytes is None:
         raise SettingsError("give a parameter count (params) or the weights' size in bytes (weight_bytes)")
     for name, value in (("params", params), ("weight_bytes", weight_bytes)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
             raise SettingsError(f"{name} must be a positive number, got {value!r}")
-    settings = normalise_settings(
-        method=method, batch_size=batch_size, seq_len=seq_len, lora_rank=lora_rank, target_modules=None,
-        gradient_checkpointing=gradient_checkpointing, optimizer=optimizer, attention=attention,
-        load_in_4bit=load_in_4bit,
-    )
+    settings.pop("target_modules", None)
     reg = registry or Registry.default()
-    prof = reg.profile("size_only")
-    total = int(params) if params is not None else int(weight_bytes) // 2
-    source = f"{params:g} parameters" if params is not None else f"{int(weight_bytes)} bytes of weights"
-    names = {
-        "params_total": total, "quantizable_params": 0, "non_quantizable_params": total,
-        "skipped_quantizable_params": 0, "linear_quantizable_params": 0,
-        "checkpoint_bytes": int(weight_bytes) if weight_bytes is not None else None,
-        "num_layers": 0,
-    }
-    spec = ModelSpec(
-        family="size_only", family_file="", model_type=None, facts=MappingProxyType({}), num_layers=0,
-        layer_classes=(), model_modules=(), source=source,
-        _aggregates={"params_total": total, "params_by_group": MappingProxyType({}),
-                     "names": MappingProxyType(names), "lora_modules": ()},
+    if params is not None:
+        config, source = {"params": int(params)}, f"{params:g} parameters"
+    else:
+        config, source = {"weight_bytes": int(weight_bytes)}, f"{int(weight_bytes)} bytes of weights"
+    spec = reg.resolve(
+        config, family="size_only", origin=source,
+        warnings=[f"no model config: a fallback estimate from {source} alone, each component a share of the model size"],
+        checkpoint_bytes=int(weight_bytes) if weight_bytes is not None else None,
     )
-    warnings = [f"no model config: a fallback estimate from {source} alone, each component a share of the model size"]
-    return _evaluate(spec, prof, settings, NO_ADAPTERS, warnings)
+    return estimate(spec, profile="size_only", registry=reg, **settings)

@@ -157,12 +157,15 @@ def emit(
     node: ast.AST,
     name: Callable[[str], str] = str,
     types: Callable[[str], frozenset] | None = None,
+    reducer: Callable[[str, str], str | None] | None = None,
 ) -> tuple[str, frozenset]:
     """Python source of a checked expression tree, and the type classes its value may have.
 
     ``name`` maps a variable of the expression to the source text that reads it; ``types`` gives
-    the type classes of a variable (unknown: any type), from which the guards are chosen.
-    Everything is parenthesised, so operator precedence is that of the tree.
+    the type classes of a variable (unknown: any type), from which the guards are chosen;
+    ``reducer(function, variable)`` may give the text of ``layers_sum(variable)`` /
+    ``layers_max(variable)`` (None: the plain call). Everything is parenthesised, so operator
+    precedence is that of the tree.
     """
 
     def go(n: ast.AST) -> tuple[str, frozenset]:
@@ -208,6 +211,10 @@ def emit(
             return f"{go(n.value)[0]}[{go(n.slice)[0]}]", ANY
         if isinstance(n, ast.Call):
             fname = n.func.id
+            if reducer is not None and fname in _LAYER_REDUCERS and len(n.args) == 1 and isinstance(n.args[0], ast.Name):
+                text = reducer(fname, n.args[0].id)
+                if text is not None:
+                    return text, NUMBER
             args = [go(a) for a in n.args]
             text = f"_vw_{fname}(" + ", ".join(a for a, _ in args) + ")"
             if fname in ("ceil", "floor", "int", "len", "layers_sum", "layers_max"):

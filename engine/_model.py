@@ -84,7 +84,7 @@ class LayerClass:
         return sum(m.params for m in self.modules)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ModelSpec:
     """A model resolved against its family: what every estimate is computed from."""
 
@@ -99,6 +99,7 @@ class ModelSpec:
     source: str = ""
     # where PEFT moves LoRA targets onto parameters for this model type (family data, resolved once)
     peft_target_parameters: Mapping[str, str] = field(default_factory=dict)
+    rules: Family | None = field(default=None, repr=False)  # the compiled family it was resolved with
     _aggregates: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -203,6 +204,11 @@ class LoraSums:
     adapters: int  # number of adapters
     matched: frozenset  # the targets that matched a module
     merged_params: int = 0  # weights of parameters carrying an adapter (PEFT merges them in the forward)
+
+    def formula_names(self) -> dict:
+        """The sums as formula inputs (see :data:`LORA_NAMES`)."""
+        return {"lora_io": self.io, "lora_inputs": self.inputs, "lora_adapters": self.adapters,
+                "lora_merged_params": self.merged_params}
 
 
 #: No adapters (full fine-tuning, inference, the size-only fallback).
@@ -476,6 +482,8 @@ def _layer_classes(family: Family, env: dict, n_layers: int) -> list[tuple[Index
         if not a.per_layer:
             fixed[a.name] = a.expr.evaluate({**env, **fixed})
     varying = [a for a in family.attributes if a.per_layer]
+    if n_layers == 0:
+        return []
     if not varying:
         return [(IndexSet([range(n_layers)]), fixed)]
     scope = {**env, **fixed}
@@ -517,7 +525,8 @@ def resolve_model(
     warns = list(warnings)
     facts = _resolve_facts(family, root, text, warns)
     n_layers = facts.get(family.layer_count)
-    if not isinstance(n_layers, int) or isinstance(n_layers, bool) or n_layers < 1:
+    least = next((r.min for r in family.facts if r.name == family.layer_count and r.min is not None), 1)
+    if not isinstance(n_layers, int) or isinstance(n_layers, bool) or n_layers < least:
         raise ConfigError(f"{family.layer_count} must be a positive integer, got {n_layers!r}")
 
     env = dict(facts)
@@ -576,7 +585,7 @@ def resolve_model(
         num_layers=n_layers, layer_classes=tuple(classes), model_modules=model_mods,
         warnings=tuple(warns), source=source,
         peft_target_parameters=family.peft_target_parameters.get(model_type, MappingProxyType({})),
-        _aggregates=aggregates,
+        rules=family, _aggregates=aggregates,
     )
 
 

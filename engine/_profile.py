@@ -9,11 +9,12 @@ one once (layer-scope formulas once per layer class).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ._errors import FileFormatError, SettingsError
-from ._expr import Expression, LayerValues, compile_expression, round_bytes
+from ._expr import Expression, LayerValues, compile_expression, round_bytes, type_tag
+from ._program import Program, build_program, dynamic_ids
 from ._settings import SETTING_NAMES
 from ._yamlio import DataFile
 
@@ -51,7 +52,7 @@ class Table:
     where: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Profile:
     name: str
     file: str
@@ -63,6 +64,7 @@ class Profile:
     target_sets: Mapping[str, tuple]
     lora_convention: str  # "unsloth" or "peft"
     methods: tuple  # the methods the profile models
+    families: tuple | None  # the only families it is for (None: those chosen by model type, and the fallback)
     components: Mapping[str, str]  # component -> formula id
     total: str
     min_per_gpu: str
@@ -72,6 +74,29 @@ class Profile:
     constants: Mapping[str, float]
     tables: tuple
     formulas: tuple  # dependency order
+    dynamic: frozenset = frozenset()  # ids of the formulas that depend on batch or sequence
+    _programs: dict = field(default_factory=dict, repr=False, compare=False)  # type signature -> Program
+    _families_checked: dict = field(default_factory=dict, repr=False, compare=False)  # id -> Family
+
+    def serves(self, family) -> bool:
+        """Whether the profile is meant for ``family``."""
+        if self.families is not None:
+            return family.name in self.families
+        return not family.abstract and (bool(family.model_types) or family.fallback)
+
+    def check_family(self, family) -> None:
+        """Raise when ``family`` lacks a fact or layer attribute this profile needs (checked once per family)."""
+        if id(family) in self._families_checked:
+            return
+        if not self.serves(family):
+            raise SettingsError(
+                f"profile {self.name} is for {', '.join(self.families or ('families chosen by model type',))}, "
+                f"not family {family.name}"
+            )
+        problem = check_inputs(self, family)
+        if problem:
+            raise FileFormatError(problem)
+        self._families_checked[id(family)] = family
 
     def expand_targets(self, targets: tuple | None) -> tuple[frozenset, frozenset]:
         """(every target name, the names given explicitly): keywords such as ``all-linear`` expand
@@ -87,17 +112,20 @@ class Profile:
                 explicit.add(t)
         return frozenset(out), frozenset(explicit)
 
-    def evaluate(self, spec, settings, lora, warnings: list[str]) -> tuple[dict, list[dict]]:
-        """Evaluate every formula; return the model-level names and one dict per layer class.
+    @property
+    def reported(self) -> frozenset:
+        """Formula ids reported as components, figures or phases (rounded to whole bytes when evaluated)."""
+        return frozenset(self.components.values()) | frozenset(self.figures.values()) | frozenset(self.phases.values())
 
-        ``lora`` holds the adapter sums of the chosen targets (``io``, ``inputs``, ``adapters``).
+    def static_env(self, spec, names: Mapping[str, Any], lora, warnings: list[str]) -> tuple[dict, list[dict]]:
+        """Evaluate every formula that does not depend on batch or sequence, formula by formula.
+
+        ``names``: the settings other than batch and sequence; ``lora`` holds the adapter sums of
+        the chosen targets. Returns the model-level names and one dict per layer class.
         """
-        env: dict[str, Any] = dict(settings.as_names())
+        env: dict[str, Any] = dict(names)
         env.update(spec.aggregates)
-        env["lora_io"] = lora.io
-        env["lora_inputs"] = lora.inputs
-        env["lora_adapters"] = lora.adapters
-        env["lora_merged_params"] = lora.merged_params
+        env.update(lora.formula_names())
         env[N_GPUS] = 1
         for name in self.model_inputs:
             env[name] = spec.facts[name]
@@ -116,8 +144,19 @@ class Profile:
                     warnings.append(t.unknown_warning.format(key=key, default=t.default))
             else:
                 raise SettingsError(f"unknown {t.key} {key!r} (known: {', '.join(t.entries)})")
-        components = set(self.components.values()) | set(self.figures.values()) | set(self.phases.values())
-        for f in self.formulas:
+        self._run(self.formulas, lambda f: f.id not in self.dynamic, env, layer_envs, classes)
+        return env, layer_envs
+
+    def dynamic_env(self, spec, env: dict, layer_envs: list[dict]) -> None:
+        """Evaluate the formulas that depend on batch or sequence, formula by formula, into ``env``
+        (which holds ``batch_size`` and ``seq_len``) and ``layer_envs``."""
+        self._run(self.formulas, lambda f: f.id in self.dynamic, env, layer_envs, spec.layer_classes)
+
+    def _run(self, formulas, wanted, env: dict, layer_envs: list[dict], classes) -> None:
+        rounded = self.reported
+        for f in formulas:
+            if not wanted(f):
+                continue
             if f.scope == "layer":
                 values = []
                 for lc, lenv in zip(classes, layer_envs):
@@ -127,8 +166,23 @@ class Profile:
                 env[f.id] = LayerValues(values)
             else:
                 v = f.expr.evaluate(env)
-                env[f.id] = round_bytes(v) if f.id in components else v
-        return env, layer_envs
+                env[f.id] = round_bytes(v) if f.id in rounded else v
+
+    def program(self, env: Mapping[str, Any], layer_envs: list[dict]) -> Program:
+        """The compiled dynamic stage for static values of these types (built once per type signature)."""
+        model_types = {n: type_tag(v) for n, v in env.items()}
+        layer_types: dict[str, frozenset] = {}
+        for lenv in layer_envs:
+            for n, v in lenv.items():
+                layer_types[n] = layer_types.get(n, frozenset()) | type_tag(v)
+        key = (tuple(sorted(model_types.items())), tuple(sorted(layer_types.items())))
+        prog = self._programs.get(key)
+        if prog is None:
+            prog = build_program(self.formulas, self.dynamic, self.reported, model_types, layer_types)
+            if len(self._programs) >= 64:
+                self._programs.clear()
+            self._programs[key] = prog
+        return prog
 
     def formula(self, fid: str) -> Formula:
         for f in self.formulas:
@@ -245,8 +299,9 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
         target_sets={k.lower(): tuple(v) for k, v in m["lora"]["target_sets"].items()},
         lora_convention=m["lora"].get("convention", "unsloth"),
         methods=tuple(m.get("methods", ("qlora", "lora", "full", "inference"))),
+        families=tuple(m["families"]) if "families" in m else None,
         components=dict(m["components"]), total=m["total"], min_per_gpu=m["min_per_gpu"],
         trainable_params=m["trainable_params"], figures=dict(m.get("figures", {})), phases=dict(m.get("phases", {})),
         constants=constants,
-        tables=tuple(tables), formulas=tuple(order),
+        tables=tuple(tables), formulas=tuple(order), dynamic=dynamic_ids(order),
     )

@@ -8,14 +8,17 @@ loads everything, as the test suite does.
 
 from __future__ import annotations
 
+import copy
+import os
+import re
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import yaml
 
-from ._errors import FileFormatError, SettingsError, VramwiseError
+from ._errors import ConfigError, FileFormatError, SettingsError, VramwiseError
 from ._family import Family, compile_family
 from ._profile import Profile, build_profile, check_inputs
 from ._yamlio import DataFile, load_data_file
@@ -38,17 +41,63 @@ def _entries(location, display: str | None) -> list[tuple[str, str]]:
     return out
 
 
-class _FamilyFiles(Mapping):
-    """Family name -> validated DataFile, loading (and validating) each file on first access."""
+class _Cache:
+    """A bounded mapping: the oldest entry goes when it is full (resettable with ``clear``)."""
 
-    def __init__(self, texts: dict[str, tuple[str, str]]):
+    __slots__ = ("_data", "_size")
+
+    def __init__(self, size: int):
+        self._data: dict = {}
+        self._size = size
+
+    def get(self, key):
+        return self._data.get(key)
+
+    def put(self, key, value) -> None:
+        if len(self._data) >= self._size:
+            del self._data[next(iter(self._data))]
+        self._data[key] = value
+
+    def clear(self) -> None:
+        self._data.clear()
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+_MODEL_TYPES_LINE = re.compile(r"^model_types:[ \t]*(\[[^\n]*\])[ \t]*(#[^\n]*)?$", re.M)
+_FALLBACK_LINE = re.compile(r"^fallback:[ \t]*true[ \t]*(#[^\n]*)?$", re.M)
+
+
+def _head(text: str, fast: bool) -> dict | None:
+    """``model_types`` and ``fallback`` of a family file. ``fast``: read from their top-level lines
+    when each is written on one line (checked again when the family is compiled); else, and
+    when the lines are not found that way, the whole file is parsed."""
+    if fast:
+        lines = list(_MODEL_TYPES_LINE.finditer(text))
+        if len(lines) == 1 or (not lines and re.search(r"^model_types:", text, re.M) is None):
+            types = yaml.load(lines[0].group(1), Loader=_FastLoader) if lines else []
+            if isinstance(types, list):
+                return {"model_types": types, "fallback": _FALLBACK_LINE.search(text) is not None}
+    try:
+        head = yaml.load(text, Loader=_FastLoader)
+    except yaml.YAMLError:
+        return None
+    return head if isinstance(head, dict) else None
+
+
+class _FamilyFiles(Mapping):
+    """Family name -> DataFile, loading (and validating, if asked) each file on first access."""
+
+    def __init__(self, texts: dict[str, tuple[str, str]], validate: bool):
         self._texts = texts
+        self._validate = validate
         self._loaded: dict[str, DataFile] = {}
 
     def __getitem__(self, name: str) -> DataFile:
         if name not in self._loaded:
             shown, text = self._texts[name]
-            df = load_data_file(text, shown, "family-1.schema.json")
+            df = load_data_file(text, shown, "family-1.schema.json", validate=self._validate)
             if df.data["family"] != name:
                 raise FileFormatError(df.problem(("family",), f"family name {df.data['family']!r} differs from the file name {name!r}"))
             self._loaded[name] = df
@@ -73,7 +122,8 @@ class Registry:
 
     _default: "Registry | None" = None
 
-    def __init__(self, families_dir: str | Path | None = None, formulas_dir: str | Path | None = None):
+    def __init__(self, families_dir: str | Path | None = None, formulas_dir: str | Path | None = None,
+                 *, validate: bool | None = None):
         if families_dir is None:
             fam_loc, fam_disp = resources.files("vramwise.families"), "families"
         else:
@@ -82,24 +132,26 @@ class Registry:
             self._formulas, self._formulas_display = resources.files("vramwise.formulas"), "formulas"
         else:
             self._formulas, self._formulas_display = Path(formulas_dir), None
+        # the bundled files are validated by the test suite; files from elsewhere on every load
+        self.validate = validate if validate is not None else not (families_dir is None and formulas_dir is None)
         texts = {shown.rsplit("/", 1)[-1].removesuffix(".yaml"): (shown, text) for shown, text in _entries(fam_loc, fam_disp)}
         if not texts:
             raise FileFormatError(f"{fam_disp or families_dir}: no family files found")
-        self._files = _FamilyFiles(texts)
+        self._files = _FamilyFiles(texts, self.validate)
         self._compiled: dict[str, Family] = {}
         self._profiles: dict[str, Profile] = {}
-        self._checked: set[tuple[str, str]] = set()
         self._by_type: dict[str, str] = {}
         self._fallback: str | None = None
+        #: resolved models by config content or file identity, static estimate stages, normalised settings
+        self.models = _Cache(256)
+        self.stages = _Cache(1024)
+        self.settings = _Cache(1024)
         problems: list[str] = []
         owners: dict[str, str] = {}
         fallbacks = []
         for name, (shown, text) in texts.items():
-            try:
-                head = yaml.load(text, Loader=_FastLoader)
-            except yaml.YAMLError:
-                head = None
-            if not isinstance(head, dict):  # report it properly, with its position
+            head = _head(text, fast=not self.validate)
+            if head is None:  # report it properly, with its position
                 self._files[name]
                 continue
             types = head.get("model_types") or []
@@ -121,6 +173,12 @@ class Registry:
         self._by_type = owners
         self._fallback = fallbacks[0] if fallbacks else None
 
+    def clear_caches(self) -> None:
+        """Forget resolved models, estimate stages and normalised settings (compiled files stay)."""
+        self.models.clear()
+        self.stages.clear()
+        self.settings.clear()
+
     @classmethod
     def default(cls) -> "Registry":
         """The registry of the bundled files, built on first use."""
@@ -139,7 +197,12 @@ class Registry:
         if name not in self._compiled:
             if name not in self._files:
                 raise VramwiseError(f"unknown family {name!r} (known: {', '.join(sorted(self._files))})")
-            self._compiled[name] = compile_family(name, self._files)
+            fam = compile_family(name, self._files)
+            indexed = sorted(t for t, owner in self._by_type.items() if owner == name)
+            if sorted(set(fam.model_types)) != indexed or fam.fallback != (self._fallback == name):
+                raise FileFormatError(self._files[name].problem(
+                    ("model_types",), "write model_types as a one-line list, and fallback on one line"))
+            self._compiled[name] = fam
         return self._compiled[name]
 
     @property
@@ -172,6 +235,56 @@ class Registry:
             note = f"config has no model_type; using the generic family {self._fallback!r}"
         return self.family(self._fallback), note
 
+    # -- models -------------------------------------------------------------------------
+    def model(self, source: Any, *, trust_remote_code: bool = False):
+        """The resolved model of a config source (path, folder, mapping, PretrainedConfig, hub id).
+
+        A mapping is resolved once per content, a local file once per version (its size and
+        modification time, and those of the weights' index and folder); hub ids are read each time.
+        """
+        from ._source import read_config
+
+        key = _source_key(source)
+        if key is not None:
+            hit = self.models.get(key)
+            if hit is not None and (hit[1] is None or _same(hit[1], source)):
+                return hit[0]
+        root, origin = read_config(source, trust_remote_code=trust_remote_code)
+        spec = self.resolve(root, origin=origin, source=source)
+        if key is not None:
+            snapshot = None
+            if key[0] == "mapping":
+                try:
+                    snapshot = copy.deepcopy(source)
+                except Exception:  # noqa: BLE001 - an uncopyable mapping is simply not kept
+                    return spec
+            self.models.put(key, (spec, snapshot))
+        return spec
+
+    def resolve(self, root: Mapping, *, family: str | None = None, origin: str = "mapping", source: Any = None,
+                warnings: Iterable[str] = (), checkpoint_bytes: int | None = None):
+        """Resolve a config mapping against its family (chosen by model type unless ``family`` names one)."""
+        from ._model import resolve_model
+        from ._source import checkpoint_size, text_view
+
+        text = text_view(root)
+        types = [text.get("model_type"), root.get("model_type")]
+        notes = list(warnings)
+        if family is not None:
+            fam = self.family(family)
+        else:
+            fam, note = self.family_for(types)
+            if note:
+                notes.append(note)
+        model_type = next((t for t in types if t), None)
+        size_origin = None
+        if source is not None and checkpoint_bytes is None:
+            checkpoint_bytes, size_origin = checkpoint_size(source)
+        return resolve_model(
+            fam, root, text, model_type=model_type, warnings=notes, source=origin,
+            checkpoint_bytes=checkpoint_bytes, checkpoint_origin=size_origin,
+        )
+
     # -- profiles -------------------------------------------------------------------------
     def profile_names(self) -> list[str]:
         return sorted(
@@ -188,7 +301,7 @@ class Registry:
         disp = f"{self._formulas_display}/{name}" if self._formulas_display else None
         texts = dict(_entries(folder, disp))
         manifest_path = f"{disp}/profile.yaml" if disp else str(folder.joinpath("profile.yaml"))
-        manifest = load_data_file(texts.pop(manifest_path), manifest_path, "profile-1.schema.json")
+        manifest = load_data_file(texts.pop(manifest_path), manifest_path, "profile-1.schema.json", validate=self.validate)
         files = []
         problems = []
         listed = manifest.data["files"]
@@ -198,7 +311,7 @@ class Registry:
                 problems.append(manifest.problem(("files",), f"listed file {fname!r} does not exist"))
                 continue
             try:
-                files.append(load_data_file(texts[shown], shown, "formulas-1.schema.json"))
+                files.append(load_data_file(texts[shown], shown, "formulas-1.schema.json", validate=self.validate))
             except FileFormatError as e:
                 problems.extend(e.problems)
         unlisted = [p for p in texts if p.rsplit("/", 1)[-1] not in listed]
@@ -212,16 +325,6 @@ class Registry:
         self._profiles[name] = prof
         return prof
 
-    def check_pair(self, family: Family, profile: Profile) -> None:
-        """Raise when ``family`` lacks a fact or layer attribute that ``profile`` needs."""
-        key = (family.name, profile.name)
-        if key in self._checked:
-            return
-        problem = check_inputs(profile, family)
-        if problem:
-            raise FileFormatError(problem)
-        self._checked.add(key)
-
     def check_all(self) -> None:
         """Load and cross-check every family and every profile."""
         families = self.families
@@ -229,9 +332,43 @@ class Registry:
         for pname in self.profile_names():
             prof = self.profile(pname)
             for fam in families.values():
-                if not fam.abstract:
+                if prof.serves(fam):
                     problem = check_inputs(prof, fam)
                     if problem:
                         problems.append(problem)
         if problems:
             raise FileFormatError(problems)
+
+
+def _stat(path: str) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino, st.st_dev)
+
+
+def _source_key(source: Any) -> tuple | None:
+    """A cheap identity of a config source for the model cache (None: do not cache)."""
+    if isinstance(source, Mapping):
+        try:
+            return ("mapping", repr(source))
+        except Exception:  # noqa: BLE001 - an unprintable mapping is simply not cached
+            return None
+    if isinstance(source, (str, os.PathLike)):
+        text = os.path.expanduser(os.fspath(source))
+        here = _stat(text)
+        if here is None:
+            return None  # a hub id, or a missing file (reported by read_config)
+        folder = text if os.path.isdir(text) else os.path.dirname(text) or "."
+        config = os.path.join(text, "config.json") if folder == text else text
+        index = os.path.join(folder, "model.safetensors.index.json")
+        return ("path", text, _stat(config), _stat(folder), _stat(index))
+    return None
+
+
+def _same(snapshot: Any, source: Any) -> bool:
+    try:
+        return bool(snapshot == source)
+    except Exception:  # noqa: BLE001
+        return False

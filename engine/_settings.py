@@ -1,13 +1,22 @@
-"""Training settings: validation and normalisation, done once per estimate."""
+"""Training settings: one table of names, defaults, choices and help, and their validation.
+
+:data:`SETTINGS` is the only place a setting is defined. The API (``vramwise.estimate``'s
+keyword arguments and their defaults), :func:`normalise_settings`, the formula names the
+profiles may read (:data:`SETTING_NAMES`), :class:`TrainingSettings` and the command-line
+options all come from it.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Iterable
+from dataclasses import dataclass, make_dataclass
+from typing import Any, Callable
 
 from ._errors import SettingsError
 
-__all__ = ["TrainingSettings", "METHODS", "CHECKPOINTING_MODES", "LOSS_MODES", "normalise_settings"]
+__all__ = [
+    "Setting", "SETTINGS", "SETTING_NAMES", "PER_CALL", "TrainingSettings", "METHODS", "CHECKPOINTING_MODES",
+    "LOSS_MODES", "normalise_settings", "normalise_static", "positive_int", "DEFAULTS",
+]
 
 METHODS = ("qlora", "lora", "full", "inference")
 CHECKPOINTING_MODES = ("none", "true", "unsloth")
@@ -17,52 +26,7 @@ _GC_ALIASES = {"none": "none", "false": "none", "off": "none", "no": "none", "0"
                "true": "true", "on": "true", "yes": "true", "1": "true", "unsloth": "unsloth"}
 
 
-@dataclass(frozen=True)
-class TrainingSettings:
-    """The training settings an estimate is made for, normalised."""
-
-    method: str
-    batch_size: int
-    seq_len: int
-    lora_rank: int
-    target_modules: tuple | None
-    gradient_checkpointing: str
-    optimizer: str
-    attention: str
-    load_in_4bit: bool
-    loss: str = "standard"
-    lora_dropout: float = 0.0
-
-    def to_dict(self) -> dict:
-        """Plain data, suitable for JSON."""
-        out = self.as_names()
-        out["target_modules"] = list(self.target_modules) if self.target_modules is not None else None
-        return out
-
-    def as_names(self) -> dict:
-        """The settings as formula names."""
-        return {
-            "method": self.method,
-            "batch_size": self.batch_size,
-            "seq_len": self.seq_len,
-            "lora_rank": self.lora_rank,
-            "gradient_checkpointing": self.gradient_checkpointing,
-            "optimizer": self.optimizer,
-            "attention": self.attention,
-            "load_in_4bit": self.load_in_4bit,
-            "loss": self.loss,
-            "lora_dropout": self.lora_dropout,
-        }
-
-
-#: Names that settings give to formula files.
-SETTING_NAMES = frozenset(
-    ("method", "batch_size", "seq_len", "lora_rank", "gradient_checkpointing", "optimizer", "attention", "load_in_4bit", "loss", "lora_dropout")
-)
-__all__ += ["SETTING_NAMES"]
-
-
-def _positive_int(name: str, value: Any) -> int:
+def positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, float) and value.is_integer():
             value = int(value)
@@ -73,74 +37,158 @@ def _positive_int(name: str, value: Any) -> int:
     return value
 
 
-def normalise_settings(
-    *,
-    method: str,
-    batch_size: Any,
-    seq_len: Any,
-    lora_rank: Any,
-    target_modules: str | Iterable[str] | None,
-    gradient_checkpointing: Any,
-    optimizer: str,
-    attention: str | None,
-    load_in_4bit: bool | None,
-    loss: str = "standard",
-    lora_dropout: Any = 0.0,
-) -> TrainingSettings:
-    if not isinstance(method, str) or method.strip().lower() not in METHODS:
-        raise SettingsError(f"unknown method {method!r} (choose one of: {', '.join(METHODS)})")
-    method = method.strip().lower()
-    if isinstance(gradient_checkpointing, bool) or gradient_checkpointing is None:
-        gc = "true" if gradient_checkpointing else "none"
-    elif isinstance(gradient_checkpointing, str) and gradient_checkpointing.strip().lower() in _GC_ALIASES:
-        gc = _GC_ALIASES[gradient_checkpointing.strip().lower()]
-    else:
-        raise SettingsError(
-            f"unknown gradient checkpointing mode {gradient_checkpointing!r} (choose one of: {', '.join(CHECKPOINTING_MODES)})"
-        )
-    if not isinstance(optimizer, str) or not optimizer.strip():
-        raise SettingsError(f"optimizer must be a name, got {optimizer!r}")
-    opt = optimizer.strip().lower().replace("-", "_")
-    if attention is None:
-        attention = "flash_attention_2"
-    if not isinstance(attention, str) or not attention.strip():
-        raise SettingsError(f"attention must be an implementation name, got {attention!r}")
-    if not isinstance(loss, str) or loss.strip().lower() not in LOSS_MODES:
-        raise SettingsError(f"unknown loss {loss!r} (choose one of: {', '.join(LOSS_MODES)})")
-    if isinstance(lora_dropout, bool) or not isinstance(lora_dropout, (int, float)) or not 0 <= lora_dropout < 1:
-        raise SettingsError(f"lora_dropout must be a probability in [0, 1), got {lora_dropout!r}")
-    if load_in_4bit is None:
-        load_in_4bit = method == "qlora"
-    elif not isinstance(load_in_4bit, bool):
-        raise SettingsError(f"load_in_4bit must be true, false or unset, got {load_in_4bit!r}")
-    if load_in_4bit and method == "full":
-        raise SettingsError("full fine-tuning cannot train a 4-bit model: use method 'qlora' or unset load_in_4bit")
-    if not load_in_4bit and method == "qlora":
-        raise SettingsError("qlora loads the base model in 4 bit: use method 'lora' for a 16-bit base model")
-    if target_modules is not None:
-        if isinstance(target_modules, str):
-            targets = tuple(t.strip() for t in target_modules.split(",") if t.strip())
-        else:
-            try:
-                targets = tuple(target_modules)
-            except TypeError:
-                raise SettingsError(f"target_modules must be a list of names or a string, got {target_modules!r}") from None
-            if not all(isinstance(t, str) and t.strip() for t in targets):
-                raise SettingsError(f"target_modules must hold module names, got {list(targets)!r}")
-            targets = tuple(t.strip() for t in targets)
-        if not targets:
-            raise SettingsError("target_modules is empty: name at least one module, or leave it unset for the default")
-        target_modules = targets
-    return TrainingSettings(
-        method=method,
-        batch_size=_positive_int("batch_size", batch_size),
-        seq_len=_positive_int("seq_len", seq_len),
-        lora_rank=_positive_int("lora_rank", lora_rank),
-        target_modules=target_modules,
-        gradient_checkpointing=gc,
-        optimizer=opt,
-        attention=attention.strip(),
-        load_in_4bit=load_in_4bit,
-        loss=loss.strip().lower(),
-        lora_dropout=float(lora_dropout),
+def _choice(choices: tuple) -> Callable:
+    def parse(name: str, value: Any) -> str:
+        if not isinstance(value, str) or value.strip().lower() not in choices:
+            raise SettingsError(f"unknown {name.replace('_', ' ')} {value!r} (choose one of: {', '.join(choices)})")
+        return value.strip().lower()
+
+    return parse
+
+
+def _checkpointing(name: str, value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return "true" if value else "none"
+    if isinstance(value, str) and value.strip().lower() in _GC_ALIASES:
+        return _GC_ALIASES[value.strip().lower()]
+    raise SettingsError(
+        f"unknown gradient checkpointing mode {value!r} (choose one of: {', '.join(CHECKPOINTING_MODES)})"
     )
+
+
+def _optimizer(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise SettingsError(f"optimizer must be a name, got {value!r}")
+    return value.strip().lower().replace("-", "_")
+
+
+def _attention(name: str, value: Any) -> str:
+    if value is None:
+        value = "flash_attention_2"
+    if not isinstance(value, str) or not value.strip():
+        raise SettingsError(f"attention must be an implementation name, got {value!r}")
+    return value.strip()
+
+
+def _load_in_4bit(name: str, value: Any) -> bool | None:
+    if value is not None and not isinstance(value, bool):
+        raise SettingsError(f"load_in_4bit must be true, false or unset, got {value!r}")
+    return value
+
+
+def _dropout(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise SettingsError(f"lora_dropout must be a probability in [0, 1), got {value!r}")
+    return float(value)
+
+
+def _targets(name: str, value: Any) -> tuple | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        targets = tuple(t.strip() for t in value.split(",") if t.strip())
+    else:
+        try:
+            targets = tuple(value)
+        except TypeError:
+            raise SettingsError(f"target_modules must be a list of names or a string, got {value!r}") from None
+        if not all(isinstance(t, str) and t.strip() for t in targets):
+            raise SettingsError(f"target_modules must hold module names, got {list(targets)!r}")
+        targets = tuple(t.strip() for t in targets)
+    if not targets:
+        raise SettingsError("target_modules is empty: name at least one module, or leave it unset for the default")
+    return targets
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One training setting: its name (keyword argument, formula name, ``--flag-name``), default and rules."""
+
+    name: str
+    default: Any
+    help: str
+    parse: Callable[[str, Any], Any]  # (name, raw value) -> normalised value, or SettingsError
+    choices: tuple = ()  # the accepted values, when the vocabulary is closed
+    cli_type: str = "str"  # how the command line reads it: str, int, float, bool
+    per_call: bool = False  # varies between the estimates of one model (validated on every call)
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+SETTINGS: tuple = (
+    Setting("method", "qlora", "fine-tuning method, or inference", _choice(METHODS), choices=METHODS),
+    Setting("batch_size", 4, "per-device batch size", positive_int, cli_type="int", per_call=True),
+    Setting("seq_len", 2048, "maximum sequence length", positive_int, cli_type="int", per_call=True),
+    Setting("lora_rank", 16, "LoRA rank r", positive_int, cli_type="int"),
+    Setting("target_modules", None,
+            "comma-separated LoRA targets, or all-linear (default: the seven attention and MLP projections)", _targets),
+    Setting("gradient_checkpointing", "unsloth", "gradient checkpointing mode: none, true (transformers') or unsloth",
+            _checkpointing, choices=CHECKPOINTING_MODES),
+    Setting("optimizer", "adamw_8bit", "optimizer name, e.g. adamw_8bit, adamw_torch, adamw_torch_fused, sgd", _optimizer),
+    Setting("attention", "flash_attention_2", "attention implementation: flash_attention_2, sdpa, flex_attention, eager",
+            _attention),
+    Setting("load_in_4bit", None, "4-bit base weights (default: true for qlora only)", _load_in_4bit, cli_type="bool"),
+    Setting("loss", "standard",
+            "cross-entropy: standard (full logits), chunked or fused (Liger-style; the logits never exist whole)",
+            _choice(LOSS_MODES), choices=LOSS_MODES),
+    Setting("lora_dropout", 0.0, "LoRA dropout probability; the hf profile charges its masks", _dropout, cli_type="float"),
+)
+
+#: Names that settings give to formula files.
+SETTING_NAMES = frozenset(s.name for s in SETTINGS)
+#: The settings validated on every call; the others are normalised once per combination.
+PER_CALL = tuple(s.name for s in SETTINGS if s.per_call)
+#: Default of each setting.
+DEFAULTS = {s.name: s.default for s in SETTINGS}
+
+
+def _to_dict(self) -> dict:
+    """Plain data, suitable for JSON."""
+    out = self.as_names()
+    out["target_modules"] = list(self.target_modules) if self.target_modules is not None else None
+    return out
+
+
+def _as_names(self) -> dict:
+    """The settings as formula names."""
+    return {s.name: getattr(self, s.name) for s in SETTINGS if s.name != "target_modules"}
+
+
+TrainingSettings = make_dataclass(
+    "TrainingSettings",
+    [(s.name, Any) for s in SETTINGS],
+    frozen=True,
+    namespace={"to_dict": _to_dict, "as_names": _as_names,
+               "__doc__": "The training settings an estimate is made for, normalised (fields: SETTINGS).",
+               "__module__": __name__},
+)
+
+
+def normalise_static(values: dict) -> dict:
+    """Normalise every setting except the per-call ones (``values`` maps names to raw values);
+    the rules that join settings (4-bit loading by method) apply here."""
+    out = {}
+    for s in SETTINGS:
+        if not s.per_call:
+            out[s.name] = s.parse(s.name, values.get(s.name, s.default))
+    method = out["method"]
+    if out["load_in_4bit"] is None:
+        out["load_in_4bit"] = method == "qlora"
+    if out["load_in_4bit"] and method == "full":
+        raise SettingsError("full fine-tuning cannot train a 4-bit model: use method 'qlora' or unset load_in_4bit")
+    if not out["load_in_4bit"] and method == "qlora":
+        raise SettingsError("qlora loads the base model in 4 bit: use method 'lora' for a 16-bit base model")
+    return out
+
+
+def normalise_settings(**values: Any) -> TrainingSettings:
+    """Every setting validated and normalised; unset ones take their defaults (see :data:`SETTINGS`)."""
+    unknown = sorted(set(values) - SETTING_NAMES)
+    if unknown:
+        raise SettingsError(f"unknown setting(s) {', '.join(unknown)} (settings: {', '.join(s.name for s in SETTINGS)})")
+    static = normalise_static(values)
+    for name in PER_CALL:
+        static[name] = positive_int(name, values.get(name, DEFAULTS[name]))
+    return TrainingSettings(**{s.name: static[s.name] for s in SETTINGS})

@@ -151,7 +151,7 @@ def test_unsloth_profile_unchanged_by_loss_setting():
 
 
 _REG = vramwise.Registry.default()
-_EXAMPLES = [(f.name, f.examples[0]) for f in _REG.families.values() if f.examples]
+_EXAMPLES = [(f.name, f.examples[0]) for f in _REG.families.values() if f.examples and _REG.profile("hf").serves(f)]
 
 
 @pytest.mark.parametrize("family,example", _EXAMPLES, ids=[f for f, _ in _EXAMPLES])

@@ -1,0 +1,184 @@
+"""A profile compiled for estimates: what depends on batch and sequence, as one Python function.
+
+An estimate evaluates a profile's formulas in two stages. The *static* stage holds every
+formula that does not depend on ``batch_size`` or ``seq_len``; it is evaluated formula by
+formula (each a checked, compiled expression over a mapping) once per model and setting
+combination, and kept. The *dynamic* stage holds the rest; it is compiled to one
+straight-line Python function of (batch_size, seq_len, the static values it reads), with
+every formula a local assignment and every layer-scope formula a pass over the layer
+classes, so that trying another batch or sequence length costs a function call.
+
+The function is generated from the checked expression trees (:func:`vramwise._expr.emit`),
+never from text as written, and runs with no builtins. Its guards are chosen from the
+types the static values actually have; the program is cached per profile and per type
+signature. It computes exactly what the formula-by-formula evaluation computes (same
+trees, same operation order, the same rounding of components); when it raises, the
+formula-by-formula evaluation runs instead and reports the failing formula.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from ._expr import ANY, GLOBALS, NUMBER, emit, type_tag
+
+__all__ = ["DYNAMIC_INPUTS", "Program", "build_program", "dynamic_ids"]
+
+#: Settings that change between the estimates of one model most often.
+DYNAMIC_INPUTS = ("batch_size", "seq_len")
+
+
+def _layers_sum(counts: tuple, values) -> float:
+    return sum(count * value for count, value in zip(counts, values))
+
+
+def _layers_max(counts: tuple, values) -> float:
+    return max((value for value in values), default=0)
+
+
+_GLOBALS = dict(GLOBALS, _vw_lsum=_layers_sum, _vw_lmax=_layers_max)
+
+
+def dynamic_ids(formulas) -> frozenset:
+    """Ids of the formulas that depend, directly or through other formulas, on batch or sequence."""
+    dynamic: set[str] = set(DYNAMIC_INPUTS)
+    for f in formulas:  # dependency order
+        if f.expr.names & dynamic:
+            dynamic.add(f.id)
+    return frozenset(dynamic - set(DYNAMIC_INPUTS))
+
+
+@dataclass(frozen=True)
+class Program:
+    """The dynamic stage of a profile for one type signature of its static inputs."""
+
+    function: Callable  # (batch_size, seq_len, static inputs tuple) -> (model values, layer value lists)
+    inputs: tuple  # ((name, "model"|"layer"), ...): the order of the static inputs tuple
+    model_ids: tuple  # dynamic model-scope formula ids, in the order of the first result
+    layer_ids: tuple  # dynamic layer-scope formula ids, in the order of the second result
+    source: str  # the generated code (for reading and debugging)
+
+
+def build_program(formulas, dynamic: frozenset, rounded: frozenset, model_types: Mapping[str, frozenset],
+                  layer_types: Mapping[str, frozenset]) -> Program:
+    """Generate the dynamic stage.
+
+    ``formulas`` in dependency order; ``dynamic``: ids to compile; ``rounded``: model-scope ids
+    rounded to whole bytes; ``model_types``: type classes of the static model-level names;
+    ``layer_types``: type classes of the per-class names (attributes and static layer formulas).
+    """
+    body: list[str] = []
+    used: dict[str, str] = {}  # static input name -> "model" | "layer"
+    types: dict[str, frozenset] = {}
+    model_out: list[str] = []
+    layer_out: list[str] = []
+    layer_dynamic: set[str] = set()
+
+    def model_name(n: str) -> str:
+        if n in DYNAMIC_INPUTS:
+            return f"v_{n}"
+        if n in types or n in layer_dynamic:
+            return f"v_{n}"
+        used.setdefault(n, "model")
+        return f"v_{n}"
+
+    def model_type(n: str) -> frozenset:
+        if n in DYNAMIC_INPUTS:
+            return NUMBER
+        return types.get(n) or model_types.get(n, ANY)
+
+    def reducer(fname: str, arg: str) -> str | None:
+        fn = "_vw_lsum" if fname == "layers_sum" else "_vw_lmax"
+        if arg in layer_dynamic:
+            return f"{fn}(_cnt, l_{arg})"
+        if arg in layer_types:
+            used.setdefault(arg, "layer")
+            return f"{fn}(_cnt, L_{arg})"
+        return None  # not per layer: the plain call, which fails as the formula-by-formula evaluation does
+
+    def layer_name(n: str) -> str:
+        if n in layer_dynamic:
+            return f"a_{n}"
+        if n in layer_types:
+            used.setdefault(n, "layer")
+            return f"a_{n}"
+        return model_name(n)
+
+    def layer_type(n: str) -> frozenset:
+        if n in layer_dynamic:
+            return types[n]
+        if n in layer_types:
+            return layer_types[n]
+        return model_type(n)
+
+    pending_loop: list[tuple] = []  # consecutive layer formulas share one pass over the classes
+
+    def flush() -> None:
+        if not pending_loop:
+            return
+        block = {f.id for f, _ in pending_loop}
+        names = {n for f, _ in pending_loop for n in f.expr.names}
+        for f, _ in pending_loop:
+            body.append(f"l_{f.id} = []")
+        body.append("for _k in range(len(_cnt)):")
+        for n in sorted(names):
+            if n in layer_dynamic and n not in block:  # computed by an earlier pass
+                body.append(f"    a_{n} = l_{n}[_k]")
+            elif n in layer_types and n not in layer_dynamic:
+                used.setdefault(n, "layer")
+                body.append(f"    a_{n} = L_{n}[_k]")
+        for f, text in pending_loop:
+            body.append(f"    a_{f.id} = {text}")
+            body.append(f"    l_{f.id}.append(a_{f.id})")
+        pending_loop.clear()
+
+    for f in formulas:
+        if f.id not in dynamic:
+            continue
+        node = f.expr.node
+        if f.scope == "layer":
+            if node is None:
+                text, t = repr(f.expr.literal), type_tag(f.expr.literal)
+            else:
+                text, t = emit(node, layer_name, layer_type, reducer)
+            layer_dynamic.add(f.id)
+            types[f.id] = t
+            pending_loop.append((f, text))
+            layer_out.append(f.id)
+            continue
+        flush()
+        if node is None:
+            text, t = repr(f.expr.literal), type_tag(f.expr.literal)
+        else:
+            text, t = emit(node, model_name, model_type, reducer)
+        if f.id in rounded:
+            text, t = f"_vw_round({text})", NUMBER
+        types[f.id] = t
+        body.append(f"v_{f.id} = {text}")
+        model_out.append(f.id)
+    flush()
+    inputs = tuple(sorted(used.items()))
+    unpack = ", ".join((f"v_{n}" if kind == "model" else f"L_{n}") for n, kind in inputs)
+    lines = ["def _dynamic(v_batch_size, v_seq_len, _static, _cnt):"]
+    if inputs:
+        lines.append(f"    ({unpack},) = _static")
+    lines += [f"    {line}" for line in body]
+    lines.append(
+        "    return (" + "".join(f"v_{i}, " for i in model_out) + "), (" + "".join(f"l_{i}, " for i in layer_out) + ")"
+    )
+    source = "\n".join(lines) + "\n"
+    scope: dict[str, Any] = dict(_GLOBALS)
+    exec(compile(source, "<profile program>", "exec"), scope)  # noqa: S102 - emitted from checked trees only
+    return Program(scope["_dynamic"], inputs, tuple(model_out), tuple(layer_out), source)
+
+
+def static_tuple(program: Program, env: Mapping, layer_envs) -> tuple:
+    """The static inputs of ``program`` from the static stage's model env and per-class envs."""
+    out = []
+    for name, kind in program.inputs:
+        if kind == "model":
+            out.append(env[name])
+        else:
+            out.append(tuple(lenv[name] for lenv in layer_envs))
+    return tuple(out)
