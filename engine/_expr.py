@@ -178,8 +178,8 @@ def emit(
         if isinstance(n, ast.BinOp):
             (a, ta), (b, tb) = go(n.left), go(n.right)
             op = type(n.op)
-            numeric = ta <= NUMBER and tb <= NUMBER
-            result = NUMBER if numeric else ANY
+            # arithmetic on anything but strings and sequences gives a number, when it does not raise
+            result = ANY if (ta & _SIZED or tb & _SIZED) else NUMBER
             if op is ast.Pow:
                 return f"_vw_pow({a}, {b})", result
             if op is ast.Mult and (ta & _SIZED or tb & _SIZED):
@@ -194,7 +194,7 @@ def emit(
             if isinstance(n.op, ast.Not):
                 return f"(not {a})", NUMBER
             sign = "-" if isinstance(n.op, ast.USub) else "+"
-            return f"({sign}{a})", NUMBER if ta <= NUMBER else ANY
+            return f"({sign}{a})", ANY if ta & _SIZED else NUMBER
         if isinstance(n, ast.BoolOp):
             parts = [go(v) for v in n.values]
             joiner = " and " if isinstance(n.op, ast.And) else " or "

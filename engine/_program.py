@@ -37,7 +37,7 @@ def _layers_max(counts: tuple, values) -> float:
     return max((value for value in values), default=0)
 
 
-_GLOBALS = dict(GLOBALS, _vw_lsum=_layers_sum, _vw_lmax=_layers_max)
+_GLOBALS = dict(GLOBALS, _vw_lsum=_layers_sum, _vw_lmax=_layers_max, _vw_range=range)
 
 
 def dynamic_ids(formulas) -> frozenset:
@@ -121,7 +121,7 @@ def build_program(formulas, dynamic: frozenset, rounded: frozenset, model_types:
         names = {n for f, _ in pending_loop for n in f.expr.names}
         for f, _ in pending_loop:
             body.append(f"l_{f.id} = []")
-        body.append("for _k in range(len(_cnt)):")
+        body.append("for _k in _vw_range(_vw_len(_cnt)):")
         for n in sorted(names):
             if n in layer_dynamic and n not in block:  # computed by an earlier pass
                 body.append(f"    a_{n} = l_{n}[_k]")

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from oracle.generate import OUT, SHARED, cases, compute
+from oracle.generate import HF, OUT, SHARED, SIZE_ONLY, UNSLOTH, cases, compute, config_paths
 
 RECORDED = json.loads(gzip.open(OUT, "rt", encoding="utf-8").read())
 CASES = dict(cases())
@@ -35,3 +35,29 @@ def test_outputs_unchanged(prefix):
             diff = {k: (RECORDED[cid].get(k), got.get(k)) for k in set(got) | set(RECORDED[cid]) if got.get(k) != RECORDED[cid].get(k)}
             mismatches.append(f"{cid}: {diff}")
     assert not mismatches, "\n".join(mismatches[:10])
+
+
+def test_compiled_programs_equal_formula_by_formula():
+    """Every dynamic stage the oracle builds runs as compiled code (no fallback) and gives, value
+    for value and type for type, what evaluating its formulas one by one gives."""
+    import vramwise
+
+    reg = vramwise.Registry()
+    for _, path in config_paths():
+        cfg = json.loads(path.read_text())
+        for profile, grid in (("unsloth", UNSLOTH), ("hf", HF)):
+            for s in grid:
+                vramwise.estimate(cfg, profile=profile, registry=reg, **s)
+    for s in SIZE_ONLY:
+        vramwise.estimate_from_size(registry=reg, **s)
+    stages = list(reg.stages._data.values())
+    assert len(stages) > 100
+    for stage in stages:
+        prog = stage.program
+        for batch, seq in ((1, 1), (3, 4097), (8, 32768)):
+            model_values, layer_values = prog.function(batch, seq, stage.static, stage.counts)
+            env, layer_envs = stage.full_env(batch, seq, None)
+            for fid, v in zip(prog.model_ids, model_values):
+                assert (type(v), v) == (type(env[fid]), env[fid]), fid
+            for fid, values in zip(prog.layer_ids, layer_values):
+                assert [(type(v), v) for v in values] == [(type(le[fid]), le[fid]) for le in layer_envs], fid
