@@ -4,7 +4,7 @@ Public surface::
 
     vramwise.estimate(model, *, method="qlora", ...) -> Estimate
     vramwise.load_model(model) -> ModelSpec          # resolve once, estimate many times
-    vramwise.estimate_from_size(params=8e9) -> Estimate   # no config: the seed's size-only fallback
+    vramwise.estimate_from_size(params=8e9) -> Estimate   # no config: the size-only fallback
     vramwise.measure(model, *, method="lora", ..., fake=False) -> Measurement   # needs the [measure] extra
     vramwise.discover_gpus() / select_gpus(...) / child_env(...)
     vramwise.Registry                                # families and profiles (bundled or from folders)
@@ -22,11 +22,31 @@ from ._errors import (
     VramwiseError,
 )
 from ._estimate import COMPONENTS, Estimate, TraceEntry, estimate, estimate_from_size, load_model
-from ._gpus import GpuDiscovery, GpuInfo, GpuSelection, PynvmlBackend, child_env, device_map, discover_gpus, select_gpus
-from ._measure import Measurement, PhaseFigures, measure
 from ._model import LayerClass, ModelSpec, Module
 from ._registry import Registry
-from ._settings import TrainingSettings
+from ._settings import SETTINGS, Setting, TrainingSettings
+
+# GPU discovery and measurement are imported when first used: an estimate needs neither.
+_LAZY = {
+    "GpuDiscovery": "_gpus", "GpuInfo": "_gpus", "GpuSelection": "_gpus", "PynvmlBackend": "_gpus",
+    "child_env": "_gpus", "device_map": "_gpus", "discover_gpus": "_gpus", "select_gpus": "_gpus",
+    "Measurement": "_measure", "PhaseFigures": "_measure", "measure": "_measure",
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'vramwise' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 __version__ = "0.1.0"
 
@@ -52,6 +72,8 @@ __all__ = [
     "Module",
     "Registry",
     "TrainingSettings",
+    "SETTINGS",
+    "Setting",
     "COMPONENTS",
     "VramwiseError",
     "FileFormatError",

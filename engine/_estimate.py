@@ -11,6 +11,7 @@ look-ups and that call.
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import FrozenInstanceError, dataclass
 from typing import Any, Mapping
 
@@ -26,6 +27,7 @@ __all__ = ["Estimate", "TraceEntry", "load_model", "estimate", "estimate_from_si
 #: Reported components, in display order.
 COMPONENTS = ("weights", "lora", "optimizer", "gradients", "activations", "overhead")
 _GIB = 1024**3
+_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
 
 
 @dataclass(frozen=True)
@@ -204,6 +206,22 @@ class Estimate:
     @property
     def warnings(self) -> tuple:
         return self._stage.warnings
+
+    @property
+    def further_gpu_share(self) -> float:
+        """GPU selection: the share of each further GPU's free memory that counts (profile data)."""
+        return self._stage.profile.further_gpu_share
+
+    def report_lines(self, gib) -> list[str]:
+        """The profile's report lines for this estimate, figures formatted with ``gib(bytes)``."""
+        figures = self.figures
+        values = {"batch_size": str(self._batch), "seq_len": str(self._seq)}
+        values.update((name, gib(v)) for name, v in figures.items())
+        method = self._stage.settings["method"]
+        return [
+            _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
+            for text, methods in self._stage.profile.report if methods is None or method in methods
+        ]
 
     def __repr__(self) -> str:
         comps = ", ".join(f"{c}={getattr(self, c)}" for c in COMPONENTS)

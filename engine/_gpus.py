@@ -5,10 +5,11 @@ The NVML layer is an object with four methods (``init``, ``shutdown``,
 tests pass a fake. Discovery never raises an NVML exception: without a driver
 it returns a result that says why no GPU is visible.
 
-Selection follows the seed (section 8 and its parameter flow): explicit ids are
+Selection follows docs/unsloth-profile.md#multi-gpu: explicit ids are
 validated against the parent-visible set and all used; otherwise GPUs are ranked
 by free memory and added one at a time, the first counting its full free memory
-and each further one 85 %, until the set's usable memory covers the estimate's
+and each further one a share of it (the profile's ``selection.further_gpu_share``,
+0.85 in the bundled profiles), until the set's usable memory covers the estimate's
 total and its smallest free memory covers the per-GPU minimum for that many GPUs.
 """
 
@@ -22,11 +23,8 @@ from ._errors import GpuSelectionError
 
 __all__ = [
     "GpuInfo", "GpuDiscovery", "GpuSelection", "NvmlBackend", "PynvmlBackend",
-    "discover_gpus", "select_gpus", "device_map", "child_env", "MULTI_GPU_FACTOR",
+    "discover_gpus", "select_gpus", "device_map", "child_env",
 ]
-
-#: Share of a further GPU's free memory that counts as usable (seed section 8).
-MULTI_GPU_FACTOR = 0.85
 
 
 class NvmlBackend(Protocol):
@@ -176,7 +174,7 @@ class GpuSelection:
     gpu_ids: tuple  # physical indices; empty under inherit_parent_visible with MIG entries, or non_cuda
     mode: str  # explicit, auto, fallback_all, inherit_parent_visible, non_cuda
     required_bytes: int | None  # the estimate's total, when one was made
-    usable_bytes: int | None  # first GPU's free + 85 % of each further GPU's free
+    usable_bytes: int | None  # first GPU's free + the profile's share of each further GPU's free
     min_per_gpu_bytes: int | None  # the estimate's per-GPU minimum for this many GPUs
     fits: bool | None  # None when unknown (no estimate, or no GPU)
     reason: str
@@ -205,8 +203,18 @@ class GpuSelection:
         }
 
 
-def _usable(frees: Sequence[int]) -> int:
-    return int(sum(f if k == 0 else f * MULTI_GPU_FACTOR for k, f in enumerate(frees)))
+def _usable(frees: Sequence[int], share: float) -> int:
+    return int(sum(f if k == 0 else f * share for k, f in enumerate(frees)))
+
+
+def _further_gpu_share(est: Any) -> float:
+    """The profile's share of a further GPU's free memory (the estimate's, else the default profile's)."""
+    share = getattr(est, "further_gpu_share", None)
+    if share is None:
+        from ._registry import Registry
+
+        share = Registry.default().profile("unsloth").further_gpu_share
+    return share
 
 
 def _explicit(ids: Sequence[Any], disc: GpuDiscovery) -> tuple:
@@ -251,7 +259,7 @@ def select_gpus(
     """Choose GPUs for a run: explicit ``gpu_ids`` (validated, all used) or automatically from free memory.
 
     ``estimate_or_model`` is an :class:`~vramwise.Estimate` (or any object with ``total`` and
-    ``min_per_gpu(n)``), a model source for
+    ``min_per_gpu(n)``, and optionally ``further_gpu_share``), a model source for
     :func:`~vramwise.estimate` (with ``estimate_kwargs``), or None when no estimate can be made.
     """
     from ._errors import VramwiseError
@@ -273,9 +281,11 @@ def select_gpus(
         return GpuSelection((), "non_cuda", est.total if est else None, None, None, None, disc.reason or "no NVIDIA GPU visible")
     required = est.total if est else None
 
+    share = _further_gpu_share(est)
+
     def figures(ids: tuple) -> tuple[int, int | None, bool | None]:
         frees = [disc.gpu(i).free for i in ids]
-        usable = _usable(frees)
+        usable = _usable(frees, share)
         if est is None or not ids:
             return usable, None, None
         per_gpu = est.min_per_gpu(len(ids))

@@ -9,6 +9,7 @@ one once (layer-scope formulas once per layer class).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -65,6 +66,8 @@ class Profile:
     lora_convention: str  # "unsloth" or "peft"
     methods: tuple  # the methods the profile models
     families: tuple | None  # the only families it is for (None: those chosen by model type, and the fallback)
+    further_gpu_share: float  # GPU selection: share of each further GPU's free memory that counts
+    report: tuple  # ((text, methods or None), ...): lines the command line prints under the table
     components: Mapping[str, str]  # component -> formula id
     total: str
     min_per_gpu: str
@@ -290,6 +293,18 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
             problems.append(manifest.problem(tuple(where.split(".")), f"unknown formula {fid!r}"))
         elif compiled[fid].scope != "model":
             problems.append(manifest.problem(tuple(where.split(".")), f"formula {fid!r} must have model scope"))
+    report = []
+    figure_names = set(m.get("figures", {})) | {"batch_size", "seq_len"}
+    for k, line in enumerate(m.get("report", ())):
+        for field_name in re.findall(r"\{([^{}]*)\}", line["text"]):
+            if field_name not in figure_names:
+                problems.append(manifest.problem(
+                    ("report", k, "text"),
+                    f"unknown placeholder {{{field_name}}} (placeholders: {', '.join(sorted(figure_names))})"))
+        if re.sub(r"\{[a-z_][a-z0-9_]*\}", "", line["text"]).count("{") or re.sub(r"\{[a-z_][a-z0-9_]*\}", "", line["text"]).count("}"):
+            problems.append(manifest.problem(("report", k, "text"), "a brace outside a {placeholder}"))
+        report.append((line["text"], tuple(line["methods"]) if "methods" in line else None))
+    report = tuple(report)
     if problems:
         raise FileFormatError(problems)
     return Profile(
@@ -300,6 +315,8 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
         lora_convention=m["lora"].get("convention", "unsloth"),
         methods=tuple(m.get("methods", ("qlora", "lora", "full", "inference"))),
         families=tuple(m["families"]) if "families" in m else None,
+        further_gpu_share=float(m["selection"]["further_gpu_share"]),
+        report=report,
         components=dict(m["components"]), total=m["total"], min_per_gpu=m["min_per_gpu"],
         trainable_params=m["trainable_params"], figures=dict(m.get("figures", {})), phases=dict(m.get("phases", {})),
         constants=constants,

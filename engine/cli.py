@@ -12,13 +12,11 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from ._errors import VramwiseError
+from ._errors import SettingsError, VramwiseError
 from ._estimate import COMPONENTS, Estimate, estimate, estimate_from_size
 from ._registry import Registry
-from ._errors import SettingsError
-from ._gpus import discover_gpus, select_gpus
+from ._settings import SETTINGS
 from ._source import checkpoint_size
-from ._settings import CHECKPOINTING_MODES, LOSS_MODES, METHODS
 
 _GIB = 1024**3
 
@@ -48,6 +46,9 @@ def _bool_flag(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
+_CLI_TYPES = {"int": int, "float": float, "bool": _bool_flag, "str": str}
+
+
 def _training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "model", nargs="?", default=None,
@@ -56,28 +57,22 @@ def _training_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--params", type=float, default=None, help="no config: estimate from a parameter count alone (e.g. 8e9)")
     p.add_argument("--weight-bytes", type=float, default=None, help="no config: estimate from the weights' size in bytes")
-    p.add_argument("--method", default="qlora", choices=METHODS, help="fine-tuning method, or inference (default: qlora)")
-    p.add_argument("--batch-size", type=int, default=4, help="per-device batch size (default: 4)")
-    p.add_argument("--seq-len", type=int, default=2048, help="maximum sequence length (default: 2048)")
-    p.add_argument("--lora-rank", type=int, default=16, help="LoRA rank r (default: 16)")
-    p.add_argument(
-        "--target-modules", default=None,
-        help="comma-separated LoRA targets, or all-linear (default: the seven attention and MLP projections)",
-    )
-    p.add_argument(
-        "--gradient-checkpointing", default="unsloth", metavar="{" + ",".join(CHECKPOINTING_MODES) + "}",
-        help="gradient checkpointing mode (default: unsloth)",
-    )
-    p.add_argument("--optimizer", default="adamw_8bit", help="optimizer name, e.g. adamw_8bit, adamw_torch, sgd (default: adamw_8bit)")
-    p.add_argument("--attention", default="flash_attention_2", help="attention implementation: flash_attention_2, sdpa, flex_attention, eager (default: flash_attention_2)")
-    p.add_argument("--load-in-4bit", type=_bool_flag, default=None, metavar="{true,false}", help="override 4-bit loading (default: true for qlora only)")
-    p.add_argument("--lora-dropout", type=float, default=0.0, help="LoRA dropout probability; the hf profile charges its masks (default: 0)")
-    p.add_argument("--loss", default="standard", choices=LOSS_MODES,
-                   help="cross-entropy: standard (full logits), chunked or fused (Liger-style; the logits never exist whole); the hf profile models it (default: standard)")
+    for s in SETTINGS:  # one option per training setting, named, typed and defaulted by the settings table
+        default = s.default if s.default is not None else "unset"
+        kwargs = {"default": s.default, "type": _CLI_TYPES[s.cli_type], "help": f"{s.help} (default: {default})"}
+        if s.choices:
+            kwargs["metavar"] = "{" + ",".join(s.choices) + "}"
+        elif s.cli_type == "bool":
+            kwargs["metavar"] = "{true,false}"
+        p.add_argument(s.flag, **kwargs)
     p.add_argument("--profile", default="unsloth",
                    help="memory profile: unsloth (Unsloth's calibrated model) or hf (plain transformers + PEFT, phase by phase) (default: unsloth)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a hub config's remote code to run (off by default)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _settings_of(args) -> dict:
+    return {s.name: getattr(args, s.name) for s in SETTINGS}
 
 
 def _run_estimate(args) -> Estimate:
@@ -93,20 +88,13 @@ def _run_estimate(args) -> Estimate:
             size, _ = checkpoint_size(folder)
             if size is not None:  # weight files without a config: the size-only fallback
                 model, weight_bytes, size_only = None, size, True
+    settings = _settings_of(args)
     if size_only:
+        settings.pop("target_modules")
         return estimate_from_size(
-            params=params, weight_bytes=int(weight_bytes) if weight_bytes is not None else None,
-            method=args.method, batch_size=args.batch_size, seq_len=args.seq_len, lora_rank=args.lora_rank,
-            gradient_checkpointing=args.gradient_checkpointing, optimizer=args.optimizer,
-            attention=args.attention, load_in_4bit=args.load_in_4bit,
+            params=params, weight_bytes=int(weight_bytes) if weight_bytes is not None else None, **settings
         )
-    return estimate(
-        args.model, method=args.method, batch_size=args.batch_size, seq_len=args.seq_len,
-        lora_rank=args.lora_rank, target_modules=args.target_modules,
-        gradient_checkpointing=args.gradient_checkpointing, optimizer=args.optimizer,
-        attention=args.attention, load_in_4bit=args.load_in_4bit, loss=args.loss, lora_dropout=args.lora_dropout, profile=args.profile,
-        trust_remote_code=args.trust_remote_code,
-    )
+    return estimate(args.model, profile=args.profile, trust_remote_code=args.trust_remote_code, **settings)
 
 
 def _print_table(est: Estimate, model: str, gpus: Sequence[int], out) -> None:
@@ -127,18 +115,8 @@ def _print_table(est: Estimate, model: str, gpus: Sequence[int], out) -> None:
     if est.phases:
         out.write("phases (tensor bytes at each peak): " + ", ".join(
             f"{k} {_gib(v)} GiB" for k, v in est.phases.items()) + f"; the peak is in the {est.peak_phase} phase\n")
-        f = est.figures
-        if {"tensor_peak", "reserved", "device"} <= f.keys():
-            out.write(f"tensors {_gib(f['tensor_peak'])} GiB (max_memory_allocated), reserved {_gib(f['reserved'])} GiB "
-                      f"(max_memory_reserved), device {_gib(f['device'])} GiB (nvidia-smi)\n\n")
-    if s.method == "inference" and est.figures:
-        kv = est.figures.get("kv_cache")
-        kv_total = est.figures.get("kv_cache_total")
-        if kv is not None and kv_total:
-            out.write(
-                f"with a KV cache for batch {s.batch_size} x {s.seq_len} tokens: cache {_gib(kv)} GiB, "
-                f"weights + cache + overhead {_gib(kv_total)} GiB\n"
-            )
+    for line in est.report_lines(_gib):
+        out.write(line + "\n")
     out.write("minimum per GPU: " + ", ".join(f"{n} x {_gib(est.min_per_gpu(n))} GiB" for n in gpus) + "\n")
     for w in est.warnings:
         out.write(f"warning: {w}\n")
@@ -218,7 +196,8 @@ def _families(as_json: bool, out) -> None:
         return
     width = max(len(r["family"]) for r in rows)
     for r in rows:
-        types = ", ".join(r["model_types"]) or "(fallback for unknown model types)"
+        types = ", ".join(r["model_types"]) or (
+            "(fallback for unknown model types)" if r["fallback"] else "(used by name, not by model type)")
         ext = f"  extends {r['extends']}" if r["extends"] else ""
         out.write(f"{r['family']:<{width}}  {types}  [{r['file']}]{ext}\n")
     out.write(f"\nprofiles: {', '.join(reg.profile_names())}\n")
@@ -262,6 +241,8 @@ def _measure(args, out) -> None:
 
 
 def _gpus(as_json: bool, out) -> None:
+    from ._gpus import discover_gpus
+
     disc = discover_gpus()
     if as_json:
         _print_json(disc.to_dict(), out)
@@ -280,6 +261,8 @@ def _gpus(as_json: bool, out) -> None:
 
 
 def _select(args, out) -> None:
+    from ._gpus import select_gpus
+
     ids = None
     if args.gpus is not None:
         try:
