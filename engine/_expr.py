@@ -331,6 +331,8 @@ def compile_expression(
     place = df.where(parts) if df else "<expression>:1:1"
     if isinstance(value, bool) or isinstance(value, (int, float)) or value is None:
         return Expression(text=repr(value), names=frozenset(), where=place, literal=value)
+    if isinstance(value, Mapping):
+        return _compile_cases(value, allowed=allowed, df=df, parts=parts, layer_valued=layer_valued, what=what)
     if not isinstance(value, str):
         raise ExpressionError(f"{place}: {json_path(parts)}: {what} must be a string or a number, got {value!r}")
     raw = value
@@ -396,3 +398,38 @@ def compile_expression(
     source, _ = emit(stmt)
     code = compile(source, place, "eval")
     return Expression(text=text, names=frozenset(names), where=place, node=stmt, code=code)
+
+
+def _compile_cases(value: Mapping, *, allowed, df, parts: tuple, layer_valued: frozenset, what: str) -> Expression:
+    """``{cases: [{when: c1, then: v1}, ...], else: v}``: the first case whose condition holds gives
+    the value, else ``else`` -- the conditional ``v1 if c1 else (v2 if c2 else ... v)`` written as a table."""
+    place = df.where(parts) if df else "<expression>:1:1"
+    cases = value.get("cases")
+    if set(value) != {"cases", "else"} or not isinstance(cases, list) or not cases:
+        raise ExpressionError(
+            f"{place}: {json_path(parts)}: a table of cases has exactly `cases` (a non-empty list of "
+            f"when/then pairs) and `else`, got keys {sorted(map(str, value))}"
+        )
+
+    def sub(v, where: tuple, kind: str) -> Expression:
+        return compile_expression(v, allowed=allowed, df=df, parts=parts + where, layer_valued=layer_valued, what=kind)
+
+    def tree(e: Expression) -> ast.AST:
+        return e.node.value if e.node is not None else ast.Constant(e.literal)
+
+    branches = []
+    for k, case in enumerate(cases):
+        if not isinstance(case, Mapping) or set(case) != {"when", "then"}:
+            raise ExpressionError(f"{place}: {json_path(parts + ('cases', k))}: a case has exactly `when` and `then`")
+        branches.append((sub(case["when"], ("cases", k, "when"), "condition"), sub(case["then"], ("cases", k, "then"), what)))
+    otherwise = sub(value["else"], ("else",), what)
+    node = tree(otherwise)
+    names = set(otherwise.names)
+    for when, then in reversed(branches):
+        node = ast.IfExp(test=tree(when), body=tree(then), orelse=node)
+        names |= when.names | then.names
+    stmt = ast.Expr(value=node)
+    ast.fix_missing_locations(stmt)
+    source, _ = emit(stmt)
+    return Expression(text=ast.unparse(stmt), names=frozenset(names), where=place, node=stmt,
+                      code=compile(source, place, "eval"))

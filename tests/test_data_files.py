@@ -17,6 +17,9 @@ FORMULAS = Path(str(resources.files("vramwise.formulas")))
 
 def test_shipped_files_load(registry):
     registry.check_all()
+    # the bundled registry skips schema validation at run time; here every file is validated
+    assert not registry.validate
+    vramwise.Registry(validate=True).check_all()
     assert {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text", "generic"} <= set(registry.families)
     prof = registry.profile("unsloth")
     assert prof.components["weights"] == "weights_bytes"

@@ -93,3 +93,23 @@ def test_evaluation_errors_name_the_place_and_inputs():
     with pytest.raises(EvaluationError) as info:
         e.evaluate({"a": 1, "b": 0})
     assert "ZeroDivisionError" in str(info.value) and "b=0" in str(info.value)
+
+
+def test_cases_table_is_the_nested_conditional():
+    table = {"cases": [{"when": "a > 2", "then": "a * 10"}, {"when": "b", "then": 7}], "else": "a + 1"}
+    e = compile_expression(table, allowed=NAMES)
+    assert e.text == "a * 10 if a > 2 else 7 if b else a + 1"
+    assert e.names == {"a", "b"}
+    for a, b in ((3, 0), (1, 1), (1, 0)):
+        # the first case that holds gives the value: a > 2 -> 10a, else b -> 7, else a + 1
+        assert e.evaluate({"a": a, "b": b}) == (a * 10 if a > 2 else 7 if b else a + 1)
+
+
+def test_cases_tables_nest_and_check_their_names():
+    inner = {"cases": [{"when": "b", "then": 1}], "else": 2}
+    e = compile_expression({"cases": [{"when": "a", "then": inner}], "else": 3}, allowed=NAMES)
+    assert [e.evaluate({"a": a, "b": b}) for a, b in ((1, 1), (1, 0), (0, 1))] == [1, 2, 3]
+    assert "unknown name `zz`" in rejected({"cases": [{"when": "zz", "then": 1}], "else": 2})
+    assert "exactly `cases`" in rejected({"cases": [{"when": "a", "then": 1}]})
+    assert "exactly `when` and `then`" in rejected({"cases": [{"when": "a"}], "else": 2})
+    assert "exactly `cases`" in rejected({"cases": [], "else": 2})
