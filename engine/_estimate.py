@@ -17,12 +17,12 @@ from typing import Any, Mapping
 
 from ._errors import SettingsError
 from ._expr import LayerValues, round_bytes
-from ._model import NO_ADAPTERS, LoraSums, ModelSpec
+from ._model import INVENTORY_DOCS, NO_ADAPTERS, LoraSums, ModelSpec
 from ._profile import Profile
 from ._registry import Registry
 from ._settings import DEFAULTS, PER_CALL, SETTINGS, TrainingSettings, normalise_static, positive_int
 
-__all__ = ["Estimate", "TraceEntry", "load_model", "estimate", "estimate_from_size", "COMPONENTS", "Stage"]
+__all__ = ["Estimate", "TraceEntry", "Provenance", "load_model", "estimate", "estimate_from_size", "COMPONENTS", "Stage"]
 
 #: Reported components, in display order.
 COMPONENTS = ("weights", "lora", "optimizer", "gradients", "activations", "overhead")
@@ -48,6 +48,30 @@ class TraceEntry:
 
     def location(self) -> str:
         return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where an input of the formulas comes from: a fact of the config, a layer attribute, a constant,
+    a table entry, or a total of the inventory; with its file:line."""
+
+    kind: str  # "fact", "attribute", "constant", "table" or "inventory"
+    name: str
+    value: Any
+    unit: str
+    file: str
+    line: int | None
+    how: str  # e.g. "config field num_key_value_heads", "default", "derived as `...`", "optimizer = 'adamw_8bit'"
+    description: str
+    layer_indices: tuple | None = None  # set for a layer attribute: the layers with this value
+
+    def location(self) -> str:
+        return f"{self.file}:{self.line}" if self.line is not None else self.file
+
+
+def _file_line(where: str) -> tuple[str, int | None]:
+    file, line, _ = where.rsplit(":", 2)
+    return file, int(line)
 
 
 class Stage:
@@ -279,6 +303,42 @@ class Estimate:
         out = {c: v / _GIB for c, v in self.components().items()}
         out["total"] = self.total / _GIB
         return out
+
+    @property
+    def provenance(self) -> tuple:
+        """Where every input of the formulas comes from (facts, layer attributes, constants, tables,
+        inventory totals), each with its file and line."""
+        got = self._memo.get("provenance")
+        if got is None:
+            got = self._memo["provenance"] = self._provenance()
+        return got
+
+    def _provenance(self) -> tuple:
+        spec, prof, env = self._stage.spec, self._stage.profile, self._stage.env
+        out: list[Provenance] = []
+        rules = spec.rules
+        if rules is not None:
+            for rule in rules.facts:
+                origin = spec.fact_origins.get(rule.name)
+                if origin is None:
+                    continue
+                out.append(Provenance("fact", rule.name, spec.facts[rule.name], rule.unit, *_file_line(origin.where),
+                                      origin.describe(), rule.description))
+            by_name = {a.name: a for a in rules.attributes}
+            for name in prof.layer_inputs:
+                a = by_name[name]
+                for lc in spec.layer_classes:
+                    out.append(Provenance("attribute", name, lc.attributes[name], a.unit, *_file_line(a.expr.where),
+                                          f"`{a.expr.text}`", a.description, lc.indices))
+        for c in prof.constant_info.values():
+            out.append(Provenance("constant", c.name, c.value, c.unit, *_file_line(c.where), c.source, c.description))
+        for t in prof.tables:
+            key = env[t.key]
+            how = f"{t.key} = {key!r}" + ("" if key in t.entries else " (not listed: the default)")
+            out.append(Provenance("table", t.name, env[t.name], t.unit, *_file_line(t.where), how, t.description))
+        for name, value in spec.aggregates.items():
+            out.append(Provenance("inventory", name, value, "", spec.family_file, None, INVENTORY_DOCS[name], ""))
+        return tuple(out)
 
     @property
     def trace(self) -> tuple:

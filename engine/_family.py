@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from ._errors import FileFormatError
 from ._expr import Expression, compile_expression
+from ._graph import dependency_order
 from ._plan import analyse
 from ._yamlio import DataFile
 
@@ -56,6 +57,7 @@ class FactRule:
     derive: Expression | None
     where: str
     description: str
+    unit: str = ""
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class AttributeRule:
     expr: Expression
     per_layer: bool  # depends on i
     description: str
+    unit: str = ""
 
 
 @dataclass(frozen=True)
@@ -264,6 +267,7 @@ def _compile(name: str, raw: dict[str, DataFile]) -> Family:
                 has_default="default" in fields, default=fields["default"].value if "default" in fields else None,
                 derive=derive, where=entry.where(),
                 description=fields["description"].value if "description" in fields else "",
+                unit=fields["unit"].value if "unit" in fields else "",
             )
         )
         known.add(fname)
@@ -285,27 +289,18 @@ def _compile(name: str, raw: dict[str, DataFile]) -> Family:
         if "expr" not in fields:
             raise FileFormatError(entry.df.problem(entry.parts, f"attribute {aname!r} has no expr"))
         expr = _expr(fields["expr"], known | attr_names | {"i"}, "attribute")
-        compiled_attrs[aname] = (expr, fields["description"].value if "description" in fields else "")
+        compiled_attrs[aname] = (expr, fields["description"].value if "description" in fields else "",
+                                 fields["unit"].value if "unit" in fields else "")
+    def attribute_cycle(trail: tuple) -> FileFormatError:
+        return FileFormatError(f"{compiled_attrs[trail[-1]][0].where}: $.layers.attributes: attribute cycle: {' -> '.join(trail)}")
+
     attrs: list[AttributeRule] = []
     per_layer: set[str] = set()
-    state: dict[str, int] = {}
-
-    def visit(aname: str, trail: tuple) -> None:
-        if state.get(aname) == 2:
-            return
-        expr, desc = compiled_attrs[aname]
-        if state.get(aname) == 1:
-            raise FileFormatError(f"{expr.where}: $.layers.attributes: attribute cycle: {' -> '.join(trail + (aname,))}")
-        state[aname] = 1
-        for dep in sorted(expr.names & attr_names):
-            visit(dep, trail + (aname,))
-        state[aname] = 2
+    for aname in dependency_order(compiled_attrs, lambda a: compiled_attrs[a][0].names & attr_names, attribute_cycle):
+        expr, desc, unit = compiled_attrs[aname]
         if "i" in expr.names or expr.names & per_layer:
             per_layer.add(aname)
-        attrs.append(AttributeRule(aname, expr, aname in per_layer, desc))
-
-    for aname in compiled_attrs:
-        visit(aname, ())
+        attrs.append(AttributeRule(aname, expr, aname in per_layer, desc, unit))
     layer_allowed = known | attr_names
     layer_modules = tuple(
         _compile_module(m, f, layer_allowed, True) for m, f in merged[("layers", "modules")].items()

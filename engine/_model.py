@@ -9,17 +9,18 @@ number of layers.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from math import prod
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from ._errors import ConfigError, EvaluationError
 
 from ._family import Family, FactRule, ModuleRule, describe_alias_list
 from ._plan import IndexSet, Unplannable, _progressions, plan_layers
 
-__all__ = ["Module", "LayerClass", "ModelSpec", "resolve_model"]
+__all__ = ["Module", "LayerClass", "ModelSpec", "Inventory", "LoraSums", "FactOrigin", "resolve_model",
+           "AGGREGATE_NAMES", "INVENTORY_NAMES", "LORA_NAMES"]
 
 _MISSING = object()
 _WARN_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -84,6 +85,39 @@ class LayerClass:
         return sum(m.params for m in self.modules)
 
 
+def _groups(model_modules: tuple, layer_classes: tuple) -> Iterator[tuple[int, Any, tuple]]:
+    """The model's modules as (copies, layer indices or None for model-level modules, modules)."""
+    yield 1, None, model_modules
+    for lc in layer_classes:
+        yield lc.count, lc.indices, lc.modules
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """The totals of a resolved model that formula files may read, defined here once.
+
+    Each field is a formula name; its metadata says what it counts.
+    """
+
+    params_total: int = field(metadata={"doc": "every parameter, tied weights counted once"})
+    quantizable_params: int = field(metadata={"doc": "weights a 4-bit load quantizes (linear layers, experts)"})
+    linear_quantizable_params: int = field(metadata={"doc": "quantizable weights of nn.Linear modules"})
+    non_quantizable_params: int = field(metadata={"doc": "every other parameter (embeddings, norms, biases, ...)"})
+    skipped_quantizable_params: int = field(metadata={"doc": "quantizable weights the checkpoint's skip list keeps in 16 bit"})
+    checkpoint_bytes: int | None = field(metadata={"doc": "bytes of the weights stored beside the config, when known"})
+    num_layers: int = field(metadata={"doc": "layers of the model"})
+
+    def names(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+#: Formula names of the inventory and of the LoRA sums (see LoraSums.formula_names).
+INVENTORY_NAMES = tuple(f.name for f in fields(Inventory))
+LORA_NAMES = ("lora_io", "lora_inputs", "lora_adapters", "lora_merged_params")
+AGGREGATE_NAMES = frozenset(INVENTORY_NAMES + LORA_NAMES)
+INVENTORY_DOCS = {f.name: f.metadata["doc"] for f in fields(Inventory)}
+
+
 @dataclass(frozen=True, eq=False)
 class ModelSpec:
     """A model resolved against its family: what every estimate is computed from."""
@@ -100,29 +134,28 @@ class ModelSpec:
     # where PEFT moves LoRA targets onto parameters for this model type (family data, resolved once)
     peft_target_parameters: Mapping[str, str] = field(default_factory=dict)
     rules: Family | None = field(default=None, repr=False)  # the compiled family it was resolved with
-    _aggregates: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    fact_origins: Mapping[str, "FactOrigin"] = field(default_factory=dict, repr=False)  # where each fact came from
+    inventory: Inventory | None = None
+    params_by_group: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def params_total(self) -> int:
-        return self._aggregates["params_total"]
-
-    @property
-    def params_by_group(self) -> Mapping[str, int]:
-        return self._aggregates["params_by_group"]
+        return self.inventory.params_total
 
     @property
     def aggregates(self) -> Mapping[str, Any]:
-        """Inventory totals offered to formula files (params_total, quantizable_params, ...)."""
-        return self._aggregates["names"]
+        """Inventory totals offered to formula files (see :class:`Inventory`)."""
+        return self.inventory.names()
+
+    def module_groups(self) -> Iterator[tuple[int, Any, tuple]]:
+        """(copies, layer indices or None for model-level modules, modules) for every group of modules."""
+        return _groups(self.model_modules, self.layer_classes)
 
     def modules(self) -> Iterable[tuple[str, Module]]:
         """Every module copy with its concrete path (layer modules once per layer index)."""
-        for m in self.model_modules:
-            for path in m.paths():
-                yield path, m
-        for lc in self.layer_classes:
-            for i in lc.indices:
-                for m in lc.modules:
+        for _, indices, mods in self.module_groups():
+            for i in (indices if indices is not None else (None,)):
+                for m in mods:
                     for path in m.paths(i):
                         yield path, m
 
@@ -141,7 +174,7 @@ class ModelSpec:
         """
         io = ins = n_adapters = 0
         matched: set[str] = set()
-        for count, mods in self._aggregates["lora_modules"]:
+        for count, _, mods in self.module_groups():
             for m in mods:
                 if m.kind == "linear" and m.name in targets:
                     io += count * m.repeat * (m.in_features + m.out_features)
@@ -174,8 +207,7 @@ class ModelSpec:
                 fused.setdefault(mapping[t], []).append(t)
         io = ins = n_adapters = merged = 0
         matched: set[str] = set()
-        groups = [(1, self.model_modules)] + [(lc.count, lc.modules) for lc in self.layer_classes]
-        for count, mods in groups:
+        for count, _, mods in self.module_groups():
             for m in mods:
                 leaf = m.path.rsplit(".", 1)[-1]
                 if m.kind == "linear" and leaf in module_targets:
@@ -196,6 +228,25 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
+class FactOrigin:
+    """Where a fact's value came from: a config field, the family's default, or its derivation."""
+
+    how: str  # "config", "default", "derived" or "null" (present in the config as null)
+    field: str | None  # the config field that was read (how == "config" or "null")
+    where: str  # file:line:col of the fact's rule
+    expression: str | None = None  # the derivation (how == "derived")
+
+    def describe(self) -> str:
+        if self.how == "config":
+            return f"config field {self.field}"
+        if self.how == "null":
+            return f"config field {self.field} is null"
+        if self.how == "derived":
+            return f"derived as `{self.expression}`"
+        return "default"
+
+
+@dataclass(frozen=True)
 class LoraSums:
     """What a set of LoRA targets puts on a model (see ModelSpec.lora_sums)."""
 
@@ -207,8 +258,7 @@ class LoraSums:
 
     def formula_names(self) -> dict:
         """The sums as formula inputs (see :data:`LORA_NAMES`)."""
-        return {"lora_io": self.io, "lora_inputs": self.inputs, "lora_adapters": self.adapters,
-                "lora_merged_params": self.merged_params}
+        return dict(zip(LORA_NAMES, (self.io, self.inputs, self.adapters, self.merged_params)))
 
 
 #: No adapters (full fine-tuning, inference, the size-only fallback).
@@ -265,18 +315,18 @@ def _reduce(value: Any, how: str | None, origin: str) -> Any:
     return max(value)
 
 
-def _resolve_facts(family: Family, root: Mapping, text: Mapping, warnings: list[str]) -> dict:
+def _resolve_facts(family: Family, root: Mapping, text: Mapping, warnings: list[str], origins: dict) -> dict:
     """Facts in file order, as transformers' config classes resolve them: a value in the config
     wins; an absent field takes the class default (else the derivation); a field present but
     null takes the derivation (what the class computes from None), else stays None."""
     facts: dict[str, Any] = {}
     for rule in family.facts:
         found = []
-        null_seen = False
+        null_seen = None
         for alias in rule.aliases:
             v = _lookup(root if alias.from_root else text, alias.path)
             if v is _NULL:
-                null_seen = True
+                null_seen = null_seen or alias.name
             elif v is not _MISSING:
                 found.append((alias.name, _reduce(v, alias.reduce, alias.name)))
         if found:
@@ -288,8 +338,10 @@ def _resolve_facts(family: Family, root: Mapping, text: Mapping, warnings: list[
                 )
             label = f"config field {origin}" + ("" if origin == rule.name else f" (read as {rule.name})")
             facts[rule.name] = _check_type(rule, value, label)
+            origins[rule.name] = FactOrigin("config", origin, rule.where)
         elif rule.has_default and not null_seen:
             facts[rule.name] = rule.default
+            origins[rule.name] = FactOrigin("default", None, rule.where)
         elif rule.derive is not None:
             try:
                 value = rule.derive.evaluate(facts)
@@ -299,8 +351,10 @@ def _resolve_facts(family: Family, root: Mapping, text: Mapping, warnings: list[
                 ) from None
             label = f"{rule.name}, derived from the config as `{rule.derive.text}`,"
             facts[rule.name] = value if value is None else _check_type(rule, value, label)
+            origins[rule.name] = FactOrigin("derived", None, rule.where, rule.derive.text)
         elif null_seen and rule.has_default:  # explicitly null: transformers keeps None
             facts[rule.name] = None
+            origins[rule.name] = FactOrigin("null", null_seen, rule.where)
         elif null_seen:
             raise ConfigError(f"config field for {rule.name} is null (tried: {describe_alias_list(rule)}); family {family.name} needs a value")
         else:
@@ -438,8 +492,7 @@ def _skipped_quantizable(classes, model_mods, entries, roots) -> int:
     rooted, short = _split_entries(entries, roots)
     canon = roots[0]
     total = 0
-    groups = [(None, 1, model_mods)] + [(lc.indices, lc.count, lc.modules) for lc in classes]
-    for indices, count, mods in groups:
+    for count, indices, mods in _groups(model_mods, classes):
         for m in mods:
             if not m.quantizable:
                 continue
@@ -523,7 +576,8 @@ def resolve_model(
 ) -> ModelSpec:
     """Resolve ``family`` on a config (``root``: whole config, ``text``: its text view)."""
     warns = list(warnings)
-    facts = _resolve_facts(family, root, text, warns)
+    origins: dict[str, FactOrigin] = {}
+    facts = _resolve_facts(family, root, text, warns, origins)
     n_layers = facts.get(family.layer_count)
     least = next((r.min for r in family.facts if r.name == family.layer_count and r.min is not None), 1)
     if not isinstance(n_layers, int) or isinstance(n_layers, bool) or n_layers < least:
@@ -542,7 +596,7 @@ def resolve_model(
     quantizable = 0
     linear_quantizable = 0
     total = 0
-    for count, mods in [(1, model_mods)] + [(lc.count, lc.modules) for lc in classes]:
+    for count, _, mods in _groups(model_mods, classes):
         for m in mods:
             by_group[m.group] = by_group.get(m.group, 0) + count * m.params
             total += count * m.params
@@ -550,9 +604,6 @@ def resolve_model(
                 quantizable += count * m.weight_params
                 if m.kind == "linear":
                     linear_quantizable += count * m.weight_params
-    lora_modules = tuple(
-        (lc.count, tuple(m for m in lc.modules if m.kind == "linear" or m.lora_parts)) for lc in classes
-    ) + ((1, tuple(m for m in model_mods if m.kind == "linear" or m.lora_parts)),)
     skip = facts.get(family.skip_modules_fact) if family.skip_modules_fact else None
     skipped = _skipped_quantizable(classes, model_mods, skip, family.path_roots) if skip else 0
     for rule in family.warning_rules:
@@ -565,27 +616,18 @@ def resolve_model(
             f"(vision/audio towers or modules the family does not model), from {checkpoint_origin}; "
             "they are added to the weights"
         )
-    names = {
-        "params_total": total,
-        "quantizable_params": quantizable,
-        "linear_quantizable_params": linear_quantizable,
-        "non_quantizable_params": total - quantizable,
-        "skipped_quantizable_params": skipped,
-        "checkpoint_bytes": checkpoint_bytes,
-        "num_layers": n_layers,
-    }
-    aggregates = {
-        "params_total": total,
-        "params_by_group": MappingProxyType(dict(sorted(by_group.items()))),
-        "names": MappingProxyType(names),
-        "lora_modules": lora_modules,
-    }
+    inventory = Inventory(
+        params_total=total, quantizable_params=quantizable, linear_quantizable_params=linear_quantizable,
+        non_quantizable_params=total - quantizable, skipped_quantizable_params=skipped,
+        checkpoint_bytes=checkpoint_bytes, num_layers=n_layers,
+    )
     return ModelSpec(
         family=family.name, family_file=family.file, model_type=model_type, facts=MappingProxyType(facts),
         num_layers=n_layers, layer_classes=tuple(classes), model_modules=model_mods,
         warnings=tuple(warns), source=source,
         peft_target_parameters=family.peft_target_parameters.get(model_type, MappingProxyType({})),
-        rules=family, _aggregates=aggregates,
+        rules=family, fact_origins=MappingProxyType(origins), inventory=inventory,
+        params_by_group=MappingProxyType(dict(sorted(by_group.items()))),
     )
 
 

@@ -15,18 +15,14 @@ from typing import Any, Mapping
 
 from ._errors import FileFormatError, SettingsError
 from ._expr import Expression, LayerValues, compile_expression, round_bytes, type_tag
+from ._graph import dependency_order
+from ._model import AGGREGATE_NAMES
 from ._program import Program, build_program, dynamic_ids
 from ._settings import SETTING_NAMES
 from ._yamlio import DataFile
 
 __all__ = ["Profile", "Formula", "Table", "build_profile", "check_inputs", "AGGREGATE_NAMES", "round_bytes"]
 
-#: Inventory totals every model offers to formulas (see ModelSpec.aggregates), plus the LoRA sum.
-AGGREGATE_NAMES = frozenset((
-    "params_total", "quantizable_params", "non_quantizable_params", "skipped_quantizable_params",
-    "checkpoint_bytes", "num_layers", "lora_io", "lora_inputs", "lora_adapters", "lora_merged_params",
-    "linear_quantizable_params",
-))
 N_GPUS = "n_gpus"
 
 
@@ -50,6 +46,20 @@ class Table:
     entries: Mapping[str, float]
     default: float | None
     unknown_warning: str | None
+    where: str
+    unit: str = ""
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Constant:
+    """A named constant of a formula file, with where it is written."""
+
+    name: str
+    value: float
+    unit: str
+    description: str
+    source: str
     where: str
 
 
@@ -75,6 +85,7 @@ class Profile:
     figures: Mapping[str, str]
     phases: Mapping[str, str]  # phase name -> formula id of its peak (empty: the profile has no phases)
     constants: Mapping[str, float]
+    constant_info: Mapping[str, "Constant"]
     tables: tuple
     formulas: tuple  # dependency order
     dynamic: frozenset = frozenset()  # ids of the formulas that depend on batch or sequence
@@ -213,6 +224,7 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
     model_inputs = tuple(m["inputs"]["model"])
     layer_inputs = tuple(m["inputs"]["layer"])
     constants: dict[str, float] = {}
+    constant_info: dict[str, Constant] = {}
     tables: list[Table] = []
     raw_formulas: list[tuple[DataFile, int, dict]] = []
     declared: dict[str, str] = {}
@@ -231,12 +243,15 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
             where = df.where(("constants", name))
             declare(name, where)
             constants[name] = c["value"]
+            constant_info[name] = Constant(name, c["value"], c.get("unit", ""), c.get("description", ""),
+                                           c.get("source", ""), where)
         for name, t in (df.data.get("tables") or {}).items():
             where = df.where(("tables", name))
             declare(name, where)
             if t["key"] not in SETTING_NAMES:
                 problems.append(df.problem(("tables", name, "key"), f"unknown setting {t['key']!r} (settings: {', '.join(sorted(SETTING_NAMES))})"))
-            tables.append(Table(name, t["key"], dict(t["entries"]), t.get("default"), t.get("unknown_warning"), where))
+            tables.append(Table(name, t["key"], dict(t["entries"]), t.get("default"), t.get("unknown_warning"), where,
+                                t.get("unit", ""), t.get("description", "")))
         for k, f in enumerate(df.data["formulas"]):
             declare(f["id"], df.where(("formulas", k, "id")))
             raw_formulas.append((df, k, f))
@@ -268,22 +283,10 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
             source=f["source"], component=df.data["component"],
         )
     # Dependency order (stable: file order where free); cycles are load errors.
-    order: list[Formula] = []
-    state: dict[str, int] = {}
+    def formula_cycle(trail: tuple) -> FileFormatError:
+        return FileFormatError(f"{compiled[trail[-1]].expr.where}: $: formula cycle: {' -> '.join(trail)}")
 
-    def visit(fid: str, trail: tuple) -> None:
-        if state.get(fid) == 2:
-            return
-        if state.get(fid) == 1:
-            raise FileFormatError(f"{compiled[fid].expr.where}: $: formula cycle: {' -> '.join(trail + (fid,))}")
-        state[fid] = 1
-        for dep in sorted(compiled[fid].expr.names & compiled.keys()):
-            visit(dep, trail + (fid,))
-        state[fid] = 2
-        order.append(compiled[fid])
-
-    for fid in compiled:
-        visit(fid, ())
+    order = [compiled[fid] for fid in dependency_order(compiled, lambda fid: compiled[fid].expr.names & compiled.keys(), formula_cycle)]
     refs = {"total": m["total"], "min_per_gpu": m["min_per_gpu"], "trainable_params": m["trainable_params"]}
     refs.update({f"figures.{k}": v for k, v in m.get("figures", {}).items()})
     refs.update({f"phases.{k}": v for k, v in m.get("phases", {}).items()})
@@ -319,6 +322,6 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
         report=report,
         components=dict(m["components"]), total=m["total"], min_per_gpu=m["min_per_gpu"],
         trainable_params=m["trainable_params"], figures=dict(m.get("figures", {})), phases=dict(m.get("phases", {})),
-        constants=constants,
+        constants=constants, constant_info=constant_info,
         tables=tuple(tables), formulas=tuple(order), dynamic=dynamic_ids(order),
     )

@@ -135,6 +135,14 @@ def _print_trace(est: Estimate, model: str, as_json: bool, out) -> None:
         _print_json(
             {
                 "estimate": est.to_dict(),
+                "provenance": [
+                    {
+                        "kind": p.kind, "name": p.name, "value": _jsonable(p.value), "unit": p.unit,
+                        "location": p.location(), "how": p.how,
+                        **({"layers": list(p.layer_indices)} if p.layer_indices is not None else {}),
+                    }
+                    for p in est.provenance
+                ],
                 "trace": [
                     {
                         "id": t.id, "component": t.component, "location": t.location(), "expression": t.expression,
@@ -149,6 +157,16 @@ def _print_trace(est: Estimate, model: str, as_json: bool, out) -> None:
         )
         return
     out.write(f"{model}: family {est.family}, profile {est.profile}\n")
+    titles = {"fact": "facts of the config", "attribute": "layer attributes", "constant": "constants",
+              "table": "table entries", "inventory": "inventory totals"}
+    current = None
+    for p in est.provenance:
+        if p.kind != current:
+            current = p.kind
+            out.write(f"\n[{titles[p.kind]}]\n")
+        layers = f" (layers {_ranges(p.layer_indices)})" if p.layer_indices is not None else ""
+        unit = f" {p.unit}" if p.unit else ""
+        out.write(f"{p.name} = {_short(p.value)}{unit}{layers}  {p.how}  {p.location()}\n")
     current = None
     for t in est.trace:
         if t.component != current:
