@@ -12,6 +12,7 @@ torch, transformers, peft and bitsandbytes are needed only here: ``pip install '
 from __future__ import annotations
 
 import tempfile
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -33,49 +34,71 @@ def _need(module: str):
         ) from None
 
 
+class _StorageRef(weakref.ref):
+    """A weak reference to a storage's Python object that remembers the storage's key and size."""
+
+    __slots__ = ("key", "size")
+
+
 class StorageTracker:
     """Live bytes of tensor storages and their peak, fed by a TorchDispatchMode.
 
     Storages that exist before tracking starts are added with :meth:`add`; every tensor an
     operator returns is added as it is created; a storage leaves the count when its last
     reference dies. Sizes are rounded up to ``granularity`` bytes.
+
+    Deaths are reported, not searched for. Once a storage has a Python object, torch keeps that
+    object alive exactly as long as the storage (PyObject preservation), so a weak reference to
+    it calls back when the storage dies, whether an operator, the autograd engine or a Python
+    ``del`` between operators dropped the last reference. The callback only banks the freed
+    bytes; :meth:`sweep` (run before each operator's outputs are counted) takes them off
+    ``current``. ``current`` thus changes at the same moments and by the same amounts as if
+    every live storage were checked for death at each sweep, while an operator costs time in
+    proportion to the storages it returns and frees, not to all live ones.
     """
 
     def __init__(self, granularity: int = _ROUND):
+        import torch
+        from torch.utils._pytree import tree_leaves
+
+        self._tensor_type, self._tree_leaves = torch.Tensor, tree_leaves
         self.granularity = granularity
-        self._live: dict[int, tuple[Any, int]] = {}
+        self._live: dict[int, _StorageRef] = {}  # storage pointer -> weak reference to its Python object
+        self._freed = 0  # bytes of the storages that died since the last sweep
         self.current = 0
         self.peak = 0
 
+    def _died(self, ref: _StorageRef) -> None:
+        # Python calls this while the dying storage still holds its address, so no new storage
+        # can have taken the key yet; the identity check is only a guard.
+        if self._live.get(ref.key) is ref:
+            del self._live[ref.key]
+            self._freed += ref.size
+
     def sweep(self) -> None:
-        """Drop the storages that died since the last operator."""
-        dead = [k for k, (ref, _) in self._live.items() if ref.expired()]
-        for k in dead:
-            self.current -= self._live.pop(k)[1]
+        """Take the storages that died since the last sweep off the live total."""
+        self.current -= self._freed
+        self._freed = 0
 
     def add(self, tensor) -> None:
-        import torch
-        from torch.multiprocessing.reductions import StorageWeakRef
-
-        if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta":
+        if not isinstance(tensor, self._tensor_type) or tensor.device.type == "meta":
             return
         try:
             storage = tensor.untyped_storage()
         except (RuntimeError, NotImplementedError):  # tensor subclasses without a plain storage
             return
-        ref = StorageWeakRef(storage)
-        if ref.cdata in self._live:
+        key = storage._cdata
+        if key in self._live:
             return
-        size = storage.nbytes()
-        size = -(-size // self.granularity) * self.granularity
-        self._live[ref.cdata] = (ref, size)
+        size = -(-storage.nbytes() // self.granularity) * self.granularity
+        ref = _StorageRef(storage, self._died)
+        ref.key, ref.size = key, size
+        self._live[key] = ref
         self.current += size
 
     def after_op(self, outputs) -> None:
-        import torch.utils._pytree as pytree
-
         self.sweep()
-        for t in pytree.tree_leaves(outputs):
+        for t in self._tree_leaves(outputs):
             self.add(t)
         if self.current > self.peak:
             self.peak = self.current

@@ -137,3 +137,108 @@ def test_optimizer_step_temporaries(method):
     extra, grads = state["adamw_torch"]
     assert grads <= extra <= grads + 4 * 512  # plus a few scalar step tensors
     assert state["adamw_torch_fused"][0] <= 4 * 512
+
+
+class _FullSweepTracker:
+    """The plain bookkeeping: after every operator, every live storage is checked for death."""
+
+    def __init__(self):
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        self._weak, self._live, self.current, self.peak = StorageWeakRef, {}, 0, 0
+
+    def sweep(self):
+        for k in [k for k, (ref, _) in self._live.items() if ref.expired()]:
+            self.current -= self._live.pop(k)[1]
+
+    def add(self, t):
+        if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+            return
+        st = t.untyped_storage()
+        ref = self._weak(st)
+        if ref.cdata not in self._live:
+            self._live[ref.cdata] = (ref, r512(st.nbytes()))
+            self.current += r512(st.nbytes())
+
+    def after_op(self, outputs):
+        self.sweep()
+        for t in torch.utils._pytree.tree_leaves(outputs):
+            self.add(t)
+        self.peak = max(self.peak, self.current)
+
+    def reset_peak(self):
+        self.sweep()
+        self.peak = self.current
+
+
+class _ComparedTracker(StorageTracker):
+    """Feeds StorageTracker and the full-sweep tracker the same events and checks, after each
+    one, that both hold the same live total and peak to the byte."""
+
+    def __init__(self):
+        self.fast, self.plain, self.events = StorageTracker(), _FullSweepTracker(), 0
+
+    current = property(lambda self: self.fast.current)
+    peak = property(lambda self: self.fast.peak)
+
+    def _both(self, name, *args):
+        import gc
+
+        # a garbage collection between the two calls would free storages for one tracker only
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            getattr(self.fast, name)(*args)
+            getattr(self.plain, name)(*args)
+        finally:
+            if enabled:
+                gc.enable()
+        self.events += 1
+        assert (self.fast.current, self.fast.peak) == (self.plain.current, self.plain.peak), (name, self.events)
+
+    def add(self, t):
+        self._both("add", t)
+
+    def sweep(self):
+        self._both("sweep")
+
+    def reset_peak(self):
+        self._both("reset_peak")
+
+    def after_op(self, outputs):
+        self._both("after_op", outputs)
+
+
+@pytest.mark.parametrize("fake", [False, True], ids=["real", "fake"])
+@pytest.mark.parametrize("cfg,method,gc", [(TINY, "full", "none"), (TINY, "lora", "true"), (MOE, "lora", "none")],
+                         ids=["llama-full", "llama-lora-checkpointed", "qwen3_moe-lora"])
+def test_tracker_matches_a_full_sweep_after_every_operator(monkeypatch, cfg, method, gc, fake):
+    """Deaths reported by weak-reference callbacks give the same live bytes, at every operator,
+    as checking every live storage."""
+    import vramwise._measure as vm
+
+    made = []
+
+    def tracker():
+        made.append(_ComparedTracker())
+        return made[-1]
+
+    monkeypatch.setattr(vm, "StorageTracker", tracker)
+    measure(cfg, method=method, batch_size=2, seq_len=16, gradient_checkpointing=gc, fake=fake)
+    assert len(made) == 1 and made[0].events > 1000  # every operator of the two steps was compared
+
+
+def test_tracker_sees_frees_between_operators_and_views():
+    tr = StorageTracker()
+    with tr.mode():
+        a = torch.ones(1000)                         # 4096
+        v = a[10:]                                   # a view: the storage lives on
+        del a
+        b = torch.ones(1)                            # +512; a's storage is still held by v
+        assert tr.current == 4096 + 512
+        del v
+        c = b * 3                                    # a's storage died between operators
+        assert tr.current == 512 + 512
+        del b, c
+    tr.sweep()
+    assert tr.current == 0 and tr.peak == 4096 + 512
