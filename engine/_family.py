@@ -152,7 +152,7 @@ def _merge(raw: dict[str, DataFile], name: str, seen: tuple = ()) -> dict:
                 df.problem(("extends",), f"unknown family {parent_name!r} (known: {', '.join(sorted(raw))})")
             )
         merged = _merge(raw, parent_name, seen + (name,))
-        merged = {k: ({e: dict(f) for e, f in v.items()} if isinstance(v, dict) else v) for k, v in merged.items()}
+        merged = {k: ({e: dict(f) for e, f in v.items()} if k in _MERGED_SECTIONS else v) for k, v in merged.items()}
         merged["parents"] = (parent_name,) + merged["parents"]
     else:
         merged = {sec: {} for sec in _MERGED_SECTIONS}
@@ -181,11 +181,16 @@ def _merge(raw: dict[str, DataFile], name: str, seen: tuple = ()) -> dict:
     count = (data.get("layers") or {}).get("count")
     if count is not None:
         merged["count"] = Src(count, df, ("layers", "count"))
-    for key in ("path_roots", "skip_modules_fact", "peft"):
+    for key in ("path_roots", "skip_modules_fact"):
         if key in data:
             merged[key] = Src(data[key], df, (key,))
         else:
             merged.setdefault(key, None)
+    # PEFT's rewrite merges field by field down the chain; the model types it applies to are each file's own
+    merged["peft"] = dict(merged.get("peft") or {})
+    merged["peft"].pop("model_types", None)
+    for fname, fval in (data.get("peft") or {}).items():
+        merged["peft"][fname] = Src(fval, df, ("peft", fname))
     # warnings accumulate down the inheritance chain
     merged["warnings"] = tuple(merged.get("warnings", ())) + tuple(
         Src(w, df, ("warnings", k)) for k, w in enumerate(data.get("warnings", ()))
@@ -317,11 +322,19 @@ def _compile(name: str, raw: dict[str, DataFile]) -> Family:
     if skip_src is not None and skip_src.value not in known:
         raise FileFormatError(skip_src.df.problem(skip_src.parts, f"unknown fact {skip_src.value!r}"))
     roots = merged["path_roots"]
-    peft_src = merged["peft"]
+    peft = merged["peft"]
     peft_targets: dict = {}
-    if peft_src is not None:
-        targets = MappingProxyType(dict(peft_src.value["target_parameters"]))
-        peft_targets = {mt: targets for mt in peft_src.value["model_types"]}
+    if "model_types" in peft:
+        types_src: Src = peft["model_types"]
+        if "target_parameters" not in peft:
+            raise FileFormatError(types_src.df.problem(types_src.parts, "peft.model_types needs target_parameters (here or inherited)"))
+        own = set(data.get("model_types", ()))
+        foreign = [t for t in types_src.value if t not in own]
+        if foreign and not data.get("fallback", False):
+            raise FileFormatError(types_src.df.problem(
+                types_src.parts, f"PEFT model types {foreign} are not served by this family (model_types: {sorted(own)})"))
+        targets = MappingProxyType(dict(peft["target_parameters"].value))
+        peft_targets = {mt: targets for mt in types_src.value}
     return Family(
         name=name, file=df.path, description=data["description"], source=data["source"],
         model_types=tuple(data.get("model_types", ())), abstract=abstract, fallback=bool(data.get("fallback", False)),
