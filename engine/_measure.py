@@ -40,6 +40,10 @@ class _StorageRef(weakref.ref):
     __slots__ = ("key", "size")
 
 
+#: The profile that models what measure runs (plain transformers + PEFT); its LoRA defaults apply here.
+MEASURED_PROFILE = "hf"
+
+
 class StorageTracker:
     """Live bytes of tensor storages and their peak, fed by a TorchDispatchMode.
 
@@ -306,8 +310,12 @@ def _apply_lora(net, settings):
             net, use_gradient_checkpointing=settings.gradient_checkpointing == "true",
             gradient_checkpointing_kwargs={"use_reentrant": False},
         )
-    targets = list(settings.target_modules) if settings.target_modules else [
-        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    if settings.target_modules:
+        targets = list(settings.target_modules)
+    else:  # the default of the profile that models this stack (formulas/hf/profile.yaml)
+        from ._registry import Registry
+
+        targets = list(Registry.default().profile(MEASURED_PROFILE).default_targets)
     if len(targets) == 1 and targets[0].lower() in ("all-linear", "all_linear"):
         targets = "all-linear"
     return get_peft_model(net, LoraConfig(r=settings.lora_rank, lora_alpha=2 * settings.lora_rank,
