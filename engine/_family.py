@@ -270,7 +270,7 @@ def _compile(name: str, raw: dict[str, DataFile]) -> Family:
                 name=fname, aliases=tuple(aliases), type=ftype,
                 min=fields["min"].value if "min" in fields else None,
                 has_default="default" in fields, default=fields["default"].value if "default" in fields else None,
-                derive=derive, where=entry.where(),
+                derive=derive, where=entry.df.key_where(entry.parts),
                 description=fields["description"].value if "description" in fields else "",
                 unit=fields["unit"].value if "unit" in fields else "",
             )

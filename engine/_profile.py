@@ -240,13 +240,13 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
         if df.data["component"] != stem:
             problems.append(df.problem(("component",), f"component {df.data['component']!r} differs from the file name {stem!r}"))
         for name, c in (df.data.get("constants") or {}).items():
-            where = df.where(("constants", name))
+            where = df.key_where(("constants", name))
             declare(name, where)
             constants[name] = c["value"]
             constant_info[name] = Constant(name, c["value"], c.get("unit", ""), c.get("description", ""),
                                            c.get("source", ""), where)
         for name, t in (df.data.get("tables") or {}).items():
-            where = df.where(("tables", name))
+            where = df.key_where(("tables", name))
             declare(name, where)
             if t["key"] not in SETTING_NAMES:
                 problems.append(df.problem(("tables", name, "key"), f"unknown setting {t['key']!r} (settings: {', '.join(sorted(SETTING_NAMES))})"))

@@ -72,6 +72,13 @@ class DataFile:
         node = self.node_at(parts)
         return f"{self.path}:{node.start_mark.line + 1 + line_offset}:{node.start_mark.column + 1 + column_offset}"
 
+    def key_where(self, parts: tuple) -> str:
+        """``path:line:col`` of the key that names the entry at ``parts`` (its value's position if none)."""
+        key = self.key_node(parts[:-1], parts[-1]) if parts else None
+        if key is None:
+            return self.where(parts)
+        return f"{self.path}:{key.start_mark.line + 1}:{key.start_mark.column + 1}"
+
     def problem(self, parts: tuple, message: str) -> str:
         return f"{self.where(parts)}: {json_path(parts)}: {message}"
 
