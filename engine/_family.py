@@ -58,6 +58,9 @@ class FactRule:
     where: str
     description: str
     unit: str = ""
+    max: float | None = None
+    items: str | None = None  # element type of a list fact
+    max_length: int | None = None  # of a list or string fact
 
 
 @dataclass(frozen=True)
@@ -269,6 +272,9 @@ def _compile(name: str, raw: dict[str, DataFile]) -> Family:
             FactRule(
                 name=fname, aliases=tuple(aliases), type=ftype,
                 min=fields["min"].value if "min" in fields else None,
+                max=fields["max"].value if "max" in fields else None,
+                items=fields["items"].value if "items" in fields else None,
+                max_length=fields["max_length"].value if "max_length" in fields else None,
                 has_default="default" in fields, default=fields["default"].value if "default" in fields else None,
                 derive=derive, where=entry.df.key_where(entry.parts),
                 description=fields["description"].value if "description" in fields else "",

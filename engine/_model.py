@@ -8,6 +8,7 @@ number of layers.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, fields
 from math import prod
@@ -279,28 +280,68 @@ def _lookup(mapping: Mapping, path: tuple) -> Any:
     return _NULL if cur is None else cur
 
 
-def _check_type(rule: FactRule, value: Any, origin: str) -> Any:
-    t = rule.type
-    ok = True
+#: Bounds of a config value where its family sets none: ints up to 2**31 - 1, lists and strings
+#: up to 2**20 elements, every number finite.
+INT_MAX = 2**31 - 1
+MAX_LENGTH = 2**20
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _of_type(t: str, value: Any) -> tuple[bool, Any]:
+    """Whether ``value`` has type ``t`` (an integral float counts as an int), and the value as that type."""
     if t == "int":
         if isinstance(value, float) and value.is_integer():
             value = int(value)
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif t == "number":
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    elif t == "bool":
-        ok = isinstance(value, bool)
-    elif t == "string":
-        ok = isinstance(value, str)
-    elif t == "list":
-        ok = isinstance(value, (list, tuple))
-        if ok:
-            value = tuple(value)
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if t == "number":
+        return _is_number(value) and math.isfinite(value), value
+    if t == "bool":
+        return isinstance(value, bool), value
+    if t == "string":
+        return isinstance(value, str), value
+    if t == "list":
+        return isinstance(value, (list, tuple)), tuple(value) if isinstance(value, (list, tuple)) else value
+    return True, value
+
+
+def _check_type(rule: FactRule, value: Any, origin: str) -> Any:
+    """``value`` checked against the fact's type and bounds (the error names the field and the range)."""
+    t = rule.type
+    ok, value = _of_type(t, value)
     if not ok:
-        raise ConfigError(f"{origin} should be {'an' if t == 'int' else 'a'} {t}, got {value!r}")
-    if rule.min is not None and isinstance(value, (int, float)) and not isinstance(value, bool) and value < rule.min:
-        raise ConfigError(f"{origin} is {value!r}; it must be at least {rule.min:g}")
+        shown = _short_repr(value)
+        raise ConfigError(f"{origin} should be {'an' if t == 'int' else 'a'} {t}, got {shown}")
+    if t in ("int", "number"):
+        lo = rule.min
+        hi = rule.max if rule.max is not None else (INT_MAX if t == "int" else None)
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            span = " and ".join(f"{word} {_bound(b)}" for word, b in (("at least", lo), ("at most", hi)) if b is not None)
+            raise ConfigError(f"{origin} is {_short_repr(value)}; it must be {span}")
+    elif t in ("list", "string"):
+        limit = rule.max_length if rule.max_length is not None else MAX_LENGTH
+        if len(value) > limit:
+            raise ConfigError(f"{origin} has {len(value):,} {'elements' if t == 'list' else 'characters'}; at most {limit:,} are allowed")
+        if t == "list" and rule.items not in (None, "any"):
+            for k, x in enumerate(value):
+                good, _ = _of_type(rule.items, x)
+                if not good:
+                    raise ConfigError(f"{origin}[{k}] should be {'an' if rule.items == 'int' else 'a'} {rule.items}, got {_short_repr(x)}")
     return value
+
+
+def _bound(b: float) -> str:
+    return f"{int(b):,}" if float(b).is_integer() else f"{b:g}"
+
+
+def _short_repr(value: Any, limit: int = 80) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a value that cannot be shown is named by its type
+        return f"a {type(value).__name__}"
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _reduce(value: Any, how: str | None, origin: str) -> Any:
@@ -312,6 +353,9 @@ def _reduce(value: Any, how: str | None, origin: str) -> Any:
         return value[0]
     if how == "last":
         return value[-1]
+    bad = [x for x in value if not (_is_number(x) and math.isfinite(x))]
+    if bad:
+        raise ConfigError(f"config field {origin} should hold numbers (its largest is used), got {_short_repr(bad[0])}")
     return max(value)
 
 
