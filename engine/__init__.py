@@ -8,6 +8,7 @@ Public surface::
     vramwise.measure(model, *, method="lora", ..., fake=False) -> Measurement   # needs the [measure] extra
     vramwise.discover_gpus() / select_gpus(...) / child_env(...)
     vramwise.Registry                                # families and profiles (bundled or from folders)
+    vramwise.check(paths) -> list[str]               # validate family/formula files: file:line:col: message
 
 Errors all derive from :class:`VramwiseError` (see ``vramwise._errors`` for the tree).
 """
@@ -18,6 +19,7 @@ from ._errors import (
     ExpressionError,
     FileFormatError,
     GpuSelectionError,
+    InternalError,
     SettingsError,
     VramwiseError,
 )
@@ -31,6 +33,7 @@ _LAZY = {
     "GpuDiscovery": "_gpus", "GpuInfo": "_gpus", "GpuSelection": "_gpus", "PynvmlBackend": "_gpus",
     "child_env": "_gpus", "device_map": "_gpus", "discover_gpus": "_gpus", "select_gpus": "_gpus",
     "Measurement": "_measure", "PhaseFigures": "_measure", "measure": "_measure",
+    "check": "_check",
 }
 
 
@@ -55,6 +58,7 @@ __all__ = [
     "estimate_from_size",
     "load_model",
     "measure",
+    "check",
     "Measurement",
     "PhaseFigures",
     "discover_gpus",
@@ -82,5 +86,6 @@ __all__ = [
     "ConfigError",
     "SettingsError",
     "GpuSelectionError",
+    "InternalError",
     "__version__",
 ]

@@ -6,7 +6,8 @@
     ├── EvaluationError           an expression failed while it was evaluated (division by zero, bad index)
     ├── ConfigError               a model config cannot be read or lacks a field a family needs
     ├── SettingsError             a training setting is invalid (method, sizes, checkpointing mode)
-    └── GpuSelectionError         GPUs cannot be selected as asked
+    ├── GpuSelectionError         GPUs cannot be selected as asked
+    └── InternalError             a result broke an invariant (negative, non-finite): a bug, never a result
 
 Messages about a file start with ``path:line:col:`` and name the JSON path of the
 offending node; messages about a config name the field and the aliases tried.
@@ -22,6 +23,7 @@ __all__ = [
     "ConfigError",
     "SettingsError",
     "GpuSelectionError",
+    "InternalError",
 ]
 
 
@@ -60,3 +62,10 @@ class SettingsError(VramwiseError):
 
 class GpuSelectionError(VramwiseError):
     """The requested GPUs cannot be used."""
+
+
+class InternalError(VramwiseError):
+    """A computed figure broke an invariant (every figure a finite int >= 0, the total > 0).
+
+    It is never returned as a result: it is a bug, in vramwise or in the data files it loaded.
+    """

@@ -11,16 +11,19 @@ look-ups and that call.
 from __future__ import annotations
 
 import inspect
+import math
 import re
 from dataclasses import FrozenInstanceError, dataclass
 from typing import Any, Mapping
 
-from ._errors import SettingsError
+from ._errors import InternalError, SettingsError
 from ._expr import LayerValues, round_bytes
 from ._model import INVENTORY_DOCS, NO_ADAPTERS, LoraSums, ModelSpec
 from ._profile import Profile
 from ._registry import Registry
-from ._settings import DEFAULTS, PER_CALL, SETTINGS, TrainingSettings, normalise_static, positive_int
+from ._settings import DEFAULTS, LIMITS, SETTINGS, TrainingSettings, normalise_static, positive_int
+
+_MAX_BATCH, _MAX_SEQ = LIMITS["batch_size"], LIMITS["seq_len"]
 
 __all__ = ["Estimate", "TraceEntry", "Provenance", "load_model", "estimate", "estimate_from_size", "COMPONENTS", "Stage"]
 
@@ -90,6 +93,7 @@ class Stage:
         self.counts = tuple(lc.count for lc in spec.layer_classes)
         where = {fid: (True, k) for k, fid in enumerate(self.program.model_ids)}
         self._where = where
+        self.check(None)  # the figures no batch or sequence can change are checked once, here
 
     def value(self, fid: str, dynamic: tuple):
         """The value of a model-scope formula, from the dynamic results or the static env."""
@@ -101,8 +105,27 @@ class Stage:
             return self.program.function(batch_size, seq_len, self.static, self.counts)
         except Exception:  # noqa: BLE001 - evaluate formula by formula to name the failing one
             env, layer_envs = self.full_env(batch_size, seq_len, None)
-            return (tuple(env[i] for i in self.program.model_ids),
-                    tuple([lenv[i] for lenv in layer_envs] for i in self.program.layer_ids))
+            results = (tuple(env[i] for i in self.program.model_ids),
+                       tuple([lenv[i] for lenv in layer_envs] for i in self.program.layer_ids))
+            self.check(results[0])
+            return results
+
+    def check(self, dynamic: tuple | None) -> None:
+        """Raise :class:`InternalError` unless every reported figure is an int >= 0, the total is
+        finite and > 0, and the trainable parameters and per-GPU minimum are finite and >= 0.
+        ``dynamic`` None: check only the figures of the static stage."""
+        prof = self.profile
+        checks = [(name, fid, "int") for name, fid in sorted(_reported_names(prof).items())]
+        checks += [(prof.total, prof.total, "positive"), (prof.trainable_params, prof.trainable_params, "finite"),
+                   (prof.min_per_gpu, prof.min_per_gpu, "finite")]
+        for name, fid, rule in checks:
+            if dynamic is None and fid in self._where:
+                continue
+            v = self.value(fid, dynamic)
+            ok = (type(v) is int and v >= 0) if rule == "int" else (
+                _is_real(v) and math.isfinite(v) and (v > 0 if rule == "positive" else v >= 0))
+            if not ok:
+                raise _broken(prof, fid, name, v)
 
     def full_env(self, batch_size: int, seq_len: int, results: tuple | None) -> tuple[dict, list]:
         """Every name of the estimate: the static env plus the dynamic formulas (evaluated formula by
@@ -120,6 +143,25 @@ class Stage:
                 lenv[fid] = v
             env[fid] = LayerValues(zip(self.counts, values))
         return env, layer_envs
+
+
+def _reported_names(prof: Profile) -> dict:
+    out = {f"components.{k}": v for k, v in prof.components.items()}
+    out.update({f"figures.{k}": v for k, v in prof.figures.items()})
+    out.update({f"phases.{k}": v for k, v in prof.phases.items()})
+    return out
+
+
+def _is_real(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _broken(prof: Profile, fid: str, name: str, value) -> InternalError:
+    f = prof.formula(fid)
+    return InternalError(
+        f"{f.expr.where}: {name} ({fid}) is {value!r}; every figure must be a finite whole number of bytes "
+        f">= 0 and the total > 0. This is a bug in vramwise or in the formula files it loaded."
+    )
 
 
 def _static_tuple(program, env: Mapping, layer_envs) -> tuple:
@@ -267,7 +309,11 @@ class Estimate:
             return round_bytes(self._get(prof.min_per_gpu))
         env = dict(self._env()[0])
         env["n_gpus"] = n
-        return round_bytes(prof.formula(prof.min_per_gpu).expr.evaluate(env))
+        f = prof.formula(prof.min_per_gpu)
+        v = f.expr.evaluate(env)
+        if not (_is_real(v) and math.isfinite(v) and v >= 0):
+            raise _broken(prof, f.id, f"min_per_gpu({n})", v)
+        return round_bytes(v)
 
     @property
     def peak_phase(self) -> str | None:
@@ -446,6 +492,8 @@ def estimate(model: Any, *, profile: str = "unsloth", trust_remote_code: bool = 
     gradient_checkpointing, optimizer, attention, load_in_4bit, loss, lora_dropout).
     """
     reg = registry or Registry.default()
+    if not isinstance(profile, str):
+        raise SettingsError(f"profile must be a name, got {type(profile).__name__}")
     unknown = settings.keys() - DEFAULTS.keys()
     if unknown:
         raise SettingsError(f"unknown setting(s) {', '.join(sorted(unknown))} (settings: {', '.join(DEFAULTS)})")
@@ -455,9 +503,9 @@ def estimate(model: Any, *, profile: str = "unsloth", trust_remote_code: bool = 
         values["target_modules"] = tuple(targets)
     static = _static_settings(reg, tuple(values[n] for n in _STATIC_NAMES[:-1]) + (profile,))
     batch, seq = values["batch_size"], values["seq_len"]
-    if type(batch) is not int or batch < 1:
+    if type(batch) is not int or not 0 < batch <= _MAX_BATCH:
         batch = positive_int("batch_size", batch)
-    if type(seq) is not int or seq < 1:
+    if type(seq) is not int or not 0 < seq <= _MAX_SEQ:
         seq = positive_int("seq_len", seq)
     prof = reg.profile(profile)
     if static["method"] not in prof.methods:

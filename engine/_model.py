@@ -310,16 +310,16 @@ def _of_type(t: str, value: Any) -> tuple[bool, Any]:
 def _check_type(rule: FactRule, value: Any, origin: str) -> Any:
     """``value`` checked against the fact's type and bounds (the error names the field and the range)."""
     t = rule.type
+    raw = value
     ok, value = _of_type(t, value)
     if not ok:
-        shown = _short_repr(value)
-        raise ConfigError(f"{origin} should be {'an' if t == 'int' else 'a'} {t}, got {shown}")
+        raise ConfigError(f"{origin} should be {'an' if t == 'int' else 'a'} {t}, got {_short_repr(raw)}")
     if t in ("int", "number"):
         lo = rule.min
         hi = rule.max if rule.max is not None else (INT_MAX if t == "int" else None)
         if (lo is not None and value < lo) or (hi is not None and value > hi):
             span = " and ".join(f"{word} {_bound(b)}" for word, b in (("at least", lo), ("at most", hi)) if b is not None)
-            raise ConfigError(f"{origin} is {_short_repr(value)}; it must be {span}")
+            raise ConfigError(f"{origin} is {_short_repr(raw)}; it must be {span}")
     elif t in ("list", "string"):
         limit = rule.max_length if rule.max_length is not None else MAX_LENGTH
         if len(value) > limit:

@@ -180,7 +180,12 @@ class Profile:
                 env[f.id] = LayerValues(values)
             else:
                 v = f.expr.evaluate(env)
-                env[f.id] = round_bytes(v) if f.id in rounded else v
+                if f.id in rounded:
+                    try:
+                        v = round_bytes(v)
+                    except (TypeError, ValueError, OverflowError) as exc:  # NaN, infinity, not a number
+                        raise f.expr.failure(exc, env) from None
+                env[f.id] = v
 
     def program(self, env: Mapping[str, Any], layer_envs: list[dict]) -> Program:
         """The compiled dynamic stage for static values of these types (built once per type signature)."""
@@ -192,7 +197,8 @@ class Profile:
         key = (tuple(sorted(model_types.items())), tuple(sorted(layer_types.items())))
         prog = self._programs.get(key)
         if prog is None:
-            prog = build_program(self.formulas, self.dynamic, self.reported, model_types, layer_types)
+            prog = build_program(self.formulas, self.dynamic, self.reported, model_types, layer_types,
+                                 positive=frozenset((self.total,)), finite=frozenset((self.trainable_params, self.min_per_gpu)))
             if len(self._programs) >= 64:
                 self._programs.clear()
             self._programs[key] = prog

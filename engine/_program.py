@@ -60,13 +60,27 @@ class Program:
     source: str  # the generated code (for reading and debugging)
 
 
+class Invalid(Exception):
+    """A figure of the compiled stage broke an invariant (the caller re-checks and reports it)."""
+
+
+def _invalid() -> None:
+    raise Invalid()
+
+
+_GLOBALS.update(_vw_invalid=_invalid, _vw_inf=float("inf"))
+
+
 def build_program(formulas, dynamic: frozenset, rounded: frozenset, model_types: Mapping[str, frozenset],
-                  layer_types: Mapping[str, frozenset]) -> Program:
+                  layer_types: Mapping[str, frozenset], positive: frozenset = frozenset(),
+                  finite: frozenset = frozenset()) -> Program:
     """Generate the dynamic stage.
 
     ``formulas`` in dependency order; ``dynamic``: ids to compile; ``rounded``: model-scope ids
     rounded to whole bytes; ``model_types``: type classes of the static model-level names;
     ``layer_types``: type classes of the per-class names (attributes and static layer formulas).
+    The function calls ``_vw_invalid`` (raising :class:`Invalid`) when a rounded figure is negative,
+    an id in ``positive`` is not finite and > 0, or an id in ``finite`` is not finite and >= 0.
     """
     body: list[str] = []
     used: dict[str, str] = {}  # static input name -> "model" | "layer"
@@ -158,6 +172,12 @@ def build_program(formulas, dynamic: frozenset, rounded: frozenset, model_types:
         body.append(f"v_{f.id} = {text}")
         model_out.append(f.id)
     flush()
+    checks = [f"0 <= v_{i}" for i in model_out if i in rounded]
+    checks += [f"0 < v_{i} < _vw_inf" for i in model_out if i in positive]
+    checks += [f"0 <= v_{i} < _vw_inf" for i in model_out if i in finite and i not in positive]
+    if checks:
+        body.append("if not (" + " and ".join(checks) + "):")
+        body.append("    _vw_invalid()")
     inputs = tuple(sorted(used.items()))
     unpack = ", ".join((f"v_{n}" if kind == "model" else f"L_{n}") for n, kind in inputs)
     lines = ["def _dynamic(v_batch_size, v_seq_len, _static, _cnt):"]

@@ -269,6 +269,9 @@ class Registry:
 
         text = text_view(root)
         types = [text.get("model_type"), root.get("model_type")]
+        for t, where in zip(types, ("text_config.model_type" if text is not root else "model_type", "model_type")):
+            if t is not None and not isinstance(t, str):
+                raise ConfigError(f"config field {where} should be a string, got {type(t).__name__} {str(t)[:60]}")
         notes = list(warnings)
         if family is not None:
             fam = self.family(family)

@@ -15,15 +15,22 @@ from ._errors import SettingsError
 
 __all__ = [
     "Setting", "SETTINGS", "SETTING_NAMES", "PER_CALL", "TrainingSettings", "METHODS", "CHECKPOINTING_MODES",
-    "LOSS_MODES", "normalise_settings", "normalise_static", "positive_int", "DEFAULTS",
+    "LOSS_MODES", "ATTENTION_KINDS", "LIMITS", "normalise_settings", "normalise_static", "positive_int", "DEFAULTS",
 ]
 
 METHODS = ("qlora", "lora", "full", "inference")
 CHECKPOINTING_MODES = ("none", "true", "unsloth")
 #: How the loss is computed: from the full logits tensor, or chunked / fused so that it never exists whole.
 LOSS_MODES = ("standard", "chunked", "fused")
+#: Attention implementations (transformers' attn_implementation names); others are rejected, since
+#: each profile must know whether a kernel keeps the score matrix.
+ATTENTION_KINDS = ("flash_attention_2", "flash_attention_3", "sdpa", "flex_attention", "eager")
 _GC_ALIASES = {"none": "none", "false": "none", "off": "none", "no": "none", "0": "none",
                "true": "true", "on": "true", "yes": "true", "1": "true", "unsloth": "unsloth"}
+
+
+#: Largest accepted value of each integer setting (a documented plausible range).
+LIMITS = {"batch_size": 2**20, "seq_len": 2**25, "lora_rank": 2**16}
 
 
 def positive_int(name: str, value: Any) -> int:
@@ -31,16 +38,28 @@ def positive_int(name: str, value: Any) -> int:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         else:
-            raise SettingsError(f"{name} must be a positive integer, got {value!r}")
-    if value < 1:
-        raise SettingsError(f"{name} must be a positive integer, got {value}")
+            raise SettingsError(f"{name} must be a positive integer, got {_short(value)}")
+    limit = LIMITS.get(name)
+    if value < 1 or (limit is not None and value > limit):
+        raise SettingsError(f"{name} must be a positive integer" + (f" of at most {limit:,}" if limit else "")
+                            + f", got {_short(value)}")
     return value
 
 
-def _choice(choices: tuple) -> Callable:
+def _short(value: Any, limit: int = 60) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001
+        return f"a {type(value).__name__}"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _choice(choices: tuple, default: str | None = None) -> Callable:
     def parse(name: str, value: Any) -> str:
+        if value is None and default is not None:
+            value = default
         if not isinstance(value, str) or value.strip().lower() not in choices:
-            raise SettingsError(f"unknown {name.replace('_', ' ')} {value!r} (choose one of: {', '.join(choices)})")
+            raise SettingsError(f"unknown {name.replace('_', ' ')} {_short(value)} (choose one of: {', '.join(choices)})")
         return value.strip().lower()
 
     return parse
@@ -57,17 +76,9 @@ def _checkpointing(name: str, value: Any) -> str:
 
 
 def _optimizer(name: str, value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise SettingsError(f"optimizer must be a name, got {value!r}")
+    if not isinstance(value, str) or not value.strip() or len(value) > 100:
+        raise SettingsError(f"optimizer must be a name, got {_short(value)}")
     return value.strip().lower().replace("-", "_")
-
-
-def _attention(name: str, value: Any) -> str:
-    if value is None:
-        value = "flash_attention_2"
-    if not isinstance(value, str) or not value.strip():
-        raise SettingsError(f"attention must be an implementation name, got {value!r}")
-    return value.strip()
 
 
 def _load_in_4bit(name: str, value: Any) -> bool | None:
@@ -78,7 +89,7 @@ def _load_in_4bit(name: str, value: Any) -> bool | None:
 
 def _dropout(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise SettingsError(f"lora_dropout must be a probability in [0, 1), got {value!r}")
+        raise SettingsError(f"lora_dropout must be a probability in [0, 1), got {_short(value)}")
     return float(value)
 
 
@@ -88,13 +99,14 @@ def _targets(name: str, value: Any) -> tuple | None:
     if isinstance(value, str):
         targets = tuple(t.strip() for t in value.split(",") if t.strip())
     else:
-        try:
-            targets = tuple(value)
-        except TypeError:
-            raise SettingsError(f"target_modules must be a list of names or a string, got {value!r}") from None
+        if not isinstance(value, (list, tuple, set, frozenset)):
+            raise SettingsError(f"target_modules must be a list of names or a string, got {_short(value)}")
+        targets = tuple(value)
         if not all(isinstance(t, str) and t.strip() for t in targets):
-            raise SettingsError(f"target_modules must hold module names, got {list(targets)!r}")
+            raise SettingsError(f"target_modules must hold module names, got {_short(list(targets))}")
         targets = tuple(t.strip() for t in targets)
+    if len(targets) > 1000 or any(len(t) > 200 for t in targets):
+        raise SettingsError("target_modules: at most 1,000 names of at most 200 characters each")
     if not targets:
         raise SettingsError("target_modules is empty: name at least one module, or leave it unset for the default")
     return targets
@@ -127,8 +139,8 @@ SETTINGS: tuple = (
     Setting("gradient_checkpointing", "unsloth", "gradient checkpointing mode: none, true (transformers') or unsloth",
             _checkpointing, choices=CHECKPOINTING_MODES),
     Setting("optimizer", "adamw_8bit", "optimizer name, e.g. adamw_8bit, adamw_torch, adamw_torch_fused, sgd", _optimizer),
-    Setting("attention", "flash_attention_2", "attention implementation: flash_attention_2, sdpa, flex_attention, eager",
-            _attention),
+    Setting("attention", "flash_attention_2", "attention implementation (transformers' attn_implementation)",
+            _choice(ATTENTION_KINDS, default="flash_attention_2"), choices=ATTENTION_KINDS),
     Setting("load_in_4bit", None, "4-bit base weights (default: true for qlora only)", _load_in_4bit, cli_type="bool"),
     Setting("loss", "standard",
             "cross-entropy: standard (full logits), chunked or fused (Liger-style; the logits never exist whole)",
