@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import inspect
 import math
-import re
 from dataclasses import FrozenInstanceError, dataclass
 from typing import Any, Mapping
 
 from ._errors import InternalError, SettingsError
-from ._expr import LayerValues, round_bytes
+from ._expr import LayerValues, render, round_bytes
 from ._model import INVENTORY_DOCS, NO_ADAPTERS, LoraSums, ModelSpec
 from ._profile import Profile
 from ._registry import Registry
@@ -30,7 +29,6 @@ __all__ = ["Estimate", "TraceEntry", "Provenance", "load_model", "estimate", "es
 #: Reported components, in display order.
 COMPONENTS = ("weights", "lora", "optimizer", "gradients", "activations", "overhead")
 _GIB = 1024**3
-_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
 
 
 @dataclass(frozen=True)
@@ -284,10 +282,7 @@ class Estimate:
         values = {"batch_size": str(self._batch), "seq_len": str(self._seq)}
         values.update((name, gib(v)) for name, v in figures.items())
         method = self._stage.settings["method"]
-        return [
-            _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
-            for text, methods in self._stage.profile.report if methods is None or method in methods
-        ]
+        return [render(text, values) for text, methods in self._stage.profile.report if methods is None or method in methods]
 
     def __repr__(self) -> str:
         comps = ", ".join(f"{c}={getattr(self, c)}" for c in COMPONENTS)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
@@ -31,13 +32,20 @@ from ._yamlio import DataFile, json_path
 
 __all__ = [
     "Expression", "LayerValues", "FUNCTIONS", "compile_expression", "emit", "GLOBALS", "ANY", "type_tag",
-    "MAX_POWER", "MAX_STRING_LENGTH",
+    "MAX_POWER", "MAX_STRING_LENGTH", "template_problem", "render",
 ]
 
 #: Largest base or exponent of ``**`` (simpleeval's limit).
 MAX_POWER = 4_000_000
 #: Longest string or sequence that repetition or concatenation may build (simpleeval's limit).
 MAX_STRING_LENGTH = 100_000
+#: Limits of one expression as written: characters, nesting depth of its tree, nodes, cases of a table.
+MAX_EXPRESSION_LENGTH = 4000
+MAX_EXPRESSION_DEPTH = 50
+MAX_EXPRESSION_NODES = 1000
+MAX_CASES = 64
+#: Most bits an integer power may have (larger ones would take unbounded time and memory).
+MAX_POWER_BITS = 4096
 
 
 class LayerValues(tuple):
@@ -89,6 +97,8 @@ _LAYER_REDUCERS = frozenset({"layers_sum", "layers_max"})
 def _pow(a, b):
     if abs(a) > MAX_POWER or abs(b) > MAX_POWER:
         raise OverflowError(f"{a!r} ** {b!r} is beyond the allowed power ({MAX_POWER})")
+    if isinstance(a, int) and isinstance(b, int) and b > 0 and abs(a) > 1 and b * abs(a).bit_length() > MAX_POWER_BITS:
+        raise OverflowError(f"{a!r} ** {b!r} would have more than {MAX_POWER_BITS} bits")
     return a**b
 
 
@@ -338,19 +348,34 @@ def compile_expression(
     raw = value
     text = value.strip()
 
+    shown = text if len(text) <= 200 else text[:200] + "..."
+
     def fail(message: str, node: ast.AST | None = None) -> ExpressionError:
         col = getattr(node, "col_offset", 0) if node is not None and getattr(node, "lineno", 1) == 1 else 0
         where = _position(df, parts, col, raw, text)
-        return ExpressionError(f"{where}: {json_path(parts)}: {message} in `{text}`")
+        return ExpressionError(f"{where}: {json_path(parts)}: {message} in `{shown}`")
 
     if not text:
         raise fail(f"empty {what}")
+    if len(text) > MAX_EXPRESSION_LENGTH:
+        where = _position(df, parts, 0, raw, text)
+        raise ExpressionError(f"{where}: {json_path(parts)}: {what} of {len(text):,} characters; at most "
+                              f"{MAX_EXPRESSION_LENGTH:,} are allowed")
     try:
         module = ast.parse(text, mode="exec")
     except SyntaxError as e:
         col = (e.offset or 1) - 1 if (e.lineno or 1) == 1 else 0
         where = _position(df, parts, col, raw, text)
-        raise ExpressionError(f"{where}: {json_path(parts)}: invalid syntax ({e.msg}) in `{text}`") from None
+        raise ExpressionError(f"{where}: {json_path(parts)}: invalid syntax ({e.msg}) in `{shown}`") from None
+    except (RecursionError, MemoryError, ValueError):
+        raise fail(f"{what} nested too deeply to parse") from None
+    depth, nodes, stack = 0, 0, [(module, 1)]
+    while stack:  # iteratively, before anything recurses over the tree
+        node, d = stack.pop()
+        depth, nodes = max(depth, d), nodes + 1
+        if depth > MAX_EXPRESSION_DEPTH or nodes > MAX_EXPRESSION_NODES:
+            raise fail(f"{what} nested more than {MAX_EXPRESSION_DEPTH} deep or larger than {MAX_EXPRESSION_NODES} nodes")
+        stack.extend((c, d + 1) for c in ast.iter_child_nodes(node))
     if len(module.body) != 1:
         raise fail("more than one expression", module.body[1] if len(module.body) > 1 else None)
     stmt = module.body[0]
@@ -405,9 +430,9 @@ def _compile_cases(value: Mapping, *, allowed, df, parts: tuple, layer_valued: f
     the value, else ``else`` -- the conditional ``v1 if c1 else (v2 if c2 else ... v)`` written as a table."""
     place = df.where(parts) if df else "<expression>:1:1"
     cases = value.get("cases")
-    if set(value) != {"cases", "else"} or not isinstance(cases, list) or not cases:
+    if set(value) != {"cases", "else"} or not isinstance(cases, list) or not cases or len(cases) > MAX_CASES:
         raise ExpressionError(
-            f"{place}: {json_path(parts)}: a table of cases has exactly `cases` (a non-empty list of "
+            f"{place}: {json_path(parts)}: a table of cases has exactly `cases` (a list of 1 to {MAX_CASES} "
             f"when/then pairs) and `else`, got keys {sorted(map(str, value))}"
         )
 
@@ -433,3 +458,31 @@ def _compile_cases(value: Mapping, *, allowed, df, parts: tuple, layer_valued: f
     source, _ = emit(stmt)
     return Expression(text=ast.unparse(stmt), names=frozenset(names), where=place, node=stmt,
                       code=compile(source, place, "eval"))
+
+
+_FIELD = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
+
+
+def template_problem(text: str, allowed) -> str | None:
+    """Why a message template is refused, or None. Placeholders are ``{name}`` with a name from
+    ``allowed``; no attribute, index or format spec, and no brace outside a placeholder."""
+    if not isinstance(text, str):
+        return "a message must be text"
+    if len(text) > 1000:
+        return "a message of more than 1,000 characters"
+    for name in _FIELD.findall(text):
+        if name not in allowed:
+            return f"unknown placeholder {{{name}}} (placeholders: {', '.join(sorted(allowed))})"
+    rest = _FIELD.sub("", text)
+    if "{" in rest or "}" in rest:
+        return "a brace outside a {name} placeholder (no attribute, index or format spec)"
+    return None
+
+
+def render(text: str, values: Mapping[str, Any]) -> str:
+    """A checked template with each ``{name}`` replaced by ``str(values[name])`` (at most 200 characters each)."""
+    def one(m) -> str:
+        shown = str(values.get(m.group(1)))
+        return shown if len(shown) <= 200 else shown[:200] + "..."
+
+    return _FIELD.sub(one, text)

@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from ._errors import FileFormatError
-from ._expr import Expression, compile_expression
+from ._expr import Expression, compile_expression, template_problem
 from ._graph import dependency_order
 from ._plan import analyse
 from ._yamlio import DataFile
@@ -317,6 +317,10 @@ def _compile(name: str, raw: dict[str, DataFile]) -> Family:
         _compile_module(m, f, layer_allowed, True) for m, f in merged[("layers", "modules")].items()
     )
     model_modules = tuple(_compile_module(m, f, known, False) for m, f in merged[("model_modules",)].items())
+    for w in merged["warnings"]:
+        problem = template_problem(w.value["message"], known)
+        if problem:
+            raise FileFormatError(w.df.problem(w.parts + ("message",), problem))
     warning_rules = tuple(
         WarningRule(
             when=compile_expression(w.value["when"], allowed=known, df=w.df, parts=w.parts + ("when",)),

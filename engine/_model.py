@@ -9,13 +9,13 @@ number of layers.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field, fields
 from math import prod
 from types import MappingProxyType
 from typing import Any, Iterable, Iterator, Mapping
 
 from ._errors import ConfigError, EvaluationError
+from ._expr import render
 
 from ._family import Family, FactRule, ModuleRule, describe_alias_list
 from ._plan import IndexSet, Unplannable, _progressions, plan_layers
@@ -24,7 +24,6 @@ __all__ = ["Module", "LayerClass", "ModelSpec", "Inventory", "LoraSums", "FactOr
            "AGGREGATE_NAMES", "INVENTORY_NAMES", "LORA_NAMES"]
 
 _MISSING = object()
-_WARN_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 @dataclass(frozen=True)
@@ -408,27 +407,44 @@ def _resolve_facts(family: Family, root: Mapping, text: Mapping, warnings: list[
     return facts
 
 
+#: Largest dimension of a module, and most numbered copies of one (beyond them a config is not a model).
+MAX_DIMENSION = 2**40
+MAX_COPIES = 2**20
+
+
+def _whole(value: Any, least: int, most: int) -> int | None:
+    """``value`` as an int in [least, most] (an integral float counts), else None."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= most:
+        return None
+    return value
+
+
 def _module(rule: ModuleRule, env: Mapping, where_layer: str) -> Module | None:
     if rule.when is not None and not rule.when.evaluate(env):
         return None
-    shape = tuple(e.evaluate(env) for e in rule.shape)
-    for dim in shape:
-        if isinstance(dim, float) and dim.is_integer():
-            dim = int(dim)
-        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
-            raise ConfigError(
-                f"module {rule.name}{where_layer} gets shape {list(shape)} from the config; "
-                f"every dimension must be a positive integer (rule at {rule.where})"
-            )
-    shape = tuple(int(d) for d in shape)
+    raw = tuple(e.evaluate(env) for e in rule.shape)
+    shape = tuple(_whole(d, 1, MAX_DIMENSION) for d in raw)
+    if None in shape:
+        raise ConfigError(
+            f"module {rule.name}{where_layer} gets shape {_short_repr(list(raw))} from the config; every dimension "
+            f"must be a whole number from 1 to {MAX_DIMENSION:,} (rule at {rule.where})"
+        )
     parts = []
     for p in rule.lora:
-        fin, fout = p.in_features.evaluate(env), p.out_features.evaluate(env)
-        n = p.count.evaluate(env) if p.count is not None else 1
-        parts.append((p.target, int(fin), int(fout), int(n), p.explicit_only))
-    repeat = rule.repeat.evaluate(env) if rule.repeat is not None else 1
-    if not isinstance(repeat, int) or isinstance(repeat, bool) or repeat < 0:
-        raise ConfigError(f"module {rule.name}{where_layer} gets repeat {repeat!r}; it must be a whole number")
+        raw_part = (p.in_features.evaluate(env), p.out_features.evaluate(env), p.count.evaluate(env) if p.count is not None else 1)
+        fin, fout, n = (_whole(raw_part[0], 1, MAX_DIMENSION), _whole(raw_part[1], 1, MAX_DIMENSION),
+                        _whole(raw_part[2], 0, MAX_COPIES))
+        if None in (fin, fout, n):
+            raise ConfigError(f"module {rule.name}{where_layer} gets LoRA part {p.target} of {_short_repr(list(raw_part))} "
+                              f"(in, out, count); they must be whole numbers in range (rule at {rule.where})")
+        parts.append((p.target, fin, fout, n, p.explicit_only))
+    raw_repeat = rule.repeat.evaluate(env) if rule.repeat is not None else 1
+    repeat = _whole(raw_repeat, 0, MAX_COPIES)
+    if repeat is None:
+        raise ConfigError(f"module {rule.name}{where_layer} gets repeat {_short_repr(raw_repeat)}; it must be a whole "
+                          f"number from 0 to {MAX_COPIES:,}")
     if repeat == 0:
         return None
     return Module(
@@ -652,7 +668,7 @@ def resolve_model(
     skipped = _skipped_quantizable(classes, model_mods, skip, family.path_roots) if skip else 0
     for rule in family.warning_rules:
         if rule.when.evaluate(facts):
-            warns.append(_WARN_FIELD.sub(lambda m: str(facts.get(m.group(1))), rule.message))
+            warns.append(render(rule.message, facts))
     if checkpoint_bytes is not None and checkpoint_bytes > 2 * total:
         extra = checkpoint_bytes - 2 * total
         warns.append(

@@ -9,12 +9,11 @@ one once (layer-scope formulas once per layer class).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ._errors import FileFormatError, SettingsError
-from ._expr import Expression, LayerValues, compile_expression, round_bytes, type_tag
+from ._expr import Expression, LayerValues, compile_expression, render, round_bytes, template_problem, type_tag
 from ._graph import dependency_order
 from ._model import AGGREGATE_NAMES
 from ._program import Program, build_program, dynamic_ids
@@ -155,7 +154,7 @@ class Profile:
             elif t.default is not None:
                 env[t.name] = t.default
                 if t.unknown_warning:
-                    warnings.append(t.unknown_warning.format(key=key, default=t.default))
+                    warnings.append(render(t.unknown_warning, {"key": key, "default": t.default}))
             else:
                 raise SettingsError(f"unknown {t.key} {key!r} (known: {', '.join(t.entries)})")
         self._run(self.formulas, lambda f: f.id not in self.dynamic, env, layer_envs, classes)
@@ -256,6 +255,10 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
             declare(name, where)
             if t["key"] not in SETTING_NAMES:
                 problems.append(df.problem(("tables", name, "key"), f"unknown setting {t['key']!r} (settings: {', '.join(sorted(SETTING_NAMES))})"))
+            if t.get("unknown_warning") is not None:
+                problem = template_problem(t["unknown_warning"], ("key", "default"))
+                if problem:
+                    problems.append(df.problem(("tables", name, "unknown_warning"), problem))
             tables.append(Table(name, t["key"], dict(t["entries"]), t.get("default"), t.get("unknown_warning"), where,
                                 t.get("unit", ""), t.get("description", "")))
         for k, f in enumerate(df.data["formulas"]):
@@ -305,13 +308,9 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
     report = []
     figure_names = set(m.get("figures", {})) | {"batch_size", "seq_len"}
     for k, line in enumerate(m.get("report", ())):
-        for field_name in re.findall(r"\{([^{}]*)\}", line["text"]):
-            if field_name not in figure_names:
-                problems.append(manifest.problem(
-                    ("report", k, "text"),
-                    f"unknown placeholder {{{field_name}}} (placeholders: {', '.join(sorted(figure_names))})"))
-        if re.sub(r"\{[a-z_][a-z0-9_]*\}", "", line["text"]).count("{") or re.sub(r"\{[a-z_][a-z0-9_]*\}", "", line["text"]).count("}"):
-            problems.append(manifest.problem(("report", k, "text"), "a brace outside a {placeholder}"))
+        problem = template_problem(line["text"], figure_names)
+        if problem:
+            problems.append(manifest.problem(("report", k, "text"), problem))
         report.append((line["text"], tuple(line["methods"]) if "methods" in line else None))
     report = tuple(report)
     if problems:

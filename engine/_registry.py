@@ -21,7 +21,7 @@ import yaml
 from ._errors import ConfigError, FileFormatError, SettingsError, VramwiseError
 from ._family import Family, compile_family
 from ._profile import Profile, build_profile, check_inputs
-from ._yamlio import DataFile, load_data_file
+from ._yamlio import MAX_FILE_BYTES, DataFile, load_data_file
 
 __all__ = ["Registry"]
 
@@ -32,12 +32,33 @@ except AttributeError:  # pragma: no cover
 
 
 def _entries(location, display: str | None) -> list[tuple[str, str]]:
-    """(display path, text) of each *.yaml in a folder or package resource folder."""
+    """(display path, text) of each *.yaml in a folder or package resource folder.
+
+    Data files are untrusted: a file over MAX_FILE_BYTES, not UTF-8 or unreadable is rejected
+    with its path before anything parses it.
+    """
     out = []
-    for item in sorted(location.iterdir(), key=lambda p: p.name):
-        if item.name.endswith(".yaml") and item.is_file():
-            shown = f"{display}/{item.name}" if display else str(item)
-            out.append((shown, item.read_text(encoding="utf-8")))
+    try:
+        items = sorted(location.iterdir(), key=lambda p: p.name)
+    except OSError as e:
+        raise FileFormatError(f"{display or location}: cannot list the folder ({e.strerror or e})") from None
+    for item in items:
+        if not (item.name.endswith(".yaml") and item.is_file()):
+            continue
+        shown = f"{display}/{item.name}" if display else str(item)
+        try:
+            size = item.stat().st_size if hasattr(item, "stat") else 0
+            if size > MAX_FILE_BYTES:
+                raise FileFormatError(f"{shown}:1:1: $: the file has {size:,} bytes; data files hold at most {MAX_FILE_BYTES:,}")
+            raw = item.read_bytes()
+        except OSError as e:
+            raise FileFormatError(f"{shown}:1:1: $: cannot be read ({e.strerror or e})") from None
+        if len(raw) > MAX_FILE_BYTES:
+            raise FileFormatError(f"{shown}:1:1: $: the file has {len(raw):,} bytes; data files hold at most {MAX_FILE_BYTES:,}")
+        try:
+            out.append((shown, raw.decode("utf-8")))
+        except UnicodeDecodeError as e:
+            raise FileFormatError(f"{shown}:1:1: $: not UTF-8 text (byte {e.start})") from None
     return out
 
 
@@ -80,9 +101,9 @@ def _head(text: str, fast: bool) -> dict | None:
             if isinstance(types, list):
                 return {"model_types": types, "fallback": _FALLBACK_LINE.search(text) is not None}
     try:
-        head = yaml.load(text, Loader=_FastLoader)
-    except yaml.YAMLError:
-        return None
+        head = load_data_file(text, "<index>", "family-1.schema.json", validate=False).data
+    except FileFormatError:
+        return None  # reported with its position when the file is loaded
     return head if isinstance(head, dict) else None
 
 

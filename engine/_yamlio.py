@@ -23,7 +23,7 @@ try:  # libyaml keeps marks too and is several times faster
 except AttributeError:  # pragma: no cover - PyYAML without libyaml
     _Loader = yaml.SafeLoader
 
-__all__ = ["DataFile", "load_data_file", "json_path", "load_schema"]
+__all__ = ["DataFile", "load_data_file", "json_path", "load_schema", "MAX_FILE_BYTES", "MAX_DEPTH", "MAX_NODES"]
 
 
 def json_path(parts: tuple) -> str:
@@ -135,18 +135,55 @@ def _schema_problem(df: DataFile, err) -> str:
     return df.problem(parts, message)
 
 
+#: Limits of a data file (they are untrusted input): size, nesting depth and number of YAML nodes.
+MAX_FILE_BYTES = 1 << 20
+MAX_DEPTH = 32
+MAX_NODES = 100_000
+
+
+def _check_tree(root: yaml.Node, path: str) -> None:
+    """Reject YAML aliases (a node met twice), nesting beyond MAX_DEPTH and more than MAX_NODES nodes.
+
+    Walks the composed nodes iteratively, so a self-referencing alias or an alias bomb is caught
+    before anything expands it.
+    """
+    seen: set[int] = set()
+    stack = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        mark = node.start_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}"
+        if id(node) in seen:
+            raise FileFormatError(f"{where}: $: YAML aliases (*name) are not allowed in data files")
+        seen.add(id(node))
+        if len(seen) > MAX_NODES:
+            raise FileFormatError(f"{where}: $: more than {MAX_NODES:,} YAML nodes")
+        if depth > MAX_DEPTH:
+            raise FileFormatError(f"{where}: $: nested more than {MAX_DEPTH} levels deep")
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                stack.append((k, depth + 1))
+                stack.append((v, depth + 1))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((v, depth + 1) for v in node.value)
+
+
 def load_data_file(text: str, path: str, schema: str, *, validate: bool = True) -> DataFile:
     """Compose, construct and (unless ``validate`` is false) validate one YAML data file.
 
     Raises :class:`FileFormatError` listing every problem with its position. The bundled files
     are loaded without validation (the test suite validates them); files from elsewhere with it.
+    Every file is limited in size, depth and node count and may not use YAML aliases.
     """
+    if len(text) > MAX_FILE_BYTES:
+        raise FileFormatError(f"{path}:1:1: $: the file has {len(text):,} characters; data files hold at most {MAX_FILE_BYTES:,}")
     try:
         loader = _Loader(text)
         try:
             root = loader.get_single_node()
             if root is None:
                 raise FileFormatError(f"{path}:1:1: $: the file is empty")
+            _check_tree(root, path)
             data = loader.construct_document(root)
         finally:
             loader.dispose()
@@ -154,6 +191,8 @@ def load_data_file(text: str, path: str, schema: str, *, validate: bool = True) 
         mark = e.problem_mark or e.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
         raise FileFormatError(f"{path}:{line}:{col}: $: invalid YAML: {e.problem or e}") from None
+    except (RecursionError, MemoryError, ValueError) as e:  # parser limits (deep flow collections, huge scalars)
+        raise FileFormatError(f"{path}:1:1: $: cannot be read as YAML ({type(e).__name__})") from None
     df = DataFile(path=path, data=data, root=root)
     problems: list[str] = []
     _check_keys(root, path, problems)

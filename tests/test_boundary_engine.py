@@ -99,3 +99,89 @@ def test_broken_components_never_become_results(tmp_path, expr, error):
     with pytest.raises(error) as info:
         vramwise.estimate(SMALL, registry=reg)
     assert "overhead.yaml" in str(info.value)
+
+
+def _families_copy(tmp_path: Path) -> Path:
+    dst = tmp_path / "families"
+    shutil.copytree(_families(), dst)
+    return dst
+
+
+def _load(families: Path, formulas: Path | None = None) -> vramwise.Registry:
+    reg = vramwise.Registry(families, formulas or Path(str(resources.files("vramwise.formulas"))))
+    reg.family("llama")
+    return reg
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("a: &a [*a]\n", "YAML aliases"),                                         # self-reference
+    ("a: &a [x, x, x]\nb: &b [*a, *a, *a]\nc: &c [*b, *b, *b]\n", "YAML aliases"),  # alias expansion
+    ("a: " + "[" * 100 + "]" * 100 + "\n", "nested"),
+    ("a: 1\n" + "b: " + "x" * (2 << 20) + "\n", "at most"),
+])
+def test_hostile_yaml_is_rejected_with_a_location(tmp_path, text, needle):
+    fams = _families_copy(tmp_path)
+    (fams / "llama.yaml").write_text(text)
+    with pytest.raises(vramwise.FileFormatError) as info:
+        _load(fams)
+    assert needle in str(info.value) and "llama.yaml:" in str(info.value)
+
+
+def test_data_files_must_be_utf8(tmp_path):
+    fams = _families_copy(tmp_path)
+    (fams / "llama.yaml").write_bytes("family: llama\n".encode("utf-16"))
+    with pytest.raises(vramwise.FileFormatError, match="llama.yaml:1:1: .*not UTF-8"):
+        _load(fams)
+
+
+def _replace_in(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+
+
+@pytest.mark.parametrize("expr,needle", [
+    ("' + '.join(['hidden_size'] * 20000)", "at most 4,000 are allowed"),
+    ("'-' * 3000 + 'hidden_size'", "nested"),
+    ("'abs(' * 60 + 'hidden_size' + ')' * 60", "nested more than 50"),
+])
+def test_oversized_expressions_are_refused_at_load(tmp_path, expr, needle):
+    fams = _families_copy(tmp_path)
+    _replace_in(fams / "decoder.yaml", "    expr: num_attention_heads\n", f"    expr: '{eval(expr)}'\n")
+    with pytest.raises(vramwise.ExpressionError) as info:
+        _load(fams).family("llama")
+    assert needle in str(info.value) and "decoder.yaml:" in str(info.value)
+
+
+def test_huge_powers_and_repetitions_fail_at_evaluation(tmp_path):
+    formulas = _formulas_copy(tmp_path)
+    _replace_in(formulas / "unsloth" / "overhead.yaml", "cuda_overhead_gib * gib", "cuda_overhead_gib * gib + 4000000 ** 4000000")
+    reg = vramwise.Registry(_families(), formulas)
+    with pytest.raises(vramwise.EvaluationError, match="overhead.yaml:.*more than 4096 bits"):
+        vramwise.estimate(SMALL, registry=reg)
+
+
+@pytest.mark.parametrize("template,needle", [
+    ("{key.__class__.__mro__}", "brace outside"),
+    ("{key:>2000000000}", "brace outside"),
+    ("{0}", "brace outside"),
+    ("{secret}", "unknown placeholder {secret}"),
+])
+def test_message_templates_take_named_placeholders_only(tmp_path, template, needle):
+    formulas = _formulas_copy(tmp_path)
+    p = formulas / "unsloth" / "optimizer.yaml"
+    lines = p.read_text().splitlines()
+    k = next(i for i, line in enumerate(lines) if "unknown_warning:" in line)
+    lines[k] = lines[k].split("unknown_warning:")[0] + f"unknown_warning: '{template}'"
+    p.write_text("\n".join(lines) + "\n")
+    with pytest.raises(vramwise.FileFormatError) as info:
+        vramwise.Registry(_families(), formulas).profile("unsloth")
+    assert needle in str(info.value) and "optimizer.yaml:" in str(info.value)
+
+
+def test_repeat_beyond_the_limit_is_a_config_error():
+    cfg = {"model_type": "gemma3n_text", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128,
+           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "num_kv_shared_layers": 0,
+           "altup_num_inputs": 10**7, "quantization_config": {"llm_int8_skip_modules": ["altup_projections"]}}
+    with pytest.raises(vramwise.ConfigError, match="altup"):  # a 10**7-wide AltUp: shapes and copies out of range
+        vramwise.estimate(cfg)
