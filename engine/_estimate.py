@@ -529,9 +529,10 @@ def estimate_from_size(*, params: float | None = None, weight_bytes: int | None 
     """
     if params is None and weight_bytes is None:
         raise SettingsError("give a parameter count (params) or the weights' size in bytes (weight_bytes)")
-    for name, value in (("params", params), ("weight_bytes", weight_bytes)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-            raise SettingsError(f"{name} must be a positive number, got {value!r}")
+    for name, value, least in (("params", params, 1), ("weight_bytes", weight_bytes, 2)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not (math.isfinite(value) and value >= least)):
+            raise SettingsError(f"{name} must be a finite number of at least {least}, got {str(value)[:60]}")
     settings.pop("target_modules", None)
     reg = registry or Registry.default()
     if params is not None:

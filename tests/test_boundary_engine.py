@@ -185,3 +185,22 @@ def test_repeat_beyond_the_limit_is_a_config_error():
            "altup_num_inputs": 10**7, "quantization_config": {"llm_int8_skip_modules": ["altup_projections"]}}
     with pytest.raises(vramwise.ConfigError, match="altup"):  # a 10**7-wide AltUp: shapes and copies out of range
         vramwise.estimate(cfg)
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    (dict(params=float("nan")), "params must be a finite number"),
+    (dict(params=float("inf")), "params must be a finite number"),
+    (dict(params=1e400), "params must be a finite number"),
+    (dict(params=0.4), "at least 1"),
+    (dict(params=-8e9), "at least 1"),
+    (dict(params="8e9"), "params must be"),
+    (dict(weight_bytes=1), "at least 2"),
+])
+def test_size_only_inputs(kwargs, needle):
+    with pytest.raises(vramwise.SettingsError, match=needle):
+        vramwise.estimate_from_size(**kwargs)
+
+
+def test_size_only_beyond_the_plausible_range():
+    with pytest.raises(vramwise.ConfigError, match="params is 1000000000000000000; it must be at least 1 and at most"):
+        vramwise.estimate_from_size(params=1e18)
