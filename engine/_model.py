@@ -285,6 +285,10 @@ INT_MAX = 2**31 - 1
 MAX_LENGTH = 2**20
 
 
+#: Element types accepted without a closer look (the closer look names the first bad element).
+_PLAIN = {"int": (int,), "number": (int,), "bool": (bool,), "string": (str,)}
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -323,7 +327,7 @@ def _check_type(rule: FactRule, value: Any, origin: str) -> Any:
         limit = rule.max_length if rule.max_length is not None else MAX_LENGTH
         if len(value) > limit:
             raise ConfigError(f"{origin} has {len(value):,} {'elements' if t == 'list' else 'characters'}; at most {limit:,} are allowed")
-        if t == "list" and rule.items not in (None, "any"):
+        if t == "list" and rule.items not in (None, "any") and not all(type(x) in _PLAIN[rule.items] for x in value):
             for k, x in enumerate(value):
                 good, _ = _of_type(rule.items, x)
                 if not good:

@@ -23,6 +23,7 @@ number of layers, and a per-layer list costs one pass over the list.
 from __future__ import annotations
 
 import ast
+import bisect
 import heapq
 import math
 from dataclasses import dataclass
@@ -259,14 +260,16 @@ def _breakpoints_of(number: Any, out: set) -> None:
         out.update((f, f + 1))
 
 
-def _list_period(xs: Sequence) -> int | None:
-    """The smallest period p <= _MAX_LIST_PERIOD with xs[j] == xs[j + p] throughout, else None."""
-    n = len(xs)
-    keys = xs if all(type(x) is str for x in xs) else [_key(x) for x in xs]
+def _list_period(keys: Sequence) -> int | None:
+    """The smallest period p <= _MAX_LIST_PERIOD with keys[j] == keys[j + p] throughout, else None."""
+    n = len(keys)
     for p in range(1, min(_MAX_LIST_PERIOD, n) + 1):
         if keys[p:p + 64] == keys[:min(64, n - p)] and keys[p:] == keys[:n - p]:
             return p
     return None
+
+
+_BEYOND = ("beyond the list",)  # the value of xs[i] past its end: the same IndexError on every such layer
 
 
 def plan_layers(analysis: Analysis, env: Mapping, n: int) -> list[tuple[int, IndexSet]]:
@@ -277,8 +280,8 @@ def plan_layers(analysis: Analysis, env: Mapping, n: int) -> list[tuple[int, Ind
     """
     breaks: set[int] = set()
     period = 1
-    live = []  # atoms whose value can differ between layers
-    member_sets = {}
+    readers = []  # per atom whose value can differ between layers: layer index -> a hashable stand-in
+    scope = dict(env)
     for atom in analysis.atoms:
         ok, values = zip(*(_eval(c, env) for c in atom.operands)) if atom.operands else ((), ())
         if atom.kind in ("list", "at"):
@@ -289,19 +292,24 @@ def plan_layers(analysis: Analysis, env: Mapping, n: int) -> list[tuple[int, Ind
                 continue
             if not isinstance(xs, (list, tuple, str)):
                 raise Unplannable(f"a per-layer field of type {type(xs).__name__}")
-            live.append(atom)
-            breaks.add(len(xs))
-            p = _list_period(xs)
+            keys = xs if isinstance(xs, str) or all(type(x) is str for x in xs) else [_key(x) for x in xs]
+            breaks.add(len(keys))
+            p = _list_period(keys)
             if p is not None:
                 period = math.lcm(period, p)
             else:
-                keys = xs if all(type(x) is str for x in xs) else [_key(x) for x in xs]
                 breaks.update(j for j in range(1, len(keys)) if keys[j] != keys[j - 1])
+            readers.append(lambda i, keys=keys, size=len(keys): keys[i] if i < size else _BEYOND)
         elif atom.kind == "compare":
-            live.append(atom)
+            own: set[int] = set()
             for good, v in zip(ok, values):
                 if good:
-                    _breakpoints_of(v, breaks)
+                    _breakpoints_of(v, own)
+            points = sorted(b for b in own if 0 < b < n)
+            breaks.update(points)
+            # constant between its own breakpoints: evaluated once per interval
+            at_start = [_value(atom.code, scope, b) for b in [0] + points]
+            readers.append(lambda i, points=points, at_start=at_start: at_start[bisect.bisect_right(points, i)])
         elif atom.kind == "member":
             container = values[0]
             if not ok[0] or not isinstance(container, (list, tuple, dict)):
@@ -310,10 +318,9 @@ def plan_layers(analysis: Analysis, env: Mapping, n: int) -> list[tuple[int, Ind
             for e in container:
                 if isinstance(e, (bool, int)) or (isinstance(e, float) and math.isfinite(e) and e.is_integer()):
                     hits.add(int(e))
-            live.append(atom)
-            member_sets[id(atom)] = hits
             for h in hits:
                 breaks.update((h, h + 1))
+            readers.append(lambda i, hits=hits, negate=atom.negate: (i in hits) != negate)
         else:  # residue
             (ok_a, ok_k), (a, k) = ok, values
             if not (ok_a and ok_k):
@@ -326,25 +333,24 @@ def plan_layers(analysis: Analysis, env: Mapping, n: int) -> list[tuple[int, Ind
                 raise Unplannable("a residue with a fractional modulus")
             if k == 0:
                 continue  # division by zero on every layer
-            live.append(atom)
-            period = math.lcm(period, abs(k))
+            if isinstance(a, int) and not isinstance(a, bool):
+                if abs(k) == 1:
+                    continue  # always 0
+                period = math.lcm(period, abs(k))
+                readers.append(lambda i, a=a, k=k: ("int", (i + a) % k))  # what _key gives the evaluated atom
+            else:
+                period = math.lcm(period, abs(k))
+                readers.append(lambda i, code=atom.code: _value(code, scope, i))
     points = sorted(b for b in breaks if 0 < b < n)
     starts = [0] + points
     ends = points + [n]
     probes = sum(min(period, e - s) for s, e in zip(starts, ends))
     if probes > _MAX_PROBES:
         raise Unplannable("too many distinct layer positions")
-    scope = dict(env)
     groups: dict[tuple, tuple[int, list]] = {}
     for s, e in zip(starts, ends):
         for i in range(s, min(s + period, e)):
-            sig = []
-            for atom in live:
-                if atom.kind == "member":
-                    sig.append((i in member_sets[id(atom)]) != atom.negate)
-                else:
-                    sig.append(_value(atom.code, scope, i))
-            key = tuple(sig)
+            key = tuple([read(i) for read in readers])
             if key in groups:
                 groups[key][1].append(range(i, e, period))
             else:

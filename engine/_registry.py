@@ -274,7 +274,8 @@ class Registry:
         spec = self.resolve(root, origin=origin, source=source)
         if key is not None:
             snapshot = None
-            if key[0] == "mapping":
+            if key[0] == "mapping" and not _json_like(source):
+                # repr identifies JSON data exactly; other objects are compared with a copy on each hit
                 try:
                     snapshot = copy.deepcopy(source)
                 except Exception:  # noqa: BLE001 - an uncopyable mapping is simply not kept
@@ -396,3 +397,23 @@ def _same(snapshot: Any, source: Any) -> bool:
         return bool(snapshot == source)
     except Exception:  # noqa: BLE001
         return False
+
+
+_JSON_TYPES = (str, int, float, bool, type(None))
+
+
+def _json_like(value: Any) -> bool:
+    """Whether ``value`` holds only dicts with string keys, lists and JSON scalars (walked iteratively)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t is dict:
+            if not all(type(k) is str for k in v):
+                return False
+            stack.extend(v.values())
+        elif t is list:
+            stack.extend(x for x in v if type(x) not in _JSON_TYPES)
+        elif t not in _JSON_TYPES:
+            return False
+    return True
