@@ -1,0 +1,307 @@
+"""Answers built on the estimate: what fits on a GPU, side-by-side comparisons, sweeps.
+
+Nothing here re-derives memory: every figure is an :func:`~vramwise.estimate` (or its
+``min_per_gpu``). A setting "fits" on ``n`` GPUs of ``M`` usable bytes each when the per-GPU
+minimum for ``n`` is at most ``M`` and, on several GPUs, the selection rule's usable memory
+(the first GPU in full, each further one the profile's share) covers the total; this is
+the rule ``select_gpus`` applies.
+
+The searches assume that more batch, sequence, rank or GPUs never need less memory
+(monotone), and check the answer: the largest value found fits and the next one does not
+(the next GPU count does fit), so an answer is exact even where that assumption fails
+between other points.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+from ._errors import SettingsError, VramwiseError
+from ._estimate import COMPONENTS, Estimate, estimate, load_model
+from ._model import ModelSpec
+from ._registry import Registry
+from ._settings import DEFAULTS, LIMITS, METHODS
+
+__all__ = ["fit", "Fit", "MethodFit", "GpuTarget", "compare", "Comparison", "sweep", "Sweep", "DEFAULT_FRONTIER"]
+
+#: Sequence lengths of the default frontier: 16 powers of two from 128 to 4,194,304 tokens.
+DEFAULT_FRONTIER = tuple(128 * 2**k for k in range(16))
+#: The most GPUs ``fit`` considers.
+MAX_GPUS = 1024
+
+
+@dataclass(frozen=True)
+class GpuTarget:
+    """The GPU an answer is for: its name, memory per GPU and where the figure comes from."""
+
+    name: str
+    memory_bytes: int
+    source: str
+    count: int = 1  # GPUs of this kind available (the local machine's visible GPUs, or --gpus)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "memory_bytes": self.memory_bytes, "source": self.source, "count": self.count}
+
+
+def gpu_target(gpu: Any, count: int | None = None) -> GpuTarget:
+    """A GPU from a catalog name or alias (``"RTX 4090"``, ``"H100"``), a size (``"24GiB"``, ``"80GB"``),
+    a number of bytes, ``"local"`` (the visible GPUs, by free memory) or a :class:`GpuTarget`."""
+    if isinstance(gpu, GpuTarget):
+        return gpu if count is None else GpuTarget(gpu.name, gpu.memory_bytes, gpu.source, count)
+    if isinstance(gpu, bool) or gpu is None:
+        raise SettingsError(f"gpu must be a GPU name, a size such as 24GiB, a number of bytes or 'local', got {gpu!r}")
+    if isinstance(gpu, (int, float)):
+        if not (1 <= gpu < 2**60):
+            raise SettingsError(f"gpu memory must be a positive number of bytes, got {gpu!r}")
+        return GpuTarget(f"{int(gpu):,} bytes", int(gpu), "given in bytes", count or 1)
+    if not isinstance(gpu, str):
+        raise SettingsError(f"gpu must be a GPU name, a size or 'local', got {type(gpu).__name__}")
+    if gpu.strip().lower() == "local":
+        from ._gpus import discover_gpus
+
+        disc = discover_gpus()
+        visible = [disc.gpu(i) for i in disc.visible]
+        if not visible:
+            raise SettingsError(f"--gpu local: {disc.reason or 'no NVIDIA GPU is visible'}")
+        smallest = min(visible, key=lambda g: g.free)
+        return GpuTarget(f"local ({len(visible)} x {smallest.name})", smallest.free,
+                         "NVML: the smallest free memory among the visible GPUs", count or len(visible))
+    from ._hardware import gpu_spec
+
+    spec = gpu_spec(gpu)
+    return GpuTarget(spec.name, spec.memory_bytes, spec.source, count or 1)
+
+
+@dataclass(frozen=True)
+class MethodFit:
+    """One method at the given settings: its total, its per-GPU need and whether it fits."""
+
+    method: str
+    total: int | None
+    per_gpu: int | None  # min_per_gpu on the GPUs of the answer
+    fits: bool
+    problem: str | None = None  # why it could not be estimated
+
+    def to_dict(self) -> dict:
+        return {"method": self.method, "total": self.total, "per_gpu": self.per_gpu, "fits": self.fits,
+                "problem": self.problem}
+
+
+@dataclass(frozen=True)
+class Fit:
+    """What fits on ``gpus`` GPUs of a kind, for one model, profile and settings."""
+
+    gpu: GpuTarget
+    gpus: int
+    headroom: float
+    usable_bytes: int  # per GPU: memory x (1 - headroom)
+    further_gpu_share: float
+    profile: str
+    settings: Mapping[str, Any]
+    estimate: Estimate | None  # at the given settings (None when it could not be made)
+    fits: bool
+    methods: tuple  # of MethodFit
+    max_batch_size: int | None
+    max_seq_len: int | None
+    max_lora_rank: int | None  # None for full fine-tuning and inference, or when rank 1 does not fit
+    min_gpus: int | None  # fewest GPUs of this kind (None: more than MAX_GPUS)
+    frontier: tuple  # ((seq_len, largest batch or None), ...)
+    rule: str = field(default="")
+
+    def to_dict(self) -> dict:
+        return {
+            "gpu": self.gpu.to_dict(), "gpus": self.gpus, "headroom": self.headroom, "usable_bytes": self.usable_bytes,
+            "further_gpu_share": self.further_gpu_share, "profile": self.profile, "settings": dict(self.settings),
+            "total": self.estimate.total if self.estimate else None,
+            "per_gpu": self.estimate.min_per_gpu(self.gpus) if self.estimate else None,
+            "fits": self.fits, "methods": [m.to_dict() for m in self.methods],
+            "max_batch_size": self.max_batch_size, "max_seq_len": self.max_seq_len,
+            "max_lora_rank": self.max_lora_rank, "min_gpus": self.min_gpus,
+            "frontier": [{"seq_len": s, "max_batch_size": b} for s, b in self.frontier], "rule": self.rule,
+        }
+
+
+def _fits(est: Estimate, n: int, usable: int, share: float) -> bool:
+    if est.min_per_gpu(n) > usable:
+        return False
+    return est.total <= usable * (1 + share * (n - 1))
+
+
+def _largest(pred: Callable[[int], bool], hi: int) -> int | None:
+    """The largest x in [1, hi] with pred(x), assuming pred holds up to some point; checked at the answer."""
+    if not pred(1):
+        return None
+    lo, step = 1, 1  # lo fits; grow exponentially, then bisect between lo and the first failure
+    while True:
+        nxt = min(lo + step, hi)
+        if nxt == lo:
+            return lo
+        if not pred(nxt):
+            bad = nxt
+            break
+        lo, step = nxt, step * 2
+    while bad - lo > 1:
+        mid = (lo + bad) // 2
+        if pred(mid):
+            lo = mid
+        else:
+            bad = mid
+    return lo
+
+
+def fit(
+    model: Any,
+    *,
+    gpu: Any,
+    gpus: int | None = None,
+    headroom: float = 0.0,
+    seq_lens: Iterable[int] | None = None,
+    profile: str = "unsloth",
+    registry: Registry | None = None,
+    trust_remote_code: bool = False,
+    **settings: Any,
+) -> Fit:
+    """What fits on ``gpus`` GPUs like ``gpu`` (see :func:`gpu_target`), with ``headroom`` (a share of
+    each GPU's memory kept free, 0 to 0.9): whether the settings fit, which methods fit, the largest
+    batch size at the given sequence length, the largest sequence length at the given batch size, the
+    largest LoRA rank, the fewest GPUs, and for each sequence length of ``seq_lens`` the largest batch."""
+    reg = registry or Registry.default()
+    if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not 0 <= headroom <= 0.9:
+        raise SettingsError(f"headroom must be a share from 0 to 0.9 of each GPU's memory, got {headroom!r}")
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_GPUS):
+        raise SettingsError(f"gpus must be a whole number from 1 to {MAX_GPUS}, got {gpus!r}")
+    target = gpu_target(gpu, gpus)
+    n = target.count
+    usable = int(target.memory_bytes * (1 - headroom))
+    spec = model if isinstance(model, ModelSpec) else load_model(model, registry=reg, trust_remote_code=trust_remote_code)
+    base = {**DEFAULTS, **settings}
+    prof = reg.profile(profile)
+    share = prof.further_gpu_share
+
+    def est(**changes) -> Estimate:
+        return estimate(spec, profile=profile, registry=reg, **{**base, **changes})
+
+    here = est()  # raises on bad settings: the answers below are all about these settings
+    methods = []
+    for m in prof.methods:
+        try:
+            e = est(method=m, load_in_4bit=None)
+            methods.append(MethodFit(m, e.total, e.min_per_gpu(n), _fits(e, n, usable, share)))
+        except VramwiseError as exc:
+            methods.append(MethodFit(m, None, None, False, str(exc)))
+    max_batch = _largest(lambda b: _fits(est(batch_size=b), n, usable, share), LIMITS["batch_size"])
+    max_seq = _largest(lambda s: _fits(est(seq_len=s), n, usable, share), LIMITS["seq_len"])
+    max_rank = None
+    if here.settings.method in ("lora", "qlora"):
+        max_rank = _largest(lambda r: _fits(est(lora_rank=r), n, usable, share), LIMITS["lora_rank"])
+    min_gpus = next((k for k in range(1, MAX_GPUS + 1) if _fits(here, k, usable, share)), None)
+    grid = tuple(DEFAULT_FRONTIER if seq_lens is None else seq_lens)
+    for s in grid:
+        if isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= LIMITS["seq_len"]:
+            raise SettingsError(f"frontier sequence lengths must be whole numbers from 1 to {LIMITS['seq_len']:,}, got {s!r}")
+    frontier = tuple(
+        (s, _largest(lambda b, s=s: _fits(est(seq_len=s, batch_size=b), n, usable, share), LIMITS["batch_size"]))
+        for s in grid
+    )
+    rule = (f"fits when the per-GPU minimum for {n} GPU(s) is at most {usable:,} bytes"
+            + (f" and {usable:,} x (1 + {share} x {n - 1}) covers the total" if n > 1 else " and the total fits"))
+    return Fit(
+        gpu=target, gpus=n, headroom=float(headroom), usable_bytes=usable, further_gpu_share=share, profile=prof.name,
+        settings=here.settings.to_dict(), estimate=here, fits=_fits(here, n, usable, share), methods=tuple(methods),
+        max_batch_size=max_batch, max_seq_len=max_seq, max_lora_rank=max_rank, min_gpus=min_gpus,
+        frontier=frontier, rule=rule,
+    )
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Estimates side by side: one cell per (profile, method)."""
+
+    cells: tuple  # ((profile, method, Estimate or None, problem or None, fits or None), ...)
+    gpu: GpuTarget | None
+
+    def to_dict(self) -> dict:
+        out = []
+        for profile, method, est, problem, fits in self.cells:
+            cell = {"profile": profile, "method": method, "problem": problem, "fits": fits}
+            if est is not None:
+                cell.update({c: getattr(est, c) for c in COMPONENTS})
+                cell["total"] = est.total
+            out.append(cell)
+        return {"gpu": self.gpu.to_dict() if self.gpu else None, "cells": out}
+
+
+def compare(model: Any, *, methods: Iterable[str] = ("qlora", "lora", "full"), profiles: Iterable[str] = ("unsloth",),
+            gpu: Any = None, gpus: int | None = None, registry: Registry | None = None, trust_remote_code: bool = False,
+            **settings: Any) -> Comparison:
+    """One estimate per (profile, method) at the same settings; with ``gpu``, whether each fits."""
+    reg = registry or Registry.default()
+    spec = load_model(model, registry=reg, trust_remote_code=trust_remote_code)
+    target = gpu_target(gpu, gpus) if gpu is not None else None
+    methods, profiles = tuple(methods), tuple(profiles)
+    for m in methods:
+        if m not in METHODS:
+            raise SettingsError(f"unknown method {m!r} (choose from: {', '.join(METHODS)})")
+    cells = []
+    for p in profiles:
+        prof = reg.profile(p)
+        for m in methods:
+            try:
+                e = estimate(spec, profile=p, registry=reg, **{**settings, "method": m, "load_in_4bit": None})
+            except SettingsError as exc:
+                if m in prof.methods:
+                    raise
+                cells.append((p, m, None, str(exc), None))
+                continue
+            fits = _fits(e, target.count, target.memory_bytes, prof.further_gpu_share) if target else None
+            cells.append((p, m, e, None, fits))
+    return Comparison(tuple(cells), target)
+
+
+#: Settings a sweep may vary (one value each, or a list of values).
+SWEEPABLE = ("method", "batch_size", "seq_len", "lora_rank", "gradient_checkpointing", "optimizer", "attention", "loss")
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Totals over a grid of settings: ``axes`` names what varies, ``rows`` one entry per point."""
+
+    axes: tuple  # ((setting, (values...)), ...)
+    rows: tuple  # ((values of the axes, Estimate), ...)
+
+    def to_dict(self) -> dict:
+        names = [a for a, _ in self.axes]
+        return {
+            "axes": {a: list(v) for a, v in self.axes},
+            "rows": [{**dict(zip(names, vals)), **{c: getattr(e, c) for c in COMPONENTS}, "total": e.total}
+                     for vals, e in self.rows],
+        }
+
+
+def sweep(model: Any, *, profile: str = "unsloth", registry: Registry | None = None, trust_remote_code: bool = False,
+          **settings: Any) -> Sweep:
+    """Estimates over every combination of the settings given as lists (among :data:`SWEEPABLE`)."""
+    reg = registry or Registry.default()
+    spec = load_model(model, registry=reg, trust_remote_code=trust_remote_code)
+    axes = []
+    fixed = {}
+    for name, value in settings.items():
+        if name in SWEEPABLE and isinstance(value, (list, tuple)):
+            if not value:
+                raise SettingsError(f"{name}: give at least one value to sweep")
+            axes.append((name, tuple(value)))
+        else:
+            fixed[name] = value
+    size = 1
+    for _, values in axes:
+        size *= len(values)
+    if size > 100_000:
+        raise SettingsError(f"a sweep of {size:,} points is too large (at most 100,000)")
+    names = [a for a, _ in axes]
+    rows = tuple(
+        (vals, estimate(spec, profile=profile, registry=reg, **{**fixed, **dict(zip(names, vals))}))
+        for vals in itertools.product(*(v for _, v in axes))
+    )
+    return Sweep(tuple(axes), rows)
