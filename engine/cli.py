@@ -1,22 +1,54 @@
-"""Command line: ``vramwise estimate|explain|families``.
+"""Command line: ``vramwise estimate|explain|families|measure|gpus|select|check``.
 
 Numbers are computed by the library in bytes; this module only formats them
-(GiB = 2**30 bytes). Bad input ends with a one-line error and exit code 2.
+(GiB = 2**30 bytes). Exit codes:
+
+- 0: a real answer was printed (``check``: every file is fine);
+- 1: ``check`` found problems in the files it was given;
+- 2: bad input (argument, file, config, setting): one line ``vramwise: error: ...``, and
+  for a bad argument a second line naming ``--help``;
+- 70: an internal error (a bug): one line naming the exception; ``VRAMWISE_DEBUG=1``
+  re-raises it with its traceback;
+- 130: interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
-from pathlib import Path
 from typing import Sequence
 
+from . import _errors
 from ._errors import SettingsError, VramwiseError
 from ._estimate import COMPONENTS, Estimate, estimate, estimate_from_size
 from ._registry import Registry
 from ._settings import SETTINGS
-from ._source import checkpoint_size
+from ._source import checkpoint_size, local_kind
+
+#: exit code of an unexpected exception (sysexits' EX_SOFTWARE): a bug, never bad input
+EXIT_INTERNAL = 70
+EXIT_USAGE = 2
+# a result that broke an invariant is a bug too (the class exists where the result checks do)
+_INTERNAL = tuple(c for c in (getattr(_errors, "InternalError", None),) if isinstance(c, type))
+_MAX_GPU_COUNT = 1 << 20
+
+
+class _UsageError(Exception):
+    """A bad command-line argument, raised by the parsers instead of printing their usage."""
+
+    def __init__(self, message: str, prog: str):
+        super().__init__(message)
+        self.prog = prog
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse without the usage dump: an error raises :class:`_UsageError` for ``main`` to print."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's hook
+        raise _UsageError(message, self.prog)
 
 _GIB = 1024**3
 
@@ -46,7 +78,17 @@ def _bool_flag(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-_CLI_TYPES = {"int": int, "float": float, "bool": _bool_flag, "str": str}
+def _finite(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+_CLI_TYPES = {"int": int, "float": _finite, "bool": _bool_flag, "str": str}
 
 
 def _training_args(p: argparse.ArgumentParser) -> None:
@@ -55,8 +97,8 @@ def _training_args(p: argparse.ArgumentParser) -> None:
         help="config.json, model folder, or hub id (read from the local cache when offline); "
         "optional with --params or --weight-bytes",
     )
-    p.add_argument("--params", type=float, default=None, help="no config: estimate from a parameter count alone (e.g. 8e9)")
-    p.add_argument("--weight-bytes", type=float, default=None, help="no config: estimate from the weights' size in bytes")
+    p.add_argument("--params", type=_finite, default=None, help="no config: estimate from a parameter count alone (e.g. 8e9)")
+    p.add_argument("--weight-bytes", type=_finite, default=None, help="no config: estimate from the weights' size in bytes")
     for s in SETTINGS:  # one option per training setting, named, typed and defaulted by the settings table
         default = s.default if s.default is not None else "unset"
         kwargs = {"default": s.default, "type": _CLI_TYPES[s.cli_type], "help": f"{s.help} (default: {default})"}
@@ -82,12 +124,10 @@ def _run_estimate(args) -> Estimate:
         raise SettingsError("give a MODEL (config.json, folder or hub id), or --params / --weight-bytes")
     if model is not None and size_only:
         raise SettingsError("give either a MODEL or --params / --weight-bytes, not both")
-    if model is not None:
-        folder = Path(model).expanduser()
-        if folder.is_dir() and not (folder / "config.json").is_file():
-            size, _ = checkpoint_size(folder)
-            if size is not None:  # weight files without a config: the size-only fallback
-                model, weight_bytes, size_only = None, size, True
+    if model is not None and local_kind(model) == "dir" and local_kind(os.path.join(model, "config.json")) is None:
+        size, _ = checkpoint_size(model)
+        if size is not None:  # weight files without a config: the size-only fallback
+            model, weight_bytes, size_only = None, size, True
     settings = _settings_of(args)
     if size_only:
         settings.pop("target_modules")
@@ -288,12 +328,10 @@ def _select(args, out) -> None:
         except ValueError:
             raise SettingsError(f"--gpus must be comma-separated GPU ids, got {args.gpus!r}") from None
     est, note = None, None
-    try:
+    if args.model is None and args.params is None and args.weight_bytes is None:
+        note = "no MODEL given"  # the documented fallback of select_gpus(None): every visible GPU
+    else:  # a model that cannot be estimated is bad input, not a reason to take every GPU
         est = _run_estimate(args)
-    except SettingsError:
-        raise
-    except VramwiseError as e:  # the model cannot be estimated: select every visible GPU and say why
-        note = str(e)
     sel = select_gpus(est, gpu_ids=ids)
     if args.json:
         data = sel.to_dict()
@@ -319,11 +357,27 @@ def _select(args, out) -> None:
         out.write(f"CUDA_VISIBLE_DEVICES={sel.cuda_visible_devices}\n")
 
 
+def _check(args, out) -> int:
+    from ._check import check
+
+    problems = check(args.files)
+    for line in problems:
+        out.write(line + "\n")
+    if problems:
+        return 1
+    if not args.quiet:
+        out.write(f"{len(args.files)} path(s) checked: no problems\n")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from . import __version__
+
+    parser = _Parser(
         prog="vramwise",
         description="Estimate the GPU memory of fine-tuning a model (QLoRA, LoRA, full) from its config.",
     )
+    parser.add_argument("--version", action="version", version=f"vramwise {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     p = sub.add_parser("estimate", help="memory breakdown of a training run", description="Memory breakdown of a training run, in GiB.")
@@ -358,52 +412,96 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("select", help="choose GPUs for a run: which, why, device_map and CUDA_VISIBLE_DEVICES")
     _training_args(p)
     p.add_argument("--gpus", default=None, help="explicit physical GPU ids, e.g. 0,2 (default: choose automatically)")
+    p = sub.add_parser(
+        "check", help="validate family and formula files: schema, expressions, references, examples",
+        description="Validate family files (with the bundled families; a file of the same name replaces the bundled "
+        "one) and profiles (a profile folder, its profile.yaml or one of its formula files: the whole folder is "
+        "checked). Prints file:line:col: message per problem; exit 0 when all are fine, 1 otherwise.",
+    )
+    p.add_argument("files", nargs="+", metavar="FILE", help="a family .yaml, a profile folder, or a file of one")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing when every file is fine")
     return parser
 
 
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split()) or "(no message)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    out = sys.stdout
+    """Run the command line; returns the exit code (see the module's docstring). Never raises."""
     try:
-        if args.command == "families":
-            _families(args.json, out)
-            return 0
-        if args.command == "measure":
-            _measure(args, out)
-            return 0
-        if args.command == "gpus":
-            _gpus(args.json, out)
-            return 0
-        if args.command == "select":
-            _select(args, out)
-            return 0
-        est = _run_estimate(args)
-        if args.command == "explain":
-            _print_trace(est, args.model, args.json, out)
-            return 0
-        try:
-            gpus = [int(x) for x in args.gpus.split(",") if x.strip()]
-        except ValueError:
-            parser.error(f"--gpus must be comma-separated integers, got {args.gpus!r}")
-        if not gpus or min(gpus) < 1:
-            parser.error(f"--gpus must list positive integers, got {args.gpus!r}")
-        if args.json:
-            data = est.to_dict()
-            data["min_per_gpu"] = {str(n): est.min_per_gpu(n) for n in gpus}
-            _print_json(data, out)
-        else:
-            _print_table(est, args.model, gpus, out)
-        return 0
+        return _main(argv)
+    except _UsageError as e:
+        sys.stderr.write(f"vramwise: error: {_one_line(e)}\n")
+        sys.stderr.write(f"run '{e.prog} --help' for usage\n")
+        return EXIT_USAGE
+    except SystemExit as e:  # --help and --version print and exit 0
+        code = e.code
+        return code if isinstance(code, int) else (0 if code is None else EXIT_USAGE)
+    except _INTERNAL as e:
+        sys.stderr.write(f"vramwise: internal error: {type(e).__name__}: {_one_line(e)[:2000]}\n")
+        return EXIT_INTERNAL
     except VramwiseError as e:
-        msg = str(e).strip().replace("\n", "; ") if not getattr(e, "problems", None) else "\n".join(e.problems)
+        problems = getattr(e, "problems", None)
+        msg = "\n".join(problems) if problems else _one_line(e)
         sys.stderr.write(f"vramwise: error: {msg}\n")
-        return 2
+        return EXIT_USAGE
     except KeyboardInterrupt:  # pragma: no cover
         return 130
     except BrokenPipeError:  # output piped into head and closed early
-        sys.stderr.close()
+        try:  # Python's advice: point stdout at devnull so the final flush does not fail again
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except Exception:  # noqa: BLE001 - a captured stdout has no descriptor: nothing to quiet
+            pass
         return 0
+    except Exception as e:  # noqa: BLE001 - the boundary: a bug is reported in one line, never hidden
+        if os.environ.get("VRAMWISE_DEBUG"):
+            raise
+        sys.stderr.write(
+            f"vramwise: internal error: {type(e).__name__}: {_one_line(e)[:500]} "
+            f"(a bug; please report it; VRAMWISE_DEBUG=1 shows the traceback)\n"
+        )
+        return EXIT_INTERNAL
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    out = sys.stdout
+    if args.command == "families":
+        _families(args.json, out)
+        return 0
+    if args.command == "check":
+        return _check(args, out)
+    if args.command == "measure":
+        _measure(args, out)
+        return 0
+    if args.command == "gpus":
+        _gpus(args.json, out)
+        return 0
+    if args.command == "select":
+        _select(args, out)
+        return 0
+    if args.command == "estimate":  # the GPU counts are arguments: checked before any work
+        try:
+            gpus = [int(x) for x in args.gpus.split(",") if x.strip()]
+        except ValueError:
+            gpus = []
+        if not gpus or min(gpus) < 1 or max(gpus) > _MAX_GPU_COUNT:
+            raise _UsageError(f"--gpus must be comma-separated integers from 1 to {_MAX_GPU_COUNT}, got {args.gpus!r}",
+                              "vramwise estimate")
+    est = _run_estimate(args)
+    if args.command == "explain":
+        _print_trace(est, args.model, args.json, out)
+        return 0
+    if args.json:
+        data = est.to_dict()
+        data["min_per_gpu"] = {str(n): est.min_per_gpu(n) for n in gpus}
+        _print_json(data, out)
+    else:
+        _print_table(est, args.model, gpus, out)
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

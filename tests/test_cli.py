@@ -141,3 +141,114 @@ def test_hf_profile_errors_are_one_line(cfg, capsys):
     assert "does not model inference" in capsys.readouterr().err
     assert _exit_code(["estimate", cfg, "--loss", "sparse"]) == 2
     assert "unknown loss 'sparse'" in capsys.readouterr().err
+
+
+# -- the boundary: one line per bad argument, --version, exit codes, no traceback ---------------
+
+def _run(args, capsys):
+    rc = main(args)
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+@pytest.mark.parametrize("args,prog", [
+    ([], "vramwise"),
+    (["nonsense"], "vramwise"),
+    (["estimate", "x", "--batch-size", "two"], "vramwise estimate"),
+    (["estimate", "x", "--batch-size", "9" * 5000], "vramwise estimate"),
+    (["estimate", "x", "--lora-dropout", "nan"], "vramwise estimate"),
+    (["estimate", "--params", "inf"], "vramwise estimate"),
+    (["estimate", "x", "--unknown-flag"], "vramwise"),
+    (["estimate", "{cfg}", "--gpus", "0"], "vramwise estimate"),
+    (["estimate", "{cfg}", "--gpus", "a,b"], "vramwise estimate"),
+    (["estimate", "{cfg}", "--gpus", "1" + "0" * 30], "vramwise estimate"),
+    (["select", "x", "--load-in-4bit", "maybe"], "vramwise select"),
+    (["measure"], "vramwise measure"),
+])
+def test_bad_arguments_are_one_line_and_a_help_hint(cfg, capsys, args, prog):
+    args = [a.replace("{cfg}", cfg) for a in args]
+    rc, out, err = _run(args, capsys)
+    assert rc == 2
+    lines = err.splitlines()
+    assert len(lines) == 2, err
+    assert lines[0].startswith("vramwise: error: ") and "usage:" not in err
+    assert lines[1] == f"run '{prog} --help' for usage"
+    assert out == ""
+
+
+def test_version(capsys):
+    rc, out, err = _run(["--version"], capsys)
+    assert rc == 0 and out == f"vramwise {vramwise.__version__}\n" and err == ""
+
+
+def test_help_exits_0(capsys):
+    rc, out, _ = _run(["estimate", "--help"], capsys)
+    assert rc == 0 and "--batch-size" in out
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe{\x00}\x00", b"", b'{"model_type": "llama"}'])
+def test_select_on_a_bad_config_exits_2(tmp_path, capsys, content):
+    p = tmp_path / "config.json"
+    p.write_bytes(content)
+    for extra in ([], ["--json"]):
+        rc, out, err = _run(["select", str(p), *extra], capsys)
+        assert rc == 2 and out == "", (out, err)
+        assert err.startswith("vramwise: error: ") and len(err.splitlines()) == 1
+
+
+def test_select_without_a_model_is_the_documented_fallback(capsys):
+    rc, out, err = _run(["select"], capsys)
+    assert rc == 0 and "no estimate: no MODEL given" in out and "mode:" in out
+
+
+def test_select_missing_file_exits_2(capsys):
+    rc, _, err = _run(["select", "/no/such/config.json"], capsys)
+    assert rc == 2 and "no such file or folder" in err
+
+
+def test_unexpected_exception_is_one_line_with_its_own_code(cfg, capsys, monkeypatch):
+    import vramwise.cli as cli
+
+    def boom(*a, **k):
+        raise KeyError("surprise")
+
+    monkeypatch.setattr(cli, "estimate", boom)
+    monkeypatch.delenv("VRAMWISE_DEBUG", raising=False)
+    rc, out, err = _run(["estimate", cfg], capsys)
+    assert rc == cli.EXIT_INTERNAL == 70
+    assert err.startswith("vramwise: internal error: KeyError: 'surprise'") and len(err.splitlines()) == 1
+    monkeypatch.setenv("VRAMWISE_DEBUG", "1")
+    with pytest.raises(KeyError):
+        main(["estimate", cfg])
+
+
+@pytest.mark.parametrize("content,needle", [
+    (b"\xe9t\xe9", "not UTF-8"), (b"[" * 50_000, "nest deeper"), (b'{"a": NaN}', "NaN"),
+    (b'{"a": ' + b"1" * 5000 + b"}", "invalid JSON"),
+])
+def test_bad_config_files_exit_2_in_one_line(tmp_path, capsys, content, needle):
+    p = tmp_path / "config.json"
+    p.write_bytes(content)
+    for cmd in ("estimate", "explain"):
+        rc, out, err = _run([cmd, str(p)], capsys)
+        assert rc == 2 and needle in err and len(err.splitlines()) == 1 and out == ""
+
+
+def test_long_and_unreadable_paths_exit_2(tmp_path, capsys):
+    rc, _, err = _run(["estimate", str(tmp_path / ("x" * 300))], capsys)
+    assert rc == 2 and "too long" in err and len(err.splitlines()) == 1
+    (tmp_path / "folder" / "config.json").mkdir(parents=True)
+    rc, _, err = _run(["estimate", str(tmp_path / "folder")], capsys)
+    assert rc == 2 and "is a folder" in err
+
+
+def test_no_traceback_for_many_bad_invocations(cfg, tmp_path, capsys):
+    bad = [["estimate", "\x00"], ["estimate", ""], ["explain", "org/"], ["estimate", cfg, "--seq-len", "-1"],
+           ["estimate", cfg, "--params", "1e9"], ["families", "--json", "x"], ["gpus", "--nope"],
+           ["check", str(tmp_path / "empty")], ["estimate", str(tmp_path / "empty")], ["select", cfg, "--gpus", "x"]]
+    (tmp_path / "empty").mkdir()
+    for args in bad:
+        rc = main(args)
+        err = capsys.readouterr().err
+        assert rc == 2, (args, err)
+        assert "Traceback" not in err and err.startswith("vramwise: error: "), (args, err)
