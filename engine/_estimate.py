@@ -531,8 +531,8 @@ def estimate_from_size(*, params: float | None = None, weight_bytes: int | None 
         raise SettingsError("give a parameter count (params) or the weights' size in bytes (weight_bytes)")
     for name, value, least in (("params", params, 1), ("weight_bytes", weight_bytes, 2)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not (math.isfinite(value) and value >= least)):
-            raise SettingsError(f"{name} must be a finite number of at least {least}, got {str(value)[:60]}")
+                                  or not ((isinstance(value, int) or math.isfinite(value)) and value >= least)):
+            raise SettingsError(f"{name} must be a positive finite number (at least {least}), got {str(value)[:60]}")
     settings.pop("target_modules", None)
     reg = registry or Registry.default()
     if params is not None:

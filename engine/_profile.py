@@ -75,6 +75,7 @@ class Profile:
     lora_convention: str  # "unsloth" or "peft"
     methods: tuple  # the methods the profile models
     families: tuple | None  # the only families it is for (None: those chosen by model type, and the fallback)
+    summary: str  # one line: the training stack the profile models
     further_gpu_share: float  # GPU selection: share of each further GPU's free memory that counts
     report: tuple  # ((text, methods or None), ...): lines the command line prints under the table
     components: Mapping[str, str]  # component -> formula id
@@ -323,6 +324,7 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
         lora_convention=m["lora"].get("convention", "unsloth"),
         methods=tuple(m.get("methods", ("qlora", "lora", "full", "inference"))),
         families=tuple(m["families"]) if "families" in m else None,
+        summary=m.get("summary", ""),
         further_gpu_share=float(m["selection"]["further_gpu_share"]),
         report=report,
         components=dict(m["components"]), total=m["total"], min_per_gpu=m["min_per_gpu"],

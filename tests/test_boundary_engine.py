@@ -188,9 +188,9 @@ def test_repeat_beyond_the_limit_is_a_config_error():
 
 
 @pytest.mark.parametrize("kwargs,needle", [
-    (dict(params=float("nan")), "params must be a finite number"),
-    (dict(params=float("inf")), "params must be a finite number"),
-    (dict(params=1e400), "params must be a finite number"),
+    (dict(params=float("nan")), "params must be a positive finite number"),
+    (dict(params=float("inf")), "params must be a positive finite number"),
+    (dict(params=1e400), "params must be a positive finite number"),
     (dict(params=0.4), "at least 1"),
     (dict(params=-8e9), "at least 1"),
     (dict(params="8e9"), "params must be"),
