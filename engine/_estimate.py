@@ -20,7 +20,7 @@ from ._expr import LayerValues, render, round_bytes
 from ._model import INVENTORY_DOCS, NO_ADAPTERS, LoraSums, ModelSpec
 from ._profile import Profile
 from ._registry import Registry
-from ._settings import DEFAULTS, LIMITS, SETTINGS, TrainingSettings, normalise_static, positive_int
+from ._settings import DEFAULTS, LIMITS, SETTINGS, TrainingSettings, normalise_static, positive_int, unused_settings
 
 _MAX_BATCH, _MAX_SEQ = LIMITS["batch_size"], LIMITS["seq_len"]
 
@@ -269,7 +269,13 @@ class Estimate:
 
     @property
     def warnings(self) -> tuple:
-        return self._stage.warnings
+        prof = self._stage.profile
+        if not any(w.dynamic for w in prof.warning_rules):
+            return self._stage.warnings
+        got = self._memo.get("warnings")
+        if got is None:
+            got = self._memo["warnings"] = self._stage.warnings + tuple(prof.warnings_for(self._env()[0], dynamic=True))
+        return got
 
     @property
     def further_gpu_share(self) -> float:
@@ -442,6 +448,10 @@ def _stage(reg: Registry, spec: ModelSpec, prof: Profile, static: dict) -> Stage
         return stage
     prof.check_family(spec.rules)
     warnings = list(spec.warnings)
+    unused = unused_settings(static)
+    if unused:
+        warnings.append(f"{', '.join(f'{n}={static[n]!r}' for n in unused)} "
+                        f"{'does' if len(unused) == 1 else 'do'} not apply to {static['method']}: ignored")
     if static["method"] in ("full", "inference") or prof.lora_convention == "none":
         lora = NO_ADAPTERS
     else:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ._errors import FileFormatError, SettingsError
-from ._expr import Expression, LayerValues, compile_expression, render, round_bytes, template_problem, type_tag
+from ._expr import _FIELD, Expression, LayerValues, compile_expression, render, round_bytes, template_problem, type_tag
 from ._graph import dependency_order
 from ._model import AGGREGATE_NAMES
 from ._program import Program, build_program, dynamic_ids
@@ -48,6 +48,30 @@ class Table:
     where: str
     unit: str = ""
     description: str = ""
+
+
+@dataclass(frozen=True)
+class WarningRule:
+    """A warning of a formula file: its condition, its message template and the names it shows."""
+
+    when: Expression
+    message: str
+    shown: frozenset  # names of the message's placeholders
+    dynamic: bool  # reads something that batch or sequence changes (evaluated per estimate, when asked)
+
+    def render(self, env: Mapping[str, Any], units: Mapping[str, str]) -> str:
+        values = {}
+        for name in self.shown:
+            v = env.get(name)
+            if units.get(name) == "bytes" and isinstance(v, (int, float)):
+                values[name] = f"{v / 2**30:,.2f} GiB"
+            elif units.get(name) == "params" and isinstance(v, (int, float)):
+                values[name] = f"{round(v):,}"
+            elif isinstance(v, LayerValues):
+                values[name] = ", ".join(str(x) for _, x in v)
+            else:
+                values[name] = v
+        return render(self.message, values)
 
 
 @dataclass(frozen=True)
@@ -89,6 +113,7 @@ class Profile:
     tables: tuple
     formulas: tuple  # dependency order
     dynamic: frozenset = frozenset()  # ids of the formulas that depend on batch or sequence
+    warning_rules: tuple = ()  # of WarningRule, from the formula files
     _programs: dict = field(default_factory=dict, repr=False, compare=False)  # type signature -> Program
     _families_checked: dict = field(default_factory=dict, repr=False, compare=False)  # id -> Family
 
@@ -159,7 +184,17 @@ class Profile:
             else:
                 raise SettingsError(f"unknown {t.key} {key!r} (known: {', '.join(t.entries)})")
         self._run(self.formulas, lambda f: f.id not in self.dynamic, env, layer_envs, classes)
+        warnings.extend(self.warnings_for(env, dynamic=False))
         return env, layer_envs
+
+    def warnings_for(self, env: Mapping[str, Any], *, dynamic: bool) -> list[str]:
+        """The warnings whose condition holds over ``env`` (the static ones, or those batch and sequence reach)."""
+        units = self.units
+        return [w.render(env, units) for w in self.warning_rules if w.dynamic == dynamic and w.when.evaluate(env)]
+
+    @property
+    def units(self) -> dict:
+        return {f.id: f.unit for f in self.formulas}
 
     def dynamic_env(self, spec, env: dict, layer_envs: list[dict]) -> None:
         """Evaluate the formulas that depend on batch or sequence, formula by formula, into ``env``
@@ -297,6 +332,22 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
         return FileFormatError(f"{compiled[trail[-1]].expr.where}: $: formula cycle: {' -> '.join(trail)}")
 
     order = [compiled[fid] for fid in dependency_order(compiled, lambda fid: compiled[fid].expr.names & compiled.keys(), formula_cycle)]
+    dynamic = dynamic_ids(order)
+    model_names = base | model_ids
+    warning_rules = []
+    for df in files:
+        for k, w in enumerate(df.data.get("warnings") or ()):
+            when = compile_expression(w["when"], allowed=model_names | set(layer_inputs) | layer_ids, df=df,
+                                      parts=("warnings", k, "when"),
+                                      layer_valued=frozenset(layer_inputs) | frozenset(layer_ids), what="condition")
+            problem = template_problem(w["message"], model_names)
+            if problem:
+                problems.append(df.problem(("warnings", k, "message"), problem))
+                continue
+            shown = frozenset(_FIELD.findall(w["message"]))
+            reads = when.names | shown
+            warning_rules.append(WarningRule(when, w["message"], shown,
+                                             bool(reads & (dynamic | {"batch_size", "seq_len"}))))
     refs = {"total": m["total"], "min_per_gpu": m["min_per_gpu"], "trainable_params": m["trainable_params"]}
     refs.update({f"figures.{k}": v for k, v in m.get("figures", {}).items()})
     refs.update({f"phases.{k}": v for k, v in m.get("phases", {}).items()})
@@ -330,5 +381,5 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
         components=dict(m["components"]), total=m["total"], min_per_gpu=m["min_per_gpu"],
         trainable_params=m["trainable_params"], figures=dict(m.get("figures", {})), phases=dict(m.get("phases", {})),
         constants=constants, constant_info=constant_info,
-        tables=tuple(tables), formulas=tuple(order), dynamic=dynamic_ids(order),
+        tables=tuple(tables), formulas=tuple(order), dynamic=dynamic, warning_rules=tuple(warning_rules),
     )

@@ -112,6 +112,10 @@ def _targets(name: str, value: Any) -> tuple | None:
     return targets
 
 
+_ADAPTERS = ("qlora", "lora")
+_TRAINING = ("qlora", "lora", "full")
+
+
 @dataclass(frozen=True)
 class Setting:
     """One training setting: its name (keyword argument, formula name, ``--flag-name``), default and rules."""
@@ -123,6 +127,7 @@ class Setting:
     choices: tuple = ()  # the accepted values, when the vocabulary is closed
     cli_type: str = "str"  # how the command line reads it: str, int, float, bool
     per_call: bool = False  # varies between the estimates of one model (validated on every call)
+    applies_to: tuple = METHODS  # the methods it matters for (set for another, it is ignored with a warning)
 
     @property
     def flag(self) -> str:
@@ -133,19 +138,22 @@ SETTINGS: tuple = (
     Setting("method", "qlora", "fine-tuning method, or inference", _choice(METHODS), choices=METHODS),
     Setting("batch_size", 4, "per-device batch size", positive_int, cli_type="int", per_call=True),
     Setting("seq_len", 2048, "maximum sequence length", positive_int, cli_type="int", per_call=True),
-    Setting("lora_rank", 16, "LoRA rank r", positive_int, cli_type="int"),
+    Setting("lora_rank", 16, "LoRA rank r", positive_int, cli_type="int", applies_to=_ADAPTERS),
     Setting("target_modules", None,
-            "comma-separated LoRA targets, or all-linear (default: the seven attention and MLP projections)", _targets),
+            "comma-separated LoRA targets, or all-linear (default: the seven attention and MLP projections)", _targets,
+            applies_to=_ADAPTERS),
     Setting("gradient_checkpointing", "unsloth", "gradient checkpointing mode: none, true (transformers') or unsloth",
-            _checkpointing, choices=CHECKPOINTING_MODES),
-    Setting("optimizer", "adamw_8bit", "optimizer name, e.g. adamw_8bit, adamw_torch, adamw_torch_fused, sgd", _optimizer),
+            _checkpointing, choices=CHECKPOINTING_MODES, applies_to=_TRAINING),
+    Setting("optimizer", "adamw_8bit", "optimizer name, e.g. adamw_8bit, adamw_torch, adamw_torch_fused, sgd", _optimizer,
+            applies_to=_TRAINING),
     Setting("attention", "flash_attention_2", "attention implementation (transformers' attn_implementation)",
             _choice(ATTENTION_KINDS, default="flash_attention_2"), choices=ATTENTION_KINDS),
     Setting("load_in_4bit", None, "4-bit base weights (default: true for qlora only)", _load_in_4bit, cli_type="bool"),
     Setting("loss", "standard",
             "cross-entropy: standard (full logits), chunked or fused (Liger-style; the logits never exist whole)",
-            _choice(LOSS_MODES), choices=LOSS_MODES),
-    Setting("lora_dropout", 0.0, "LoRA dropout probability; the hf profile charges its masks", _dropout, cli_type="float"),
+            _choice(LOSS_MODES), choices=LOSS_MODES, applies_to=_TRAINING),
+    Setting("lora_dropout", 0.0, "LoRA dropout probability; the hf profile charges its masks", _dropout, cli_type="float",
+            applies_to=_ADAPTERS),
 )
 
 #: Names that settings give to formula files.
@@ -195,6 +203,13 @@ def normalise_static(values: dict) -> dict:
     return out
 
 
+def unused_settings(static: dict) -> list[str]:
+    """Settings given another value than their default that do not matter for the method."""
+    method = static["method"]
+    return [s.name for s in SETTINGS
+            if not s.per_call and method not in s.applies_to and static.get(s.name) != _NORMAL_DEFAULTS.get(s.name)]
+
+
 def normalise_settings(**values: Any) -> TrainingSettings:
     """Every setting validated and normalised; unset ones take their defaults (see :data:`SETTINGS`)."""
     unknown = sorted(set(values) - SETTING_NAMES)
@@ -204,3 +219,8 @@ def normalise_settings(**values: Any) -> TrainingSettings:
     for name in PER_CALL:
         static[name] = positive_int(name, values.get(name, DEFAULTS[name]))
     return TrainingSettings(**{s.name: static[s.name] for s in SETTINGS})
+
+
+#: The defaults as normalise_static writes them (to tell a setting the caller changed).
+_NORMAL_DEFAULTS = {s.name: s.parse(s.name, s.default) for s in SETTINGS if s.default is not None}
+_NORMAL_DEFAULTS["target_modules"] = None
