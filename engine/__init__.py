@@ -34,6 +34,7 @@ _LAZY = {
     "child_env": "_gpus", "device_map": "_gpus", "discover_gpus": "_gpus", "select_gpus": "_gpus",
     "Measurement": "_measure", "PhaseFigures": "_measure", "measure": "_measure",
     "check": "_check",
+    "GpuSpec": "_hardware", "gpu_spec": "_hardware", "list_gpus": "_hardware",
 }
 
 
@@ -59,6 +60,9 @@ __all__ = [
     "load_model",
     "measure",
     "check",
+    "gpu_spec",
+    "list_gpus",
+    "GpuSpec",
     "Measurement",
     "PhaseFigures",
     "discover_gpus",

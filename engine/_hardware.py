@@ -1,0 +1,243 @@
+"""The GPU catalog: memory totals of the GPUs people fine-tune on, looked up by name or size.
+
+The data lives in ``hardware/gpus.yaml`` (installed as ``vramwise.hardware``) under
+``schemas/hardware-1.schema.json``. It is read, validated and indexed the first time a GPU
+is looked up; an estimate never loads it.
+
+Lookup rules of :func:`gpu_spec`:
+
+* **Names** are matched after normalising: lower case; spaces, dashes, underscores, dots and
+  slashes removed; the words ``nvidia``, ``geforce``, ``tesla``, ``amd`` and ``instinct``
+  dropped. So ``"RTX 4090"``, ``"rtx-4090"``, ``"NVIDIA GeForce RTX 4090"`` and ``"rtx4090"``
+  are one name; ``"4090"`` is an alias in the catalog.
+* **Ambiguous names** (``"H100"``, ``"A100"``, ``"A100 40GB"``, ``"H200"``, ``"V100"``,
+  ``"RTX 6000"``) resolve to the default the catalog documents for them; the result's
+  ``matched_by`` is ``"ambiguous"`` and ``alternatives`` lists the other candidates.
+* **Sizes**: a number with a unit, ``24GiB``, ``24 GiB``, ``80GB``, ``80 GB``, ``0.5TB``,
+  ``16384MiB``. ``GB``/``MB``/``TB`` are decimal (10**9, 10**6, 10**12 bytes), ``GiB``/``MiB``/
+  ``TiB`` binary (2**30, 2**20, 2**40); the unit used is in ``size_unit``. A bare ``G``, ``M``
+  or ``T`` (``24g``) is rejected as ambiguous, as is a number with no unit.
+* Anything else raises :class:`~vramwise.SettingsError` naming the closest catalog names.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from ._errors import FileFormatError, SettingsError
+
+__all__ = ["GpuSpec", "gpu_spec", "list_gpus", "CATALOG_PATH"]
+
+#: Display path of the bundled catalog in error messages.
+CATALOG_PATH = "hardware/gpus.yaml"
+_SCHEMA = "hardware-1.schema.json"
+
+_DROP_WORDS = ("nvidia", "geforce", "tesla", "amd", "instinct")
+_SEPARATORS = re.compile(r"[\s\-_./]+")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-zA-Z]+)?\s*$")
+_UNITS = {
+    "gb": 10**9, "mb": 10**6, "tb": 10**12,
+    "gib": 2**30, "mib": 2**20, "tib": 2**40,
+}
+_UNIT_NAMES = {"gb": "GB", "mb": "MB", "tb": "TB", "gib": "GiB", "mib": "MiB", "tib": "TiB"}
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU of the catalog, or a memory size given directly, and how the query matched it.
+
+    ``matched_by`` is one of ``"catalog"`` (from :func:`list_gpus`), ``"id"``, ``"name"``,
+    ``"alias"``, ``"ambiguous"`` (a name with several candidates, resolved to the catalog's
+    default: ``alternatives`` holds the other ids and ``note`` why this one) or ``"size"``
+    (``vendor`` is ``"unknown"``, ``size_unit`` the unit the size was given in).
+    """
+
+    id: str
+    name: str
+    vendor: str
+    memory_bytes: int
+    source: str
+    nvml_visible: bool
+    memory_reading: str = "spec-sheet"
+    aliases: tuple[str, ...] = ()
+    note: str | None = None
+    matched_by: str = "catalog"
+    query: str | None = None
+    alternatives: tuple[str, ...] = ()
+    size_unit: str | None = None
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_bytes / 2**30
+
+    @property
+    def memory_gb(self) -> float:
+        return self.memory_bytes / 10**9
+
+
+def normalize(name: str) -> str:
+    """The form names are compared in: lower case, no separators, no vendor/brand words."""
+    words = [w for w in _SEPARATORS.split(name.strip().lower()) if w and w not in _DROP_WORDS]
+    return "".join(words)
+
+
+@dataclass(frozen=True)
+class _Catalog:
+    gpus: tuple[GpuSpec, ...]
+    by_id: dict[str, GpuSpec]
+    index: dict[str, tuple[str, str]]  # normalised name -> (gpu id, "id" | "name" | "alias")
+    ambiguous: dict[str, tuple[str, tuple[str, ...], str, str]]  # normalised -> (default, candidates, reason, name)
+    display: dict[str, str]  # normalised key -> a display form for "did you mean"
+
+
+def _load_text() -> str:
+    return resources.files("vramwise.hardware").joinpath("gpus.yaml").read_text(encoding="utf-8")
+
+
+def build_catalog(text: str, path: str = CATALOG_PATH, *, validate: bool = True) -> _Catalog:
+    """Parse, validate and index a catalog file; problems raise :class:`FileFormatError`."""
+    from ._yamlio import load_data_file
+
+    df = load_data_file(text, path, _SCHEMA, validate=validate)
+    data = df.data
+    problems: list[str] = []
+    gpus: list[GpuSpec] = []
+    by_id: dict[str, GpuSpec] = {}
+    index: dict[str, tuple[str, str]] = {}
+    display: dict[str, str] = {}
+    where: dict[str, tuple] = {}
+    for i, entry in enumerate(data["gpus"]):
+        spec = GpuSpec(
+            id=entry["id"], name=entry["name"], vendor=entry["vendor"], memory_bytes=entry["memory_bytes"],
+            source=entry["source"], nvml_visible=entry["nvml_visible"], memory_reading=entry["memory_reading"],
+            aliases=tuple(entry["aliases"]), note=entry.get("note"),
+        )
+        if spec.id in by_id:
+            problems.append(df.problem(("gpus", i, "id"), f"duplicate GPU id {spec.id!r}"))
+            continue
+        by_id[spec.id] = spec
+        gpus.append(spec)
+        keys = [(spec.id, "id", ("gpus", i, "id")), (spec.name, "name", ("gpus", i, "name"))]
+        keys += [(a, "alias", ("gpus", i, "aliases", j)) for j, a in enumerate(spec.aliases)]
+        for text_key, kind, parts in keys:
+            key = normalize(text_key)
+            if not key:
+                problems.append(df.problem(parts, f"{text_key!r} is empty once normalised"))
+                continue
+            other = index.get(key)
+            if other is not None and other[0] != spec.id:
+                problems.append(df.problem(parts, f"{text_key!r} also names GPU {other[0]!r} (at {df.where(where[key])})"))
+                continue
+            if other is None:
+                index[key] = (spec.id, kind)
+                display[key] = text_key if kind != "name" else spec.id
+                where[key] = parts
+    ambiguous: dict[str, tuple[str, tuple[str, ...], str, str]] = {}
+    for i, entry in enumerate(data.get("ambiguous", [])):
+        key = normalize(entry["name"])
+        parts = ("ambiguous", i)
+        for cid in [entry["default"], *entry["candidates"]]:
+            if cid not in by_id:
+                problems.append(df.problem(parts, f"unknown GPU id {cid!r}"))
+        if entry["default"] not in entry["candidates"]:
+            problems.append(df.problem(parts + ("default",), f"default {entry['default']!r} is not among the candidates"))
+        if key in index:
+            problems.append(df.problem(parts + ("name",), f"{entry['name']!r} already names GPU {index[key][0]!r}"))
+        if key in ambiguous:
+            problems.append(df.problem(parts + ("name",), f"ambiguous name {entry['name']!r} given twice"))
+        ambiguous[key] = (entry["default"], tuple(entry["candidates"]), entry["reason"], entry["name"])
+        display[key] = entry["name"]
+    if problems:
+        raise FileFormatError(problems)
+    return _Catalog(tuple(gpus), by_id, index, ambiguous, display)
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> _Catalog:
+    return build_catalog(_load_text())
+
+
+def list_gpus() -> tuple[GpuSpec, ...]:
+    """Every GPU of the bundled catalog, in file order."""
+    return _catalog().gpus
+
+
+_BASES = {"gb": "10**9", "mb": "10**6", "tb": "10**12", "gib": "2**30", "mib": "2**20", "tib": "2**40"}
+
+
+def _parse_size(query: str) -> GpuSpec | None:
+    """A GPU of the size ``query`` gives with an explicit unit; None if it is not such a size."""
+    m = _SIZE.match(query)
+    if m is None or (m.group(2) or "").lower() not in _UNITS:
+        return None
+    number, u = m.group(1), m.group(2).lower()
+    total = int(round(float(number) * _UNITS[u]))
+    if total <= 0:
+        raise SettingsError(f"GPU size {query.strip()!r} must be positive")
+    unit_name = _UNIT_NAMES[u]
+    return GpuSpec(
+        id=f"size-{total}", name=f"{number} {unit_name} GPU", vendor="unknown", memory_bytes=total,
+        source=f"given as a size: {number} {unit_name}, 1 {unit_name} = {_BASES[u]} bytes",
+        nvml_visible=False, memory_reading="given", matched_by="size", query=query, size_unit=unit_name,
+    )
+
+
+def _size_problem(query: str) -> str | None:
+    """Why ``query`` is not a usable size, when it looks like one (a number, maybe with a unit)."""
+    m = _SIZE.match(query)
+    if m is None:
+        return None
+    number, unit = m.group(1), (m.group(2) or "")
+    u = unit.lower()
+    if u in ("", "g", "gi"):
+        return (f"GPU size {query.strip()!r} is ambiguous: write {number}GB ({number} x 10**9 bytes) "
+                f"or {number}GiB ({number} x 2**30 bytes)")
+    if u in ("m", "t", "mi", "ti"):
+        return f"GPU size {query.strip()!r} is ambiguous: write GB/MB/TB (decimal) or GiB/MiB/TiB (binary)"
+    return None
+
+
+def gpu_spec(query: str) -> GpuSpec:
+    """The GPU ``query`` names (an id, name, alias or ambiguous name) or a GPU of the size it gives.
+
+    See the module docstring for the rules. Raises :class:`~vramwise.SettingsError` for an
+    unknown name (listing the closest catalog names) or an ambiguous size such as ``24g``.
+    """
+    if not isinstance(query, str) or not query.strip():
+        raise SettingsError(f"GPU must be a non-empty name or size, not {query!r}")
+    size = _parse_size(query)
+    if size is not None:
+        return size
+    cat = _catalog()
+    key = normalize(query)
+    hit = cat.index.get(key)
+    if hit is not None:
+        gpu_id, kind = hit
+        return _replace(cat.by_id[gpu_id], matched_by=kind, query=query)
+    amb = cat.ambiguous.get(key)
+    if amb is not None:
+        default, candidates, reason, name = amb
+        others = tuple(c for c in candidates if c != default)
+        note = f"{name!r} matches {', '.join(candidates)}; chose {default}: {reason}"
+        return _replace(cat.by_id[default], matched_by="ambiguous", query=query, alternatives=others, note=note)
+    problem = _size_problem(query)
+    if problem is not None:
+        raise SettingsError(problem)
+    close = difflib.get_close_matches(key, list(cat.display), n=5, cutoff=0.6)
+    names = ", ".join(dict.fromkeys(cat.display[c] for c in close))
+    hint = f"; did you mean: {names}?" if names else ""
+    raise SettingsError(
+        f"unknown GPU {query!r}{hint} (a name from `vramwise.list_gpus()`, or a size such as 24GiB or 80GB)"
+    )
+
+
+def _replace(spec: GpuSpec, **changes) -> GpuSpec:
+    from dataclasses import replace
+
+    if spec.note and "note" in changes:
+        changes["note"] = f"{changes['note']}. {spec.note}"
+    return replace(spec, **changes)

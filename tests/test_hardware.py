@@ -1,0 +1,251 @@
+"""The GPU catalog (hardware/gpus.yaml) and vramwise.gpu_spec / list_gpus."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import pytest
+import yaml
+from jsonschema import Draft202012Validator
+
+import vramwise
+from vramwise import FileFormatError, SettingsError
+from vramwise._hardware import CATALOG_PATH, build_catalog, normalize
+
+
+def _text() -> str:
+    return resources.files("vramwise.hardware").joinpath("gpus.yaml").read_text(encoding="utf-8")
+
+
+def _schema() -> dict:
+    return json.loads(resources.files("vramwise.schemas").joinpath("hardware-1.schema.json").read_text(encoding="utf-8"))
+
+
+# ---------------------------------------------------------------- the file and its schema
+
+
+def test_schema_is_valid_2020_12_with_id():
+    schema = _schema()
+    Draft202012Validator.check_schema(schema)
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["$id"].endswith("hardware-1.schema.json")
+
+
+def _walk_objects(node, path="$"):
+    if isinstance(node, dict):
+        if node.get("type") == "object" or "properties" in node:
+            yield path, node
+        for k, v in node.items():
+            yield from _walk_objects(v, f"{path}.{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _walk_objects(v, f"{path}[{i}]")
+
+
+def test_schema_closes_every_object_and_describes_every_property():
+    for path, obj in _walk_objects(_schema()):
+        assert obj.get("additionalProperties") is False, path
+        for name, prop in obj.get("properties", {}).items():
+            assert prop.get("description"), f"{path}.properties.{name}"
+
+
+def test_catalog_validates_against_its_schema():
+    data = yaml.safe_load(_text())
+    assert data["schema_version"] == 1
+    errors = list(Draft202012Validator(_schema()).iter_errors(data))
+    assert not errors, [e.message for e in errors]
+    build_catalog(_text(), validate=True)  # also the semantic checks (ids, aliases, ambiguity)
+
+
+def test_every_entry_has_positive_memory_a_source_and_unique_names():
+    gpus = vramwise.list_gpus()
+    assert len(gpus) >= 25
+    ids = [g.id for g in gpus]
+    assert len(ids) == len(set(ids))
+    owner: dict[str, str] = {}
+    for g in gpus:
+        assert isinstance(g.memory_bytes, int) and g.memory_bytes > 0, g.id
+        assert g.source.strip(), g.id
+        assert g.vendor in ("nvidia", "amd")
+        assert g.nvml_visible == (g.vendor == "nvidia"), g.id
+        for name in (g.id, g.name, *g.aliases):
+            key = normalize(name)
+            assert owner.setdefault(key, g.id) == g.id, f"{name!r} names {owner[key]} and {g.id}"
+
+
+def test_nvidia_readings_are_whole_mib_and_spec_sheet_figures_say_so():
+    for g in vramwise.list_gpus():
+        if g.memory_reading == "nvidia-smi":
+            assert g.memory_bytes % 2**20 == 0, g.id  # nvidia-smi prints whole MiB
+        if g.memory_reading == "spec-sheet":
+            assert "spec sheet" in g.source, g.id
+        assert g.memory_reading in ("nvidia-smi", "rocm-smi", "hip-runtime", "spec-sheet")
+
+
+# Independent figures, as printed by nvidia-smi (MiB) or rocm-smi (bytes) in public reports:
+#   A100 80GB 81920MiB, H100 81559MiB (= 85,520,809,984 bytes), A100 40GB 40960MiB, A10 23028MiB,
+#   L40S 46068MiB, L4 23034MiB, T4 15360MiB:   https://github.com/modal-labs/modal-client/pull/2797
+#   H100 80GB HBM3 81559MiB:                    https://github.com/NVIDIA/nccl/issues/1264
+#   H100 NVL 95830MiB:                          https://github.com/NVIDIA/gpu-admin-tools/issues/4
+#   B200 183359MiB:                             https://github.com/NVIDIA/TensorRT-LLM/issues/10278
+#   RTX 4090 24564MiB:                          https://github.com/RLinf/RLinf/issues/255
+#   RTX 3090 24576MiB:                          https://github.com/noonghunna/club-3090/issues/1128
+#   RTX 5090 32607MiB:                          https://github.com/noonghunna/club-3090/issues/617
+#   MI300X 205822885888 B (rocm-smi "VRAM Total Memory (B)")
+MIB = 2**20
+KNOWN = {
+    "a100-sxm-80gb": 81920 * MIB,
+    "a100-sxm-40gb": 40960 * MIB,
+    "h100-sxm": 85_520_809_984,
+    "h100-pcie": 81559 * MIB,
+    "h100-nvl": 95830 * MIB,
+    "b200": 183359 * MIB,
+    "a10": 23028 * MIB,
+    "l40s": 46068 * MIB,
+    "l4": 23034 * MIB,
+    "t4": 15360 * MIB,
+    "rtx-4090": 24564 * MIB,
+    "rtx-3090": 24576 * MIB,
+    "rtx-5090": 32607 * MIB,
+    "mi300x": 205_822_885_888,
+}
+
+
+@pytest.mark.parametrize("gpu_id,expected", sorted(KNOWN.items()))
+def test_well_known_cards_match_independent_figures(gpu_id, expected):
+    assert vramwise.gpu_spec(gpu_id).memory_bytes == expected
+    assert expected != 0
+
+
+def test_a100_80gb_is_exactly_80_gib():
+    assert vramwise.gpu_spec("a100-80gb").memory_bytes == 85_899_345_920 == 80 * 2**30
+
+
+# ---------------------------------------------------------------- lookups
+
+
+@pytest.mark.parametrize("query", ["RTX 4090", "rtx-4090", "rtx_4090", "4090", "rtx4090", "NVIDIA GeForce RTX 4090", "  Rtx 4090 "])
+def test_name_lookup_forgives_case_and_separators(query):
+    g = vramwise.gpu_spec(query)
+    assert g.id == "rtx-4090" and g.query == query
+    assert g.matched_by in ("id", "name", "alias")
+
+
+@pytest.mark.parametrize("query,gpu_id", [
+    ("H100 SXM5", "h100-sxm"), ("h100-pcie", "h100-pcie"), ("H100 NVL", "h100-nvl"),
+    ("a100-sxm4-80gb", "a100-sxm-80gb"), ("A100 80GB PCIe", "a100-pcie-80gb"), ("tesla t4", "t4"),
+    ("A10G", "a10g"), ("l40s", "l40s"), ("RTX A6000", "rtx-a6000"), ("6000 Ada", "rtx-6000-ada"),
+    ("GH200 480GB", "gh200"), ("MI300X", "mi300x"), ("AMD Instinct MI250X", "mi250x"),
+])
+def test_aliases(query, gpu_id):
+    assert vramwise.gpu_spec(query).id == gpu_id
+
+
+@pytest.mark.parametrize("query,default,others", [
+    ("H100", "h100-sxm", {"h100-pcie", "h100-nvl"}),
+    ("A100", "a100-sxm-80gb", {"a100-pcie-80gb", "a100-sxm-40gb", "a100-pcie-40gb"}),
+    ("a100 40gb", "a100-sxm-40gb", {"a100-pcie-40gb"}),
+    ("A100-40GB", "a100-sxm-40gb", {"a100-pcie-40gb"}),
+    ("a100-80gb", "a100-sxm-80gb", {"a100-pcie-80gb"}),
+    ("H200", "h200-sxm", {"h200-nvl"}),
+    ("V100", "v100-16gb", {"v100-32gb"}),
+])
+def test_ambiguous_names_resolve_to_the_documented_default(query, default, others):
+    g = vramwise.gpu_spec(query)
+    assert g.matched_by == "ambiguous"
+    assert g.id == default
+    assert set(g.alternatives) == others
+    assert default in g.note and all(o in g.note for o in others)
+
+
+@pytest.mark.parametrize("query,total,unit", [
+    ("24GiB", 24 * 2**30, "GiB"), ("24 GiB", 24 * 2**30, "GiB"), ("24gib", 24 * 2**30, "GiB"),
+    ("80GB", 80 * 10**9, "GB"), ("80 GB", 80 * 10**9, "GB"), ("16384MiB", 16 * 2**30, "MiB"),
+    ("0.5TB", 5 * 10**11, "TB"), ("1.5 GiB", 3 * 2**29, "GiB"),
+])
+def test_sizes(query, total, unit):
+    g = vramwise.gpu_spec(query)
+    assert g.matched_by == "size"
+    assert g.memory_bytes == total
+    assert g.size_unit == unit
+    assert unit in g.source and not g.nvml_visible
+
+
+@pytest.mark.parametrize("query", ["24g", "24G", "24", "80 g", "16m", "2t"])
+def test_sizes_without_a_clear_unit_are_rejected(query):
+    with pytest.raises(SettingsError, match="ambiguous"):
+        vramwise.gpu_spec(query)
+
+
+def test_unknown_name_lists_close_matches():
+    with pytest.raises(SettingsError) as err:
+        vramwise.gpu_spec("rtx 4099")
+    assert "unknown GPU 'rtx 4099'" in str(err.value)
+    assert "rtx-4090" in str(err.value)
+
+
+@pytest.mark.parametrize("query", ["", "   ", None, 24])
+def test_empty_or_non_string_queries_are_rejected(query):
+    with pytest.raises(SettingsError):
+        vramwise.gpu_spec(query)
+
+
+def test_specs_are_frozen():
+    g = vramwise.gpu_spec("t4")
+    with pytest.raises(AttributeError):
+        g.memory_bytes = 1  # type: ignore[misc]
+
+
+def test_lazy_exports():
+    assert {"gpu_spec", "list_gpus", "GpuSpec"} <= set(vramwise.__all__)
+    assert isinstance(vramwise.gpu_spec("l4"), vramwise.GpuSpec)
+
+
+# ---------------------------------------------------------------- broken catalogs
+
+
+_MINIMAL = """\
+schema_version: 1
+gpus:
+  - id: one
+    name: One
+    vendor: nvidia
+    memory_bytes: 1024
+    memory_reading: nvidia-smi
+    source: test
+    aliases: [shared]
+    nvml_visible: true
+  - id: two
+    name: Two
+    vendor: nvidia
+    memory_bytes: 2048
+    memory_reading: nvidia-smi
+    source: test
+    aliases: [Shared]
+    nvml_visible: true
+"""
+
+
+def test_an_alias_naming_two_gpus_is_rejected_with_its_position():
+    with pytest.raises(FileFormatError) as err:
+        build_catalog(_MINIMAL, "gpus.yaml")
+    assert "gpus.yaml:17:15: $.gpus[1].aliases[0]: 'Shared' also names GPU 'one'" in str(err.value)
+
+
+def test_schema_errors_carry_positions():
+    text = _MINIMAL.replace("memory_bytes: 2048", "memory_bytes: -1").replace("[Shared]", "[other]")
+    with pytest.raises(FileFormatError, match=r"gpus.yaml:14:19: \$.gpus\[1\].memory_bytes"):
+        build_catalog(text, "gpus.yaml")
+
+
+def test_unknown_ambiguous_candidate_is_rejected():
+    text = _MINIMAL.replace("[Shared]", "[other]") + (
+        "ambiguous:\n  - name: o\n    default: one\n    candidates: [one, three]\n    reason: r\n"
+    )
+    with pytest.raises(FileFormatError, match="unknown GPU id 'three'"):
+        build_catalog(text, "gpus.yaml")
+
+
+def test_catalog_path_is_the_repository_file():
+    assert CATALOG_PATH == "hardware/gpus.yaml"
