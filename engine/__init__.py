@@ -9,6 +9,8 @@ Public surface::
     vramwise.discover_gpus() / select_gpus(...) / child_env(...)
     vramwise.Registry                                # families and profiles (bundled or from folders)
     vramwise.check(paths) -> list[str]               # validate family/formula files: file:line:col: message
+    vramwise.fit(model, gpu="RTX 4090", ...) -> Fit  # what fits: methods, largest batch/seq/rank, fewest GPUs, frontier
+    vramwise.compare(model, methods=..., profiles=...) / vramwise.sweep(model, batch_size=[...], ...)
 
 Errors all derive from :class:`VramwiseError` (see ``vramwise._errors`` for the tree).
 """
@@ -35,6 +37,8 @@ _LAZY = {
     "Measurement": "_measure", "PhaseFigures": "_measure", "measure": "_measure",
     "check": "_check",
     "GpuSpec": "_hardware", "gpu_spec": "_hardware", "list_gpus": "_hardware",
+    "fit": "_fit", "compare": "_fit", "sweep": "_fit", "Fit": "_fit", "MethodFit": "_fit", "Comparison": "_fit",
+    "Sweep": "_fit", "GpuTarget": "_fit",
 }
 
 
@@ -62,6 +66,14 @@ __all__ = [
     "check",
     "gpu_spec",
     "list_gpus",
+    "fit",
+    "compare",
+    "sweep",
+    "Fit",
+    "MethodFit",
+    "Comparison",
+    "Sweep",
+    "GpuTarget",
     "GpuSpec",
     "Measurement",
     "PhaseFigures",
