@@ -497,7 +497,67 @@ def _align(entry: list, segs: list, offset: int) -> tuple | None:
     return want["{i}"], want["{j}"]
 
 
-def _skip_constraints(template: str, rooted: list, short: list, canon: str) -> list | None:
+def _canonical_number(seg: str) -> bool:
+    """Whether ``seg`` is how a layer or copy index is written in a path (``3``, not ``03``)."""
+    return seg.isascii() and seg.isdigit() and str(int(seg)) == seg
+
+
+def _shapes(entries) -> dict:
+    """Entries grouped by shape (their segments with every index-like number written ``#``) -> the
+    numbers of each entry, in order. A long list has few shapes: templates are matched per shape."""
+    out: dict[tuple, list] = {}
+    for e in entries:
+        segs = e.split(".")
+        shape = tuple("#" if _canonical_number(x) else x for x in segs)
+        out.setdefault(shape, []).append(tuple(x for x in segs if _canonical_number(x)))
+    return out
+
+
+class _SkipIndex:
+    """A skip list (entries under the text-tower root, made relative to it, and short entries) by shape."""
+
+    def __init__(self, rooted: list, short: list):
+        self.whole_tower = "" in rooted
+        self.rooted = _shapes(r for r in rooted if r)
+        self.short = _shapes(short)
+        self.memo: dict = {}  # (shape, number positions of i and j, literal checks) -> constraints
+
+
+def _match_shape(shape: tuple, numbers: list, segs: list, offset: int, memo: dict) -> list:
+    """(i, j) for each entry of ``shape`` that matches the template ``segs`` from ``offset`` on
+    (the rule of :func:`_align`, applied to a whole group of entries at once, each distinct
+    projection of the group computed once)."""
+    slots = {"{i}": [], "{j}": []}  # positions among the entry's numbers that fix i or j
+    literal = []  # (position among the numbers, text the template has there)
+    n = 0
+    for s, t in zip(shape, segs[offset:offset + len(shape)]):
+        if t in slots:
+            if s != "#":
+                return []
+            slots[t].append(n)
+        elif s == "#":
+            literal.append((n, t))
+        elif s != t:
+            return []
+        if s == "#":
+            n += 1
+    key = (shape, tuple(slots["{i}"]), tuple(slots["{j}"]), tuple(literal))
+    if key in memo:
+        return memo[key]
+    out = set()
+    for nums in numbers:
+        if any(nums[k] != t for k, t in literal):
+            continue
+        iv = {nums[k] for k in slots["{i}"]}
+        jv = {nums[k] for k in slots["{j}"]}
+        if len(iv) > 1 or len(jv) > 1:
+            continue
+        out.add((int(iv.pop()) if iv else None, int(jv.pop()) if jv else None))
+    memo[key] = result = list(out)
+    return result
+
+
+def _skip_constraints(template: str, index: _SkipIndex, canon: str) -> list | None:
     """The (i, j) pairs (None: any) whose module path the skip list matches, from the path template.
 
     Same rules as a concrete path: entries under the canonical root match the path relative to it
@@ -511,23 +571,16 @@ def _skip_constraints(template: str, rooted: list, short: list, canon: str) -> l
     canon_segs = canon.split(".")
     if segs[:len(canon_segs)] == canon_segs and len(segs) > len(canon_segs):
         rel = segs[len(canon_segs):]
-        for r in rooted:
-            if r == "":
-                out.append((None, None))
-                continue
-            rs = r.split(".")
-            if len(rs) <= len(rel):
-                hit = _align(rs, rel, 0)
-                if hit is not None:
-                    out.append(hit)
-    for e in short:
-        es = e.split(".")
-        if len(es) > len(segs):
+        if index.whole_tower:
+            out.append((None, None))
+        for shape, numbers in index.rooted.items():
+            if len(shape) <= len(rel):
+                out.extend(_match_shape(shape, numbers, rel, 0, index.memo))
+    for shape, numbers in index.short.items():
+        if len(shape) > len(segs):
             continue
-        for offset in {0, len(segs) - len(es)}:
-            hit = _align(es, segs, offset)
-            if hit is not None:
-                out.append(hit)
+        for offset in {0, len(segs) - len(shape)}:
+            out.extend(_match_shape(shape, numbers, segs, offset, index.memo))
     return out
 
 
@@ -555,13 +608,14 @@ def _skipped_quantizable(classes, model_mods, entries, roots) -> int:
     """
     rooted, short = _split_entries(entries, roots)
     canon = roots[0]
+    index = _SkipIndex(rooted, short)
     total = 0
     for count, indices, mods in _groups(model_mods, classes):
         for m in mods:
             if not m.quantizable:
                 continue
             template = m.path.rsplit(".", 1)[0] if m.kind == "parameter" else m.path  # a bare parameter's module
-            constraints = _skip_constraints(template, rooted, short, canon)
+            constraints = _skip_constraints(template, index, canon)
             if constraints is None:
                 matches = _skip_matcher(rooted, short, canon)
                 layers = indices if indices is not None else (None,)
@@ -673,6 +727,8 @@ def resolve_model(
     for rule in family.warning_rules:
         if rule.when.evaluate(facts):
             warns.append(render(rule.message, facts))
+    if checkpoint_bytes is not None and not 0 <= checkpoint_bytes <= 2**60:
+        raise ConfigError(f"the checkpoint's size {_short_repr(checkpoint_bytes)} bytes is not plausible (from {checkpoint_origin})")
     if checkpoint_bytes is not None and checkpoint_bytes > 2 * total:
         extra = checkpoint_bytes - 2 * total
         warns.append(

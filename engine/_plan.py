@@ -46,13 +46,15 @@ class Unplannable(Exception):
 class IndexSet(Sequence):
     """Sorted, distinct layer indices held as arithmetic progressions (``range`` objects)."""
 
-    __slots__ = ("_runs", "_len", "_interleaved")
+    __slots__ = ("_runs", "_len", "_interleaved", "_starts", "_set")
 
     def __init__(self, runs: Sequence[range] = ()):
         self._runs = tuple(sorted((range(r.start, r[-1] + 1, r.step) for r in runs if len(r)), key=lambda r: r.start))
         self._len = sum(len(r) for r in self._runs)
         # progressions of one residue class each may interleave (layers 0, 2, 4 ... and 1, 3, 5 ...)
         self._interleaved = any(a[-1] >= b.start for a, b in zip(self._runs, self._runs[1:]))
+        self._starts = [r.start for r in self._runs]
+        self._set = None  # membership of a small interleaved set, built when first asked
 
     @classmethod
     def of(cls, indices) -> "IndexSet":
@@ -89,7 +91,14 @@ class IndexSet(Sequence):
         raise IndexError(k)  # pragma: no cover
 
     def __contains__(self, i) -> bool:
-        return any(i in r for r in self._runs)
+        if len(self._runs) == 1:
+            return i in self._runs[0]
+        if self._interleaved:
+            if self._set is None and self._len <= 1 << 16:
+                self._set = frozenset(self)
+            return i in self._set if self._set is not None else any(i in r for r in self._runs)
+        k = bisect.bisect_right(self._starts, i) - 1  # runs are sorted and disjoint
+        return k >= 0 and i in self._runs[k]
 
     def __eq__(self, other) -> bool:
         if isinstance(other, IndexSet):

@@ -191,10 +191,12 @@ def test_repeat_beyond_the_limit_is_a_config_error():
     (dict(params=float("nan")), "params must be a positive finite number"),
     (dict(params=float("inf")), "params must be a positive finite number"),
     (dict(params=1e400), "params must be a positive finite number"),
-    (dict(params=0.4), "at least 1"),
-    (dict(params=-8e9), "at least 1"),
+    (dict(params=0.4), "from 1 to 1,000,000,000,000,000"),
+    (dict(params=-8e9), "from 1 to"),
     (dict(params="8e9"), "params must be"),
-    (dict(weight_bytes=1), "at least 2"),
+    (dict(weight_bytes=1), "from 2 to 2,000,000,000,000,000"),
+    (dict(params=1, weight_bytes=10**175), "weight_bytes must be"),
+    (dict(params=10**400), "params must be"),
 ])
 def test_size_only_inputs(kwargs, needle):
     with pytest.raises(vramwise.SettingsError, match=needle):
@@ -202,5 +204,7 @@ def test_size_only_inputs(kwargs, needle):
 
 
 def test_size_only_beyond_the_plausible_range():
-    with pytest.raises(vramwise.ConfigError, match="params is 1000000000000000000; it must be at least 1 and at most"):
+    with pytest.raises(vramwise.SettingsError, match="params must be a positive finite number from 1 to"):
         vramwise.estimate_from_size(params=1e18)
+    with pytest.raises(vramwise.SettingsError, match="size_only profile"):
+        vramwise.estimate_from_size(params=8e9, profile="hf")
