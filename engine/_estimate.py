@@ -24,7 +24,7 @@ from ._settings import DEFAULTS, LIMITS, SETTINGS, TrainingSettings, normalise_s
 
 _MAX_BATCH, _MAX_SEQ = LIMITS["batch_size"], LIMITS["seq_len"]
 
-__all__ = ["Estimate", "TraceEntry", "Provenance", "load_model", "estimate", "estimate_from_size", "COMPONENTS", "Stage"]
+__all__ = ["Estimate", "TraceEntry", "Provenance", "load_model", "estimate", "estimate_from_size", "size_only_model", "COMPONENTS", "Stage"]
 
 #: Reported components, in display order.
 COMPONENTS = ("weights", "lora", "optimizer", "gradients", "activations", "overhead")
@@ -530,6 +530,28 @@ estimate.__signature__ = inspect.Signature(
 )
 
 
+def size_only_model(*, params: float | None = None, weight_bytes: int | None = None,
+                    registry: Registry | None = None) -> ModelSpec:
+    """The model :func:`estimate_from_size` estimates: known only by its parameter count or the
+    weights' size (family ``size_only``; estimate it with profile ``size_only``)."""
+    if params is None and weight_bytes is None:
+        raise SettingsError("give a parameter count (params) or the weights' size in bytes (weight_bytes)")
+    for name, value, least, most in (("params", params, 1, 10**15), ("weight_bytes", weight_bytes, 2, 2 * 10**15)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not ((isinstance(value, int) or math.isfinite(value)) and least <= value <= most)):
+            raise SettingsError(f"{name} must be a positive finite number from {least} to {most:,}, got {str(value)[:60]}")
+    reg = registry or Registry.default()
+    if params is not None:
+        config, source = {"params": int(params)}, f"{float(params):g} parameters"
+    else:
+        config, source = {"weight_bytes": int(weight_bytes)}, f"{int(weight_bytes)} bytes of weights"
+    return reg.resolve(
+        config, family="size_only", origin=source,
+        warnings=[f"no model config: a fallback estimate from {source} alone, each component a share of the model size"],
+        checkpoint_bytes=int(weight_bytes) if weight_bytes is not None else None,
+    )
+
+
 def estimate_from_size(*, params: float | None = None, weight_bytes: int | None = None,
                        registry: Registry | None = None, **settings: Any) -> Estimate:
     """The fallback when no config can be read: only a parameter count or the weights' size.
@@ -537,21 +559,9 @@ def estimate_from_size(*, params: float | None = None, weight_bytes: int | None 
     Every component is a share of the 16-bit model size (profile ``size_only``, family
     ``size_only``); the estimate says so. See docs/unsloth-profile.md#size-only.
     """
-    if params is None and weight_bytes is None:
-        raise SettingsError("give a parameter count (params) or the weights' size in bytes (weight_bytes)")
-    for name, value, least in (("params", params, 1), ("weight_bytes", weight_bytes, 2)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not ((isinstance(value, int) or math.isfinite(value)) and value >= least)):
-            raise SettingsError(f"{name} must be a positive finite number (at least {least}), got {str(value)[:60]}")
     settings.pop("target_modules", None)
+    if "profile" in settings:
+        raise SettingsError("estimate_from_size always uses the size_only profile: leave profile out")
     reg = registry or Registry.default()
-    if params is not None:
-        config, source = {"params": int(params)}, f"{params:g} parameters"
-    else:
-        config, source = {"weight_bytes": int(weight_bytes)}, f"{int(weight_bytes)} bytes of weights"
-    spec = reg.resolve(
-        config, family="size_only", origin=source,
-        warnings=[f"no model config: a fallback estimate from {source} alone, each component a share of the model size"],
-        checkpoint_bytes=int(weight_bytes) if weight_bytes is not None else None,
-    )
+    spec = size_only_model(params=params, weight_bytes=weight_bytes, registry=reg)
     return estimate(spec, profile="size_only", registry=reg, **settings)

@@ -252,3 +252,21 @@ def test_no_traceback_for_many_bad_invocations(cfg, tmp_path, capsys):
         err = capsys.readouterr().err
         assert rc == 2, (args, err)
         assert "Traceback" not in err and err.startswith("vramwise: error: "), (args, err)
+
+
+def test_families_lists_profile_summaries(capsys):
+    assert main(["families"]) == 0
+    out = capsys.readouterr().out
+    reg = vramwise.Registry.default()
+    for p in reg.profile_names():
+        assert f"  {p}: {reg.profile(p).summary}" in out
+    assert main(["families", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["profile_summaries"]["hf"] == reg.profile("hf").summary
+
+
+@pytest.mark.parametrize("args", [["fit", "x", "--gpu", "24GiB", "--unknown"], ["compare", "x", "--batch-size", "two"],
+                                  ["sweep", "x", "--format", "xml"], ["select", "x", "--gpus", "1"]])
+def test_new_commands_bad_arguments_have_a_help_hint(args, capsys):
+    rc, out, err = _run(args, capsys)
+    assert rc == 2 and out == "" and len(err.splitlines()) == 2 and err.startswith("vramwise: error: ")

@@ -95,9 +95,13 @@ def test_cli_measure_table_in_mib_for_small_models(tmp_path, capsys):
     p.write_text(json.dumps(TINY))
     assert main(["measure", str(p), "--fake", "--seq-len", "16", "--steps", "1"]) == 0
     out = capsys.readouterr().out
-    m = measure(TINY, seq_len=16, steps=1, fake=True)
+    # estimate's defaults where runnable: with --fake, lora and adamw_torch stand for qlora and adamw_8bit
+    m = measure(TINY, method="lora", batch_size=4, seq_len=16, gradient_checkpointing="true", optimizer="adamw_torch",
+                steps=1, fake=True)
     assert f"peak: {m.peak / 2**20:,.2f} MiB of tensors, in the {m.peak_phase} phase" in out
     assert "activations and temporaries" in out
+    assert "ran: lora, batch 4, seq 16, rank 16, checkpointing true, adamw_torch, sdpa, 1 step(s) (fake tensors)" in out
+    assert "QLoRA cannot be simulated" in out and "flash_attention_2 is not runnable" in out
 
 
 MOE = {"model_type": "qwen3_moe", "vocab_size": 1000, "hidden_size": 128, "intermediate_size": 256,
