@@ -158,7 +158,8 @@ def build_catalog(text: str, path: str = CATALOG_PATH, *, validate: bool = True)
 
 @lru_cache(maxsize=1)
 def _catalog() -> _Catalog:
-    return build_catalog(_load_text())
+    # the bundled file is validated against its schema by the test suite, not at every lookup
+    return build_catalog(_load_text(), validate=False)
 
 
 def list_gpus() -> tuple[GpuSpec, ...]:
