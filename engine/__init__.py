@@ -39,6 +39,7 @@ _LAZY = {
     "GpuSpec": "_hardware", "gpu_spec": "_hardware", "list_gpus": "_hardware",
     "fit": "_fit", "compare": "_fit", "sweep": "_fit", "Fit": "_fit", "MethodFit": "_fit", "Comparison": "_fit",
     "Sweep": "_fit", "GpuTarget": "_fit",
+    "plot_estimate": "_plot", "plot_compare": "_plot", "plot_fit": "_plot", "plot_sweep": "_plot",
 }
 
 
@@ -74,6 +75,10 @@ __all__ = [
     "Comparison",
     "Sweep",
     "GpuTarget",
+    "plot_estimate",
+    "plot_compare",
+    "plot_fit",
+    "plot_sweep",
     "GpuSpec",
     "Measurement",
     "PhaseFigures",
