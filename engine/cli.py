@@ -267,23 +267,11 @@ def _count_bytes(n: int) -> str:
 
 
 def _run_estimate(args) -> Estimate:
-    model, params, weight_bytes = args.model, args.params, args.weight_bytes
-    size_only = params is not None or weight_bytes is not None
-    if model is None and not size_only:
-        raise SettingsError("give a MODEL (config.json, folder or hub id), or --params / --weight-bytes")
-    if model is not None and size_only:
-        raise SettingsError("give either a MODEL or --params / --weight-bytes, not both")
-    if model is not None and local_kind(model) == "dir" and local_kind(os.path.join(model, "config.json")) is None:
-        size, _ = checkpoint_size(model)
-        if size is not None:  # weight files without a config: the size-only fallback
-            model, weight_bytes, size_only = None, size, True
+    model, profile, _, size_only = _model_of(args)
     settings = _settings_of(args)
     if size_only:
         settings.pop("target_modules")
-        return estimate_from_size(
-            params=params, weight_bytes=int(weight_bytes) if weight_bytes is not None else None, **settings
-        )
-    return estimate(args.model, profile=args.profile, trust_remote_code=args.trust_remote_code, **settings)
+    return estimate(model, profile=profile, trust_remote_code=args.trust_remote_code, **settings)
 
 
 def _label(args) -> str:
