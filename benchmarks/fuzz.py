@@ -165,7 +165,10 @@ def campaign(target: str, args, states: dict, sandbox: Sandbox, command: str) ->
                 check = sandbox.run(target, small)
                 if check.status == "finding" and check.label == o.label:
                     case, o = small, check
-                path = str(C.save(target, case, o).relative_to(REPO))
+                try:
+                    path = str(C.save(target, case, o).relative_to(REPO))
+                except ValueError as e:  # too large to keep even after minimising
+                    path = f"(not kept: {e})"
                 if path not in f["corpus"]:
                     f["corpus"].append(path)
                 known[o.label] = f["corpus"]

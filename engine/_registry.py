@@ -376,6 +376,8 @@ def _stat(path: str) -> tuple | None:
 def _source_key(source: Any) -> tuple | None:
     """A cheap identity of a config source for the model cache (None: do not cache)."""
     if isinstance(source, Mapping):
+        if any(isinstance(v, (list, tuple, dict)) and len(v) > _LARGE for v in source.values()):
+            return None  # a long field: resolved each time rather than printed whole as a key
         try:
             return ("mapping", repr(source))
         except Exception:  # noqa: BLE001 - an unprintable mapping is simply not cached
@@ -400,6 +402,8 @@ def _same(snapshot: Any, source: Any) -> bool:
 
 
 _JSON_TYPES = (str, int, float, bool, type(None))
+#: Mappings with a top-level field longer than this are not cached (their key would be the whole config).
+_LARGE = 10_000
 
 
 def _json_like(value: Any) -> bool:

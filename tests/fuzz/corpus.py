@@ -19,6 +19,10 @@ EXPECTED = (f"a sane estimate or an error of the documented tree (vramwise.Vramw
             f"within {TIME_LIMIT_S:g} s of CPU and {MEMORY_LIMIT_MB} MB")
 
 
+#: The largest corpus file kept (the repository carries them).
+MAX_CORPUS_BYTES = 4 << 20
+
+
 def save(target: str, case: dict, outcome: Outcome, root: Path = ROOT) -> Path:
     folder = root / target
     folder.mkdir(parents=True, exist_ok=True)
@@ -38,7 +42,10 @@ def save(target: str, case: dict, outcome: Outcome, root: Path = ROOT) -> Path:
         return path
     path = folder / f"{short_hash(case)}.json"
     data = {"target": target, "expected": EXPECTED, "found": found, "case": encode(case)}
-    path.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    text = json.dumps(data, indent=1, allow_nan=False) + "\n"
+    if len(text) > MAX_CORPUS_BYTES:
+        raise ValueError(f"a corpus case of {len(text):,} characters is too large to keep (minimise it first)")
+    path.write_text(text, encoding="utf-8")
     return path
 
 

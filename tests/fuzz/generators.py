@@ -128,7 +128,9 @@ def hostile_value(r, current):
         return list(r.choice(BAD_LISTS))
     if kind == "long_list":
         n = r.choice((1000, 100000))
-        elem = r.choice((1, current, None, "x", -1))
+        # a scalar element: repeating a container would build a structure that no config file of
+        # the bound (10 MB) can hold (100,000 references to one 100,000-element list is 10**10 values)
+        elem = r.choice((1, current if not isinstance(current, (list, dict)) else 2, None, "x", -1))
         return [elem] * n
     return r.choice(ODD_STRINGS)
 
