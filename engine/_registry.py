@@ -176,9 +176,9 @@ class Registry:
                 self._files[name]
                 continue
             types = head.get("model_types") or []
-            if not isinstance(types, list):
-                self._files[name]
-                continue
+            if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+                self._files[name]  # the schema names the problem with its position
+                raise FileFormatError(f"{self._files._texts[name][0]}:1:1: $.model_types: a list of model type names")
             for mt in types:
                 if mt in owners:
                     problems.append(

@@ -208,3 +208,10 @@ def test_size_only_beyond_the_plausible_range():
         vramwise.estimate_from_size(params=1e18)
     with pytest.raises(vramwise.SettingsError, match="size_only profile"):
         vramwise.estimate_from_size(params=8e9, profile="hf")
+
+
+def test_model_types_must_be_names(tmp_path):
+    fams = _families_copy(tmp_path)
+    _replace_in(fams / "llama.yaml", "model_types: [llama]", "model_types: [[llama]]")
+    with pytest.raises(vramwise.FileFormatError, match=r"llama.yaml:\d+:\d+: \$.model_types\[0\]"):
+        vramwise.Registry(fams)
