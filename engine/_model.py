@@ -651,7 +651,10 @@ def _layer_classes(family: Family, env: dict, n_layers: int) -> list[tuple[Index
     fixed: dict[str, Any] = {}
     for a in family.attributes:
         if not a.per_layer:
-            fixed[a.name] = a.expr.evaluate({**env, **fixed})
+            try:
+                fixed[a.name] = a.expr.evaluate({**env, **fixed})
+            except EvaluationError as e:
+                raise ConfigError(f"the config's values do not fit the family's rule for {a.name}: {e}") from None
     varying = [a for a in family.attributes if a.per_layer]
     if n_layers == 0:
         return []
@@ -703,12 +706,15 @@ def resolve_model(
 
     env = dict(facts)
     classes = []
-    for indices, values in _layer_classes(family, env, n_layers):
-        lenv = {**env, **values}
-        label = f" (layer {indices[0]})"
-        mods = tuple(m for m in (_module(r, lenv, label) for r in family.layer_modules) if m is not None)
-        classes.append(LayerClass(indices=indices, attributes=MappingProxyType(values), modules=mods))
-    model_mods = tuple(m for m in (_module(r, env, "") for r in family.model_modules) if m is not None)
+    try:
+        for indices, values in _layer_classes(family, env, n_layers):
+            lenv = {**env, **values}
+            label = f" (layer {indices[0]})"
+            mods = tuple(m for m in (_module(r, lenv, label) for r in family.layer_modules) if m is not None)
+            classes.append(LayerClass(indices=indices, attributes=MappingProxyType(values), modules=mods))
+        model_mods = tuple(m for m in (_module(r, env, "") for r in family.model_modules) if m is not None)
+    except EvaluationError as e:  # a module's shape cannot be computed from these values
+        raise ConfigError(f"the config's values do not fit the family's modules: {e}") from None
 
     by_group: dict[str, int] = {}
     quantizable = 0

@@ -215,3 +215,12 @@ def test_model_types_must_be_names(tmp_path):
     _replace_in(fams / "llama.yaml", "model_types: [llama]", "model_types: [[llama]]")
     with pytest.raises(vramwise.FileFormatError, match=r"llama.yaml:\d+:\d+: \$.model_types\[0\]"):
         vramwise.Registry(fams)
+
+
+def test_values_a_family_rule_cannot_use_are_a_config_error():
+    # latent attention (kv_lora_rank set) with a null qk_nope_head_dim: q_dim = heads x (nope + rope) cannot be formed
+    cfg = {"model_type": "deepseek_v3", "vocab_size": 100, "hidden_size": 64, "intermediate_size": 64,
+           "moe_intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "kv_lora_rank": 16,
+           "qk_nope_head_dim": None, "qk_rope_head_dim": 8, "v_head_dim": 8}
+    with pytest.raises(vramwise.ConfigError, match="do not fit the family's rule for q_dim: families/decoder.yaml:"):
+        vramwise.estimate(cfg)
