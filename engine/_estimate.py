@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from ._errors import InternalError, SettingsError
 from ._expr import LayerValues, render, round_bytes
 from ._model import INVENTORY_DOCS, NO_ADAPTERS, LoraSums, ModelSpec
+from ._program import MAX_FIGURE
 from ._profile import Profile
 from ._registry import Registry
 from ._settings import DEFAULTS, LIMITS, SETTINGS, TrainingSettings, normalise_static, positive_int, unused_settings
@@ -120,8 +121,8 @@ class Stage:
             if dynamic is None and fid in self._where:
                 continue
             v = self.value(fid, dynamic)
-            ok = (type(v) is int and v >= 0) if rule == "int" else (
-                _is_real(v) and math.isfinite(v) and (v > 0 if rule == "positive" else v >= 0))
+            ok = (type(v) is int and 0 <= v <= MAX_FIGURE) if rule == "int" else (
+                _finite(v) and v <= MAX_FIGURE and (v > 0 if rule == "positive" else v >= 0))
             if not ok:
                 raise _broken(prof, fid, name, v)
 
@@ -154,11 +155,16 @@ def _is_real(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _finite(v) -> bool:
+    """A real number that is finite (an int always is; a float is compared without converting an int)."""
+    return _is_real(v) and (isinstance(v, int) or math.isfinite(v))
+
+
 def _broken(prof: Profile, fid: str, name: str, value) -> InternalError:
     f = prof.formula(fid)
     return InternalError(
-        f"{f.expr.where}: {name} ({fid}) is {value!r}; every figure must be a finite whole number of bytes "
-        f">= 0 and the total > 0. This is a bug in vramwise or in the formula files it loaded."
+        f"{f.expr.where}: {name} ({fid}) is {str(value)[:60]}; every figure must be a whole number of bytes "
+        f"from 0 to 2**80 and the total > 0. This is a bug in vramwise or in the formula files it loaded."
     )
 
 
@@ -312,7 +318,7 @@ class Estimate:
         env["n_gpus"] = n
         f = prof.formula(prof.min_per_gpu)
         v = f.expr.evaluate(env)
-        if not (_is_real(v) and math.isfinite(v) and v >= 0):
+        if not (_finite(v) and 0 <= v <= MAX_FIGURE):
             raise _broken(prof, f.id, f"min_per_gpu({n})", v)
         return round_bytes(v)
 

@@ -9,6 +9,7 @@ one once (layer-scope formulas once per layer class).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -64,8 +65,11 @@ class WarningRule:
         for name in self.shown:
             v = env.get(name)
             if units.get(name) == "bytes" and isinstance(v, (int, float)):
-                values[name] = f"{v / 2**30:,.2f} GiB"
-            elif units.get(name) == "params" and isinstance(v, (int, float)):
+                try:
+                    values[name] = f"{v / 2**30:,.2f} GiB"
+                except OverflowError:  # an integer beyond any float: shown as it is
+                    values[name] = f"{v} bytes"
+            elif units.get(name) == "params" and isinstance(v, (int, float)) and (isinstance(v, int) or math.isfinite(v)):
                 values[name] = f"{round(v):,}"
             elif isinstance(v, LayerValues):
                 values[name] = ", ".join(str(x) for _, x in v)

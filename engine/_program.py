@@ -68,7 +68,10 @@ def _invalid() -> None:
     raise Invalid()
 
 
-_GLOBALS.update(_vw_invalid=_invalid, _vw_inf=float("inf"))
+#: The largest figure an estimate may report (2**80 bytes, a yottabyte): beyond it a result is a bug.
+MAX_FIGURE = 2**80
+
+_GLOBALS.update(_vw_invalid=_invalid, _vw_most=MAX_FIGURE)
 
 
 def build_program(formulas, dynamic: frozenset, rounded: frozenset, model_types: Mapping[str, frozenset],
@@ -172,9 +175,9 @@ def build_program(formulas, dynamic: frozenset, rounded: frozenset, model_types:
         body.append(f"v_{f.id} = {text}")
         model_out.append(f.id)
     flush()
-    checks = [f"0 <= v_{i}" for i in model_out if i in rounded]
-    checks += [f"0 < v_{i} < _vw_inf" for i in model_out if i in positive]
-    checks += [f"0 <= v_{i} < _vw_inf" for i in model_out if i in finite and i not in positive]
+    checks = [f"0 <= v_{i} <= _vw_most" for i in model_out if i in rounded]
+    checks += [f"0 < v_{i} <= _vw_most" for i in model_out if i in positive]
+    checks += [f"0 <= v_{i} <= _vw_most" for i in model_out if i in finite and i not in positive]
     if checks:
         body.append("if not (" + " and ".join(checks) + "):")
         body.append("    _vw_invalid()")

@@ -9,6 +9,7 @@ import copy
 import json
 import math
 from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 
 import yaml
@@ -17,8 +18,9 @@ import vramwise
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
-FAMILIES_DIR = Path(vramwise.__file__).resolve().parent.parent / "families"
-FORMULAS_DIR = Path(vramwise.__file__).resolve().parent.parent / "formulas"
+# the bundled folders as installed (an editable install maps them to the repository's, a wheel ships copies)
+FAMILIES_DIR = Path(str(resources.files("vramwise.families")))
+FORMULAS_DIR = Path(str(resources.files("vramwise.formulas")))
 EXAMPLE = REPO / "examples" / "llama-3.1-8b.json"
 
 NAN, INF = float("nan"), float("inf")
@@ -442,8 +444,8 @@ def data_files() -> tuple:
 
 
 def bundled_text(rel: str) -> str:
-    return (REPO / rel).read_text(encoding="utf-8") if (REPO / rel).is_file() else \
-        ((FAMILIES_DIR.parent) / rel).read_text(encoding="utf-8")
+    folder, _, name = rel.partition("/")
+    return ((FAMILIES_DIR if folder == "families" else FORMULAS_DIR) / name).read_text(encoding="utf-8")
 
 
 @lru_cache(maxsize=None)
