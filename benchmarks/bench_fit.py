@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import vramwise
+from bench_estimate import _median_us  # same folder: the one timing helper
 from vramwise._fit import DEFAULT_FRONTIER
 
 HERE = Path(__file__).resolve().parent
@@ -29,12 +30,7 @@ DEFAULT = HERE.parent / "examples" / "llama-3.1-8b.json"
 
 
 def _median_ms(fn, n: int) -> float:
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+    return _median_us(fn, n) / 1e3
 
 
 def main() -> None:

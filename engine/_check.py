@@ -29,7 +29,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ._errors import FileFormatError, VramwiseError
+from ._errors import VramwiseError
 
 __all__ = ["check"]
 

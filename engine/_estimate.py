@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from ._errors import InternalError, SettingsError
 from ._expr import LayerValues, render, round_bytes
 from ._model import INVENTORY_DOCS, NO_ADAPTERS, LoraSums, ModelSpec
-from ._program import MAX_FIGURE
+from ._program import MAX_FIGURE, static_tuple
 from ._profile import Profile
 from ._registry import Registry
 from ._settings import DEFAULTS, LIMITS, SETTINGS, TrainingSettings, normalise_static, positive_int, unused_settings
@@ -88,7 +88,7 @@ class Stage:
         self.env, self.layer_envs = prof.static_env(spec, names, lora, warnings)
         self.warnings = tuple(warnings)
         self.program = prof.program(self.env, self.layer_envs)
-        self.static = _static_tuple(self.program, self.env, self.layer_envs)
+        self.static = static_tuple(self.program, self.env, self.layer_envs)
         self.counts = tuple(lc.count for lc in spec.layer_classes)
         where = {fid: (True, k) for k, fid in enumerate(self.program.model_ids)}
         self._where = where
@@ -166,10 +166,6 @@ def _broken(prof: Profile, fid: str, name: str, value) -> InternalError:
         f"{f.expr.where}: {name} ({fid}) is {str(value)[:60]}; every figure must be a whole number of bytes "
         f"from 0 to 2**80 and the total > 0. This is a bug in vramwise or in the formula files it loaded."
     )
-
-
-def _static_tuple(program, env: Mapping, layer_envs) -> tuple:
-    return tuple(env[n] if kind == "model" else tuple(lenv[n] for lenv in layer_envs) for n, kind in program.inputs)
 
 
 class Estimate:

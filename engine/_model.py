@@ -481,22 +481,6 @@ def _split_entries(entries: Iterable[str], roots: tuple) -> tuple[list, list]:
 _PLACEHOLDERS = ("{i}", "{j}")
 
 
-def _align(entry: list, segs: list, offset: int) -> tuple | None:
-    """Whether ``entry`` matches the template segments ``segs`` from ``offset`` on, and for which
-    (i, j): ``(i or None, j or None)`` (None: any), or None when it cannot match."""
-    want = {"{i}": None, "{j}": None}
-    for e, t in zip(entry, segs[offset:offset + len(entry)]):
-        if t in want:
-            if not (e.isascii() and e.isdigit() and str(int(e)) == e):
-                return None
-            if want[t] is not None and want[t] != int(e):
-                return None
-            want[t] = int(e)
-        elif e != t:
-            return None
-    return want["{i}"], want["{j}"]
-
-
 def _canonical_number(seg: str) -> bool:
     """Whether ``seg`` is how a layer or copy index is written in a path (``3``, not ``03``)."""
     return seg.isascii() and seg.isdigit() and str(int(seg)) == seg
@@ -525,7 +509,8 @@ class _SkipIndex:
 
 def _match_shape(shape: tuple, numbers: list, segs: list, offset: int, memo: dict) -> list:
     """(i, j) for each entry of ``shape`` that matches the template ``segs`` from ``offset`` on
-    (the rule of :func:`_align`, applied to a whole group of entries at once, each distinct
+    (a template's {i}/{j} take canonical numbers, its literals match exactly; applied to a whole group
+    of entries at once, each distinct
     projection of the group computed once)."""
     slots = {"{i}": [], "{j}": []}  # positions among the entry's numbers that fix i or j
     literal = []  # (position among the numbers, text the template has there)

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 from . import _errors
 from ._errors import SettingsError, VramwiseError
-from ._estimate import COMPONENTS, Estimate, estimate, estimate_from_size, size_only_model
+from ._estimate import COMPONENTS, Estimate, estimate, size_only_model
 from ._registry import Registry
 from ._settings import SETTINGS
 from ._source import checkpoint_size, local_kind

@@ -15,15 +15,7 @@ import vramwise
 from vramwise.cli import _installed, main
 
 LLAMA = str(Path(__file__).resolve().parent.parent / "examples" / "llama-3.1-8b.json")
-SMALL = {"model_type": "llama", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 512,
-         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}
-
-
-@pytest.fixture()
-def cfg(tmp_path):
-    p = tmp_path / "config.json"
-    p.write_text(json.dumps(SMALL))
-    return str(p)
+from test_cli import SMALL, cfg  # noqa: F401 - the same small config and its fixture
 
 
 def _run(args, capsys):
