@@ -21,7 +21,7 @@ from ._model import INVENTORY_DOCS, NO_ADAPTERS, LoraSums, ModelSpec
 from ._program import MAX_FIGURE, static_tuple
 from ._profile import Profile
 from ._registry import Registry
-from ._settings import DEFAULTS, LIMITS, SETTINGS, TrainingSettings, normalise_static, positive_int, unused_settings
+from ._settings import DEFAULTS, LIMITS, SETTINGS, TrainingSettings, normalise_static, positive_int, unmodelled_settings, unused_settings
 
 _MAX_BATCH, _MAX_SEQ = LIMITS["batch_size"], LIMITS["seq_len"]
 
@@ -454,6 +454,10 @@ def _stage(reg: Registry, spec: ModelSpec, prof: Profile, static: dict) -> Stage
     if unused:
         warnings.append(f"{', '.join(f'{n}={static[n]!r}' for n in unused)} "
                         f"{'does' if len(unused) == 1 else 'do'} not apply to {static['method']}: ignored")
+    unmodelled = unmodelled_settings(static, prof.settings_read, unused)
+    if unmodelled:
+        warnings.append(f"{', '.join(f'{n}={static[n]!r}' for n in unmodelled)} "
+                        f"{'is' if len(unmodelled) == 1 else 'are'} not modelled by the {prof.name} profile: ignored")
     if static["method"] in ("full", "inference") or prof.lora_convention == "none":
         lora = NO_ADAPTERS
     else:

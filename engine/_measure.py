@@ -11,14 +11,16 @@ torch, transformers, peft and bitsandbytes are needed only here: ``pip install '
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ._errors import SettingsError, VramwiseError
+from ._settings import STACKS
 
-__all__ = ["Measurement", "PhaseFigures", "measure", "StorageTracker", "MEASURE_OPTIMIZERS"]
+__all__ = ["Measurement", "PhaseFigures", "Prepared", "measure", "StorageTracker", "MEASURE_OPTIMIZERS", "STACKS"]
 
 #: Optimizers measure can build.
 MEASURE_OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw_8bit", "sgd")
@@ -225,6 +227,11 @@ def measure(
     device: str = "cpu",
     fake: bool = False,
     lora_dropout: float = 0.0,
+    stack: str = "hf",
+    loss: str = "standard",
+    loss_chunks: int = 8,
+    activation_offloading: bool = False,
+    optimizer_in_bwd: bool = False,
 ) -> Measurement:
     """Run ``steps`` optimizer steps of ``model`` (a config source) and report the memory they used.
 
@@ -232,6 +239,12 @@ def measure(
     storage lifetimes are real, nothing is allocated or computed, so models far larger than this
     machine's memory can be measured (full fine-tuning and LoRA; QLoRA needs real
     bitsandbytes storage).
+
+    ``stack`` chooses whose model, loss and optimizer step run: ``hf`` (transformers + PEFT +
+    bitsandbytes) or another training stack of :data:`STACKS`, each in its own module
+    (``vramwise._stack_<name>``, with the extra ``vramwise[<name>]`` installed); ``loss``,
+    ``loss_chunks``, ``activation_offloading`` and ``optimizer_in_bwd`` are settings those stacks
+    expose.
     """
     from ._settings import normalise_settings
     from ._source import read_config
@@ -243,8 +256,18 @@ def measure(
     settings = normalise_settings(
         method=method, batch_size=batch_size, seq_len=seq_len, lora_rank=lora_rank, target_modules=target_modules,
         gradient_checkpointing=gradient_checkpointing, optimizer=optimizer, attention=attention, load_in_4bit=None,
-        lora_dropout=lora_dropout,
+        lora_dropout=lora_dropout, loss=loss, loss_chunks=loss_chunks, activation_offloading=activation_offloading,
+        optimizer_in_bwd=optimizer_in_bwd,
     )
+    if stack not in STACKS:
+        raise SettingsError(f"unknown stack {stack!r} (choose one of: {', '.join(STACKS)})")
+    if stack != "hf":
+        return _measure_stack(model, stack, settings, steps, device, fake)
+    exposed = [n for n in ("loss", "activation_offloading", "optimizer_in_bwd")
+               if getattr(settings, n) != {"loss": "standard"}.get(n, False)]
+    if exposed:
+        raise SettingsError(f"{', '.join(exposed)}: the hf stack runs transformers' own loss and a plain optimizer step; "
+                            "these settings belong to --stack torchtune or litgpt")
     if settings.method == "inference":
         raise SettingsError("measure runs training steps: choose qlora, lora or full")
     if settings.gradient_checkpointing == "unsloth":
@@ -393,6 +416,47 @@ class _packed_sequence_check_off:
         return False
 
 
+def _measure_stack(model, stack: str, settings, steps: int, device: str, fake: bool) -> Measurement:
+    """Measure a training step of another stack: its module builds the model, loss and optimizer
+    (``prepare(cfg, settings, dtype, device, fake) -> Prepared``) and the common tracker runs it."""
+    import importlib
+
+    import torch
+
+    from ._source import read_config
+
+    if settings.method == "inference":
+        raise SettingsError("measure runs training steps: choose qlora, lora or full")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise SettingsError(f"steps must be a positive integer, got {steps!r}")
+    if device != "cpu":
+        raise SettingsError(f"--stack {stack} is measured on the CPU")
+    cfg, _ = read_config(model)
+    if isinstance(cfg.get("text_config"), dict) and "model_type" in cfg["text_config"]:
+        cfg = dict(cfg["text_config"])
+    mod = importlib.import_module(f"vramwise._stack_{stack}")
+    prepared = mod.prepare(cfg, settings, torch.bfloat16, fake)
+    with prepared.context():
+        return _track_cpu(prepared.net, prepared.opt, prepared.ids, steps, settings, prepared.params_total,
+                          prepared.params_trainable, list(prepared.notes), loss_fn=prepared.loss_fn)
+
+
+@dataclass
+class Prepared:
+    """What a stack module hands the tracker: the model, its optimizer (``step``, ``zero_grad`` and
+    ``state``; a no-op stepper when the stack steps inside the backward), the token ids, a
+    callable computing the loss, the counts, notes, and a context the step runs in (fake tensors)."""
+
+    net: Any
+    opt: Any
+    ids: Any
+    loss_fn: Callable[[], Any]
+    params_total: int
+    params_trainable: int
+    notes: list = field(default_factory=list)
+    context: Callable[[], Any] = contextlib.nullcontext
+
+
 def _categories(net, opt) -> dict:
     """Bytes of the parameters, gradients and optimizer state (each storage once, 512-byte rounded)."""
     import torch
@@ -425,7 +489,7 @@ def _with_rest(cats: dict, end: int) -> dict:
     return {**cats, "activations_and_temporaries": end - sum(cats.values())}
 
 
-def _track_cpu(net, opt, ids, steps, settings, params_total, params_trainable, notes) -> Measurement:
+def _track_cpu(net, opt, ids, steps, settings, params_total, params_trainable, notes, loss_fn=None) -> Measurement:
     tracker = StorageTracker()
     for t in list(net.parameters()) + list(net.buffers()) + [ids]:
         tracker.add(t)
@@ -433,7 +497,7 @@ def _track_cpu(net, opt, ids, steps, settings, params_total, params_trainable, n
     phases = {"load": PhaseFigures(tracker.current, tracker.current, None, _with_rest(_categories(net, opt), tracker.current))}
     overall, overall_phase = tracker.current, "load"
     with tracker.mode():
-        for last, name in _run_phases(net, opt, ids, steps, before=tracker.reset_peak):
+        for last, name in _run_phases(net, opt, ids, steps, before=tracker.reset_peak, loss_fn=loss_fn):
             tracker.sweep()
             if tracker.peak > overall:
                 overall, overall_phase = tracker.peak, name
@@ -444,12 +508,13 @@ def _track_cpu(net, opt, ids, steps, settings, params_total, params_trainable, n
                        overall, overall_phase, phases, None, None, tuple(notes))
 
 
-def _run_phases(net, opt, ids, steps: int, before):
+def _run_phases(net, opt, ids, steps: int, before, loss_fn=None):
     """Run ``steps`` training steps; call ``before()`` ahead of each phase and yield
-    (whether this is the last step, phase name) after it."""
+    (whether this is the last step, phase name) after it. ``loss_fn()`` computes the loss
+    (default: the transformers model's own, from labels)."""
     for step in range(steps):
         before()
-        loss = net(input_ids=ids, labels=ids).loss
+        loss = loss_fn() if loss_fn is not None else net(input_ids=ids, labels=ids).loss
         yield step == steps - 1, "forward"
         before()
         loss.backward()
@@ -461,14 +526,15 @@ def _run_phases(net, opt, ids, steps: int, before):
         yield step == steps - 1, "optimizer"
 
 
-def _measure_cuda(net, opt, ids, steps, settings, params_total, params_trainable, categories, notes) -> Measurement:
+def _measure_cuda(net, opt, ids, steps, settings, params_total, params_trainable, categories, notes,
+                  loss_fn=None) -> Measurement:
     import torch
 
     torch.cuda.synchronize()
     load = torch.cuda.memory_allocated()
     phases = {"load": PhaseFigures(load, load, torch.cuda.memory_reserved(), _with_rest(categories(), load))}
     overall, overall_phase, reserved_overall = load, "load", torch.cuda.memory_reserved()
-    for last, name in _run_phases(net, opt, ids, steps, before=torch.cuda.reset_peak_memory_stats):
+    for last, name in _run_phases(net, opt, ids, steps, before=torch.cuda.reset_peak_memory_stats, loss_fn=loss_fn):
         torch.cuda.synchronize()
         peak, end = torch.cuda.max_memory_allocated(), torch.cuda.memory_allocated()
         reserved = torch.cuda.max_memory_reserved()

@@ -118,6 +118,7 @@ class Profile:
     formulas: tuple  # dependency order
     dynamic: frozenset = frozenset()  # ids of the formulas that depend on batch or sequence
     warning_rules: tuple = ()  # of WarningRule, from the formula files
+    settings_read: frozenset = frozenset()  # the settings its formulas, tables and warnings read
     _programs: dict = field(default_factory=dict, repr=False, compare=False)  # type signature -> Program
     _families_checked: dict = field(default_factory=dict, repr=False, compare=False)  # id -> Family
 
@@ -371,6 +372,8 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
     report = tuple(report)
     if problems:
         raise FileFormatError(problems)
+    read = set().union(*(f.expr.names for f in order), *(w.when.names | w.shown for w in warning_rules))
+    read |= {t.key for t in tables}
     return Profile(
         name=m["profile"], file=manifest.path, description=m["description"], source=m["source"],
         model_inputs=model_inputs, layer_inputs=layer_inputs,
@@ -386,4 +389,5 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
         trainable_params=m["trainable_params"], figures=dict(m.get("figures", {})), phases=dict(m.get("phases", {})),
         constants=constants, constant_info=constant_info,
         tables=tuple(tables), formulas=tuple(order), dynamic=dynamic, warning_rules=tuple(warning_rules),
+        settings_read=frozenset(read & SETTING_NAMES),
     )

@@ -330,7 +330,25 @@ class Registry:
         files = []
         problems = []
         listed = manifest.data["files"]
+        shared: dict[str, dict] = {}  # sibling profile -> {file name: (shown path, text)}
         for fname in listed:
+            if "/" in fname:  # a file of a sibling profile, shared unchanged
+                sibling, leaf = fname.split("/", 1)
+                if sibling == name or sibling not in names:
+                    problems.append(manifest.problem(("files",), f"listed file {fname!r}: {sibling!r} is not another profile"))
+                    continue
+                if sibling not in shared:
+                    sdisp = f"{self._formulas_display}/{sibling}" if self._formulas_display else None
+                    shared[sibling] = {p.rsplit("/", 1)[-1]: (p, t) for p, t in _entries(self._formulas.joinpath(sibling), sdisp)}
+                if leaf not in shared[sibling] or leaf == "profile.yaml":
+                    problems.append(manifest.problem(("files",), f"listed file {fname!r} does not exist"))
+                    continue
+                shown, text = shared[sibling][leaf]
+                try:
+                    files.append(load_data_file(text, shown, "formulas-1.schema.json", validate=self.validate))
+                except FileFormatError as e:
+                    problems.extend(e.problems)
+                continue
             shown = f"{disp}/{fname}" if disp else str(folder.joinpath(fname))
             if shown not in texts:
                 problems.append(manifest.problem(("files",), f"listed file {fname!r} does not exist"))
@@ -339,7 +357,7 @@ class Registry:
                 files.append(load_data_file(texts[shown], shown, "formulas-1.schema.json", validate=self.validate))
             except FileFormatError as e:
                 problems.extend(e.problems)
-        unlisted = [p for p in texts if p.rsplit("/", 1)[-1] not in listed]
+        unlisted = [p for p in texts if p.rsplit("/", 1)[-1] not in listed]  # (own files only)
         if unlisted:
             problems.append(manifest.problem(("files",), f"files not listed: {', '.join(unlisted)}"))
         if manifest.data["profile"] != name:

@@ -15,7 +15,7 @@ from ._errors import SettingsError
 
 __all__ = [
     "Setting", "SETTINGS", "SETTING_NAMES", "PER_CALL", "TrainingSettings", "METHODS", "CHECKPOINTING_MODES",
-    "LOSS_MODES", "ATTENTION_KINDS", "LIMITS", "normalise_settings", "normalise_static", "positive_int", "DEFAULTS",
+    "LOSS_MODES", "ATTENTION_KINDS", "EXPERTS_LAYOUTS", "STACKS", "LIMITS", "normalise_settings", "normalise_static", "positive_int", "DEFAULTS",
 ]
 
 METHODS = ("qlora", "lora", "full", "inference")
@@ -25,12 +25,17 @@ LOSS_MODES = ("standard", "chunked", "fused")
 #: Attention implementations (transformers' attn_implementation names); others are rejected, since
 #: each profile must know whether a kernel keeps the score matrix.
 ATTENTION_KINDS = ("flash_attention_2", "flash_attention_3", "sdpa", "flex_attention", "eager")
+#: Training stacks ``vramwise measure`` runs (transformers + PEFT; the others through optional extras).
+STACKS = ("hf", "torchtune", "litgpt")
+#: How a mixture-of-experts layer holds its experts: fused 3-D parameters (transformers >= 5), which
+#: bitsandbytes leaves unquantized, or one nn.Linear per expert (transformers 4.x), which it quantizes.
+EXPERTS_LAYOUTS = ("fused", "per_expert")
 _GC_ALIASES = {"none": "none", "false": "none", "off": "none", "no": "none", "0": "none",
                "true": "true", "on": "true", "yes": "true", "1": "true", "unsloth": "unsloth"}
 
 
 #: Largest accepted value of each integer setting (a documented plausible range).
-LIMITS = {"batch_size": 2**20, "seq_len": 2**25, "lora_rank": 2**16}
+LIMITS = {"batch_size": 2**20, "seq_len": 2**25, "lora_rank": 2**16, "loss_chunks": 2**16}
 
 
 def positive_int(name: str, value: Any) -> int:
@@ -79,6 +84,33 @@ def _optimizer(name: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip() or len(value) > 100:
         raise SettingsError(f"optimizer must be a name, got {_short(value)}")
     return value.strip().lower().replace("-", "_")
+
+
+def _flag(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _GC_ALIASES and value.strip().lower() != "unsloth":
+        return _GC_ALIASES[value.strip().lower()] == "true"
+    raise SettingsError(f"{name} must be true or false, got {_short(value)}")
+
+
+def installed_experts_layout() -> str:
+    """The experts layout of the installed transformers (fused from version 5 on, and when it is absent);
+    read from the package metadata, so transformers is not imported."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        return "fused"
+    major = version.split(".", 1)[0]
+    return "per_expert" if major.isdigit() and int(major) < 5 else "fused"
+
+
+def _experts_layout(name: str, value: Any) -> str:
+    if value is None or (isinstance(value, str) and value.strip().lower() == "auto"):
+        return installed_experts_layout()
+    return _choice(EXPERTS_LAYOUTS)(name, value)
 
 
 def _load_in_4bit(name: str, value: Any) -> bool | None:
@@ -154,6 +186,20 @@ SETTINGS: tuple = (
             _choice(LOSS_MODES), choices=LOSS_MODES, applies_to=_TRAINING),
     Setting("lora_dropout", 0.0, "LoRA dropout probability; the hf profile charges its masks", _dropout, cli_type="float",
             applies_to=_ADAPTERS),
+    Setting("loss_chunks", 8, "chunks of a chunked cross-entropy (loss=chunked; torchtune's num_output_chunks)",
+            positive_int, cli_type="int", applies_to=_TRAINING),
+    Setting("activation_offloading", False,
+            "keep the activations saved for the backward pass in host memory (torchtune's enable_activation_offloading)",
+            _flag, cli_type="bool", applies_to=_TRAINING),
+    Setting("optimizer_in_bwd", False,
+            "step the optimizer per parameter during the backward pass, so the gradients never exist all at once "
+            "(torchtune's optimizer_in_bwd)", _flag, cli_type="bool", applies_to=_TRAINING),
+    Setting("compile", False, "torch.compile the model and loss (each profile states what it changes)", _flag,
+            cli_type="bool", applies_to=_TRAINING),
+    Setting("experts_layout", None,
+            "mixture-of-experts storage: fused (transformers >= 5: 3-D tensors bitsandbytes leaves unquantized) or "
+            "per_expert (transformers 4.x: one nn.Linear per expert, quantized); default: the installed transformers'",
+            _experts_layout, choices=EXPERTS_LAYOUTS),
 )
 
 #: Names that settings give to formula files.
@@ -208,6 +254,14 @@ def unused_settings(static: dict) -> list[str]:
     method = static["method"]
     return [s.name for s in SETTINGS
             if not s.per_call and method not in s.applies_to and static.get(s.name) != _NORMAL_DEFAULTS.get(s.name)]
+
+
+def unmodelled_settings(static: dict, read: frozenset, unused: list) -> list[str]:
+    """Settings given another value than their default that a profile's formulas never read
+    (``unused`` ones, already reported as not applying to the method, apart)."""
+    return [s.name for s in SETTINGS
+            if not s.per_call and s.name not in read and s.name not in unused and s.default is not None
+            and static.get(s.name) != _NORMAL_DEFAULTS.get(s.name)]
 
 
 def normalise_settings(**values: Any) -> TrainingSettings:

@@ -28,7 +28,7 @@ from . import _errors
 from ._errors import SettingsError, VramwiseError
 from ._estimate import COMPONENTS, Estimate, estimate, size_only_model
 from ._registry import Registry
-from ._settings import SETTINGS
+from ._settings import SETTINGS, STACKS
 from ._source import checkpoint_size, local_kind
 
 #: exit code of an unexpected exception (sysexits' EX_SOFTWARE): a bug, never bad input
@@ -989,7 +989,8 @@ def _measure(args, out) -> None:
         warnings.simplefilter("ignore", DeprecationWarning)
         m = measure(
             args.model, target_modules=args.target_modules, steps=args.steps, device=args.device, fake=args.fake,
-            lora_dropout=args.lora_dropout, **chosen,
+            lora_dropout=args.lora_dropout, stack=args.stack, loss=args.loss, loss_chunks=args.loss_chunks,
+            activation_offloading=args.activation_offloading, optimizer_in_bwd=args.optimizer_in_bwd, **chosen,
         )
     if args.json:
         _print_json(m.to_dict(), out)
@@ -1005,6 +1006,10 @@ def _measure(args, out) -> None:
     if s["method"] in ("lora", "qlora"):
         ran.append(f"rank {s['lora_rank']}")
     ran += [f"checkpointing {s['gradient_checkpointing']}", s["optimizer"], s["attention"]]
+    if args.stack != "hf":
+        ran.insert(0, f"stack {args.stack}")
+        ran += [f"loss {s['loss']}" + (f" in {s['loss_chunks']} chunks" if s["loss"] == "chunked" else "")]
+        ran += [n.replace("_", " ") for n in ("activation_offloading", "optimizer_in_bwd") if s[n]]
     out.write(f"ran: {', '.join(ran)}, {args.steps} step(s)" + (" (fake tensors)" if args.fake else "") + "\n")
     if changed:
         _write_wrapped(out, "estimate's defaults where runnable; changed: " + "; ".join(changed))
@@ -1198,6 +1203,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lora-dropout", type=float, default=0.0, help="LoRA dropout probability (default: 0)")
     p.add_argument("--fake", action="store_true",
                    help="simulate the step with fake tensors on CPU: nothing is allocated, so large models fit (full and lora)")
+    p.add_argument("--stack", default="hf", choices=STACKS,
+                   help="whose model, loss and optimizer step run: hf (transformers + PEFT), or torchtune / litgpt "
+                        "(pip install 'vramwise[torchtune]' or '[litgpt]') (default: hf)")
+    p.add_argument("--loss", default="standard", choices=("standard", "chunked"),
+                   help="the stack's cross-entropy: standard or chunked (torchtune, litgpt) (default: standard)")
+    p.add_argument("--loss-chunks", type=int, default=8, help="chunks of a chunked loss (torchtune) (default: 8)")
+    p.add_argument("--activation-offloading", type=_bool_flag, default=False, metavar="{true,false}",
+                   help="torchtune's activation offloading (default: false)")
+    p.add_argument("--optimizer-in-bwd", type=_bool_flag, default=False, metavar="{true,false}",
+                   help="torchtune's optimizer step inside the backward pass (default: false)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p = sub.add_parser("gpus", help="list the NVIDIA GPUs and their memory (or why none is visible)")
     p.add_argument("--json", action="store_true", help="print JSON")
