@@ -257,7 +257,7 @@ def _compile(name: str, raw: dict[str, DataFile]) -> Family:
     data = df.data
     merged = _merge(raw, name)
     facts: list[FactRule] = []
-    known: set[str] = set()
+    known: set[str] = set(merged[("facts",)])  # a derivation may read any other fact (sorted below)
     for fname, fields in merged[("facts",)].items():
         entry: Src = fields["__entry__"]
         aliases = []
@@ -266,7 +266,7 @@ def _compile(name: str, raw: dict[str, DataFile]) -> Family:
             p = spec["path"]
             aliases.append(Alias(from_root=p.startswith("/"), path=tuple(p.lstrip("/").split(".")), reduce=spec.get("reduce")))
         dsrc = fields.get("derive")
-        derive = _expr(dsrc, set(known), "derive") if dsrc is not None and dsrc.value is not None else None
+        derive = _expr(dsrc, known - {fname}, "derive") if dsrc is not None and dsrc.value is not None else None
         ftype = fields["type"].value if "type" in fields else "any"
         facts.append(
             FactRule(
@@ -281,7 +281,14 @@ def _compile(name: str, raw: dict[str, DataFile]) -> Family:
                 unit=fields["unit"].value if "unit" in fields else "",
             )
         )
-        known.add(fname)
+    # Facts are read from the config and derived in dependency order (declaration order where free).
+    by_name = {f.name: f for f in facts}
+
+    def fact_cycle(trail: tuple) -> FileFormatError:
+        return FileFormatError(f"{by_name[trail[-1]].where}: $: fact derivation cycle: {' -> '.join(trail)}")
+
+    facts = [by_name[n] for n in dependency_order(
+        by_name, lambda n: (by_name[n].derive.names & known) if by_name[n].derive is not None else (), fact_cycle)]
     count_src = merged["count"]
     abstract = bool(data.get("abstract", False))
     if count_src is None and not abstract:

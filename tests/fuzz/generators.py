@@ -596,7 +596,7 @@ def _probe(r, rel: str) -> dict:
     elif chance(r, 0.2):
         cfg["quantization_config"] = {"quant_method": "fp8"}
     profile = rel.split("/")[1] if rel.startswith("formulas/") else None
-    runs = [list(x) for x in RUNS if profile is None or x[0] == profile]
+    runs = [list(x) for x in RUNS if profile is None or x[0] == profile] or [[profile, {}]]  # a profile RUNS lacks: its defaults
     chosen = [r.choice(runs)]
     if chance(r, 0.3):
         chosen.append([profile or r.choice(("unsloth", "hf")), {"optimizer": "adafactor"}])
