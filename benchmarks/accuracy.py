@@ -1,6 +1,7 @@
-"""Regenerate docs/accuracy.md: the hf profile's estimate against `vramwise measure`.
+"""Regenerate docs/accuracy.md: the hf, torchtune and litgpt profiles' estimates against `vramwise measure`.
 
-    python benchmarks/accuracy.py            # every cell of tests/validation_matrix.py and three 8B steps (about 10 minutes on 2 cores)
+    python benchmarks/accuracy.py            # every cell of tests/validation_matrix*.py and three 8B steps (about 15 minutes on 2 cores)
+    python benchmarks/accuracy.py --part stacks   # only the torchtune and litgpt sections (the hf part of the page is kept)
     python benchmarks/accuracy.py --cuda     # also measure the GPU rows when torch sees a CUDA device
 
 CPU rows come from the storage tracker (full and LoRA under fake tensors, QLoRA with real
@@ -24,6 +25,22 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 import validation_matrix as vm  # noqa: E402
 
+#: where the sections of the training-stack profiles start in docs/accuracy.md
+STACK_MARKER = "<!-- training-stack profiles: python benchmarks/accuracy.py --part stacks -->"
+
+#: (profile, validation-matrix module, what the section says about its cells)
+STACKS = (
+    ("torchtune", "validation_matrix_torchtune",
+     "torchtune 0.6.1's own model builders (llama3_2-, qwen2- and mistral-shaped, 256 wide, 2 layers, real "
+     "vocabularies), its LoRA / QLoRA (torchao NF4) modules, chunked cross-entropy, activation offloading and "
+     "optimizer_in_bwd, measured by `vramwise measure --stack torchtune` (fake tensors; torchao's NF4 runs "
+     "under FakeTensorMode) against `--profile torchtune`; asserted by tests/test_validation_matrix_torchtune.py."),
+    ("litgpt", "validation_matrix_litgpt",
+     "LitGPT 0.5.9's own GPT model, its LoRA (bf16-true precision, fused qkv) and chunked cross-entropy, "
+     "measured by `vramwise measure --stack litgpt` against `--profile litgpt`; asserted by "
+     "tests/test_validation_matrix_litgpt.py."),
+)
+
 #: A short GPU matrix: a 0.5B Qwen2.5-shaped model, three methods, two shapes.
 GPU_MODEL = {
     "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864,
@@ -45,6 +62,39 @@ def cpu_rows():
         rows.append((cell, r))
         print(f"{r['cell']:<45} {_pct(r['error'])}", file=sys.stderr, flush=True)
     return rows
+
+
+def stack_rows(module_name: str):
+    mod = __import__(module_name)
+    rows = []
+    for cell in mod.cells():
+        r = mod.run_cell(cell)
+        rows.append((mod.cell_id(cell), r))
+        print(f"{r['cell']:<45} {_pct(r['error'])}", file=sys.stderr, flush=True)
+    return rows
+
+
+def render_stacks(stacks) -> str:
+    mib = 2**20
+    out = [STACK_MARKER, ""]
+    for (profile, _, about), rows in stacks:
+        errs = [abs(r["error"]) for _, r in rows]
+        out += [
+            f"## The `{profile}` profile (CPU)",
+            "",
+            about,
+            "",
+            f"**Summary.** {len(rows)} cells; median |error| {100 * statistics.median(errs):.3f} %, largest "
+            f"{100 * max(errs):.2f} %.",
+            "",
+            "| cell | measured MiB | estimate MiB | error | measured phase | estimated phase |",
+            "|---|---:|---:|---:|---|---|",
+        ]
+        for cid, r in rows:
+            out.append(f"| {cid} | {r['measured'] / mib:.1f} | {r['estimate'] / mib:.1f} | {_pct(r['error'])} "
+                       f"| {r['measured_phase']} | {r['estimate_phase']} |")
+        out.append("")
+    return "\n".join(out)
 
 
 def layer_rows():
@@ -215,15 +265,23 @@ def render(cpu, layers, large, gpu) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cuda", action="store_true", help="also measure the GPU rows (needs a CUDA device)")
+    ap.add_argument("--part", choices=("all", "stacks"), default="all",
+                    help="all: the whole page; stacks: only the torchtune and litgpt sections, the rest kept")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "accuracy.md"))
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
-    cpu = cpu_rows()
-    layers = layer_rows()
-    large = large_rows()
-    gpu = gpu_rows() if args.cuda else []
+    if args.part == "all":
+        cpu = cpu_rows()
+        layers = layer_rows()
+        large = large_rows()
+        gpu = gpu_rows() if args.cuda else []
+        head = render(cpu, layers, large, gpu)
+    else:
+        with open(args.out, encoding="utf-8") as f:
+            head = f.read().split(STACK_MARKER)[0].rstrip("\n") + "\n"
+    stacks = [(st, stack_rows(st[1])) for st in STACKS]
     with open(args.out, "w", encoding="utf-8") as f:
-        f.write(render(cpu, layers, large, gpu))
+        f.write(head + "\n" + render_stacks(stacks))
     print(f"wrote {args.out}", file=sys.stderr)
 
 

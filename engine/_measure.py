@@ -65,9 +65,11 @@ class StorageTracker:
 
     def __init__(self, granularity: int = _ROUND):
         import torch
+        from torch.utils._python_dispatch import is_traceable_wrapper_subclass
         from torch.utils._pytree import tree_leaves
 
         self._tensor_type, self._tree_leaves = torch.Tensor, tree_leaves
+        self._is_wrapper = is_traceable_wrapper_subclass
         self.granularity = granularity
         self._live: dict[int, _StorageRef] = {}  # storage pointer -> weak reference to its Python object
         self._freed = 0  # bytes of the storages that died since the last sweep
@@ -88,6 +90,10 @@ class StorageTracker:
 
     def add(self, tensor) -> None:
         if not isinstance(tensor, self._tensor_type) or tensor.device.type == "meta":
+            return
+        if self._is_wrapper(tensor):  # a tensor subclass over inner tensors (torchao's NF4Tensor): count those
+            for name in tensor.__tensor_flatten__()[0]:
+                self.add(getattr(tensor, name))
             return
         try:
             storage = tensor.untyped_storage()
@@ -461,6 +467,7 @@ def _categories(net, opt) -> dict:
     """Bytes of the parameters, gradients and optimizer state (each storage once, 512-byte rounded)."""
     import torch
     from torch.multiprocessing.reductions import StorageWeakRef
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
     seen: set = set()
 
@@ -468,6 +475,9 @@ def _categories(net, opt) -> dict:
         out = 0
         for t in tensors:
             if t is None or not isinstance(t, torch.Tensor):
+                continue
+            if is_traceable_wrapper_subclass(t):  # count the inner tensors (torchao's NF4Tensor)
+                out += total(getattr(t, name) for name in t.__tensor_flatten__()[0])
                 continue
             st = t.untyped_storage()
             key = StorageWeakRef(st).cdata
