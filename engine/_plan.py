@@ -188,6 +188,16 @@ def analyse(attributes) -> Analysis | None:
     def walk(n: ast.AST) -> None:
         if not _uses(n, frozenset({"i"})):
             return
+        if (isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], (ast.In, ast.NotIn))
+                and not is_i(n.left) and free(n.comparators[0])):
+            terms = offsets(n.left)  # (i + a) in xs: membership of i in xs shifted by -a
+            if terms:
+                total = terms[0]
+                for t in terms[1:]:
+                    total = ast.BinOp(left=total, op=ast.Add(), right=t)
+                atoms.append(_Atom("member", _compile(n), (_compile(n.comparators[0]), _compile(total)),
+                                   isinstance(n.ops[0], ast.NotIn)))
+                return
         if isinstance(n, ast.Subscript) and is_i(n.slice) and free(n.value):
             atoms.append(_Atom("list", _compile(n), (_compile(n.value),)))
             return
@@ -323,10 +333,13 @@ def plan_layers(analysis: Analysis, env: Mapping, n: int) -> list[tuple[int, Ind
             container = values[0]
             if not ok[0] or not isinstance(container, (list, tuple, dict)):
                 continue  # raises, or is False, alike on every layer
+            shift = values[1] if len(values) > 1 else 0  # (i + shift) in container
+            if len(values) > 1 and (not ok[1] or isinstance(shift, bool) or not isinstance(shift, int)):
+                raise Unplannable("membership of the layer index plus a non-integer offset")
             hits = set()
             for e in container:
                 if isinstance(e, (bool, int)) or (isinstance(e, float) and math.isfinite(e) and e.is_integer()):
-                    hits.add(int(e))
+                    hits.add(int(e) - shift)
             for h in hits:
                 breaks.update((h, h + 1))
             readers.append(lambda i, hits=hits, negate=atom.negate: (i in hits) != negate)

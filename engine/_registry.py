@@ -298,7 +298,10 @@ class Registry:
         if family is not None:
             fam = self.family(family)
         else:
-            fam, note = self.family_for(types)
+            # a family that names the root model type itself models the whole config (a drafter or
+            # head around a text tower of another family's type), so it wins over the text tower's type
+            served_root = types[1] if types[1] in self._by_type else None
+            fam, note = self.family_for([served_root] if served_root else types)
             if note:
                 notes.append(note)
         model_type = next((t for t in types if t), None)

@@ -37,7 +37,7 @@ def _indexed(folder: Path, model_types) -> list[tuple[str, Path]]:
 
 _TEXT_ROOTS = ("model.language_model.", "language_model.model.", "language_model.")
 _OTHER_TOWERS = ("model.resampler_model.", "model.vision_model.", "model.visual.", "model.vision_embedder.", "model.audio_embedder.", "model.vision_tower.", "model.multi_modal_projector.", "vision_tower.", "multi_modal_projector.",
-                 "model.audio_tower.", "model.embed_vision.", "model.embed_audio.")
+                 "model.audio_tower.", "model.embed_vision.", "model.embed_audio.", "model.embed_tokens_extend.")
 
 
 def reference_params(config_dict: dict) -> dict[str, int]:
@@ -102,3 +102,33 @@ def by_kind(per_module: dict[str, int]) -> dict[str, int]:
         k = kind_of(path)
         out[k] = out.get(k, 0) + n
     return {k: v for k, v in sorted(out.items()) if v}
+
+
+# -- the configs a family's `reference:` block asks to build (test_exact_params, scripts/coverage.py) --
+
+
+def default_config(model_type: str) -> dict:
+    """The default config of ``model_type`` as transformers writes it, every field included."""
+    from transformers import AutoConfig
+
+    return json.loads(AutoConfig.for_model(model_type).to_json_string(use_diff=False))
+
+
+def merge_config(base: dict, fixes: dict) -> dict:
+    """``base`` with ``fixes`` laid over it; nested mappings are merged, other values replaced."""
+    out = dict(base)
+    for k, v in fixes.items():
+        out[k] = merge_config(out.get(k) or {}, v) if isinstance(v, dict) else v
+    return out
+
+
+def reference_default_config(reference) -> dict:
+    """A ``reference:`` block's default config: its model type's default config with ``default_fixes``."""
+    return merge_config(default_config(reference["model_type"]), reference.get("default_fixes") or {})
+
+
+def reference_minimal_config(reference) -> dict | None:
+    """A ``reference:`` block's minimal config with ``default_fixes``; None for ``minimal: null``."""
+    if reference.get("minimal") is None:
+        return None
+    return merge_config({"model_type": reference["model_type"], **reference["minimal"]}, reference.get("default_fixes") or {})
