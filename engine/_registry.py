@@ -406,8 +406,13 @@ def _source_key(source: Any) -> tuple | None:
     if isinstance(source, (str, os.PathLike)):
         text = os.path.expanduser(os.fspath(source))
         here = _stat(text)
-        if here is None:
-            return None  # a hub id, or a missing file (reported by read_config)
+        if here is None:  # a catalog name is resolved once; a hub id or a missing file each time
+            from ._catalog import CATALOG_PREFIX, HUB_PREFIX, find_model
+
+            if not isinstance(source, str) or source.startswith(HUB_PREFIX):
+                return None
+            entry = find_model(source[len(CATALOG_PREFIX):] if source.startswith(CATALOG_PREFIX) else source)
+            return ("catalog", entry.id) if entry is not None else None
         folder = text if os.path.isdir(text) else os.path.dirname(text) or "."
         config = os.path.join(text, "config.json") if folder == text else text
         index = os.path.join(folder, "model.safetensors.index.json")

@@ -39,7 +39,7 @@ from typing import Any, Mapping
 
 from ._errors import ConfigError
 
-__all__ = ["read_config", "text_view", "checkpoint_size", "MAX_CONFIG_BYTES", "MAX_INDEX_BYTES", "MAX_JSON_DEPTH"]
+__all__ = ["read_config", "parse_json_bytes", "text_view", "checkpoint_size", "MAX_CONFIG_BYTES", "MAX_INDEX_BYTES", "MAX_JSON_DEPTH"]
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -152,6 +152,14 @@ def _read_json(path: Path, *, what: str = "config", limit: int = MAX_CONFIG_BYTE
         raise ConfigError(f"cannot read {what} {path}: {_os_reason(e)}") from None
     if len(raw) > limit:
         raise ConfigError(f"{path}: larger than the {_size(limit)} a {what} file may have")
+    return parse_json_bytes(raw, str(path), what=what, limit=limit)
+
+
+def parse_json_bytes(raw: bytes, path: str, *, what: str = "config", limit: int = MAX_CONFIG_BYTES) -> dict:
+    """A JSON object from bytes read elsewhere (an upload), checked as a local file is: UTF-8, the
+    nesting and count limits, finite numbers; ``path`` names it in the one ConfigError."""
+    if len(raw) > limit:
+        raise ConfigError(f"{path}: larger than the {_size(limit)} a {what} file may have")
     if raw.startswith(_UTF8_BOM):
         raw = raw[len(_UTF8_BOM):]
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or (len(raw) >= 2 and b"\x00" in raw[:4]):
@@ -238,6 +246,16 @@ def read_config(source: Any, *, trust_remote_code: bool = False) -> tuple[dict, 
     text, path = _local_path(source)
     if not text:
         raise ConfigError("no model given: the path is empty")
+    from ._catalog import CATALOG_PREFIX, HUB_PREFIX, catalog_model, find_model
+
+    if isinstance(source, str) and text.startswith(HUB_PREFIX):  # the hub even when the catalog has it
+        repo = text[len(HUB_PREFIX):]
+        if not _HUB_ID.match(repo):
+            raise ConfigError(f"{text[:200]!r}: after {HUB_PREFIX!r} give a hub id such as meta-llama/Llama-3.1-8B")
+        return _read_hub(repo, trust_remote_code), f"hub:{repo}"
+    if isinstance(source, str) and text.startswith(CATALOG_PREFIX):
+        entry = catalog_model(text[len(CATALOG_PREFIX):])
+        return _catalog_config(entry), f"catalog:{entry.id}"
     st = _stat(path, "config")
     if st is not None and stat.S_ISDIR(st.st_mode):
         cfg = path / "config.json"
@@ -247,9 +265,17 @@ def read_config(source: Any, *, trust_remote_code: bool = False) -> tuple[dict, 
         return _read_json(cfg), str(cfg)
     if st is not None:
         return _read_json(path), str(path)
+    entry = find_model(text) if isinstance(source, str) else None
+    if entry is not None:  # the bundled catalog, before the hub: no network, no cache
+        return _catalog_config(entry), f"catalog:{entry.id}"
     if _HUB_ID.match(text) and not text.endswith(".json"):
         return _read_hub(text, trust_remote_code), f"hub:{text}"
     raise ConfigError(f"no such file or folder: {text}")
+
+
+def _catalog_config(entry) -> dict:
+    """A private copy of a catalog entry's config (the catalog itself is never modified)."""
+    return json.loads(json.dumps(entry.config))
 
 
 # -- the hub ---------------------------------------------------------------------------------------

@@ -231,6 +231,8 @@ def _training_args(p: argparse.ArgumentParser, *, skip: tuple = (), lists: tuple
     p.add_argument("--profile", default="unsloth",
                    help="memory profile: unsloth (Unsloth's calibrated model) or hf (plain transformers + PEFT, phase by phase) (default: unsloth)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a hub config's remote code to run (off by default)")
+    p.add_argument("--hub", action="store_true",
+                   help="read MODEL from the Hugging Face hub (or its cache) even when the model catalog has it")
     if json_flag:
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -253,6 +255,12 @@ def _model_of(args) -> tuple[Any, str, str, bool]:
         if size is not None:  # weight files without a config: the size-only fallback
             label = f"{model} ({_count_bytes(size)} of weights, no config)"
             model, weight_bytes, size_only = None, size, True
+    if getattr(args, "hub", False) and model is not None and not size_only:
+        from ._catalog import HUB_PREFIX
+
+        if local_kind(model) is not None:
+            raise SettingsError(f"--hub reads a hub id, but {model} is a local path")
+        model = model if model.startswith(HUB_PREFIX) else HUB_PREFIX + model
     if size_only:
         if model is None and label is None:
             label = (f"a model of {_count(int(params))} parameters (no config)" if params is not None
@@ -554,30 +562,36 @@ def _value_text(v, unit: str) -> str:
 
 def _print_trace(est: Estimate, model: str, as_json: bool, out, show_all: bool = False, note: str | None = None) -> None:
     if as_json:
-        _print_json(
-            {
-                "estimate": est.to_dict(),
-                "provenance": [
-                    {
-                        "kind": p.kind, "name": p.name, "value": _jsonable(p.value), "unit": p.unit,
-                        "location": p.location(), "how": p.how,
-                        **({"layers": list(p.layer_indices)} if p.layer_indices is not None else {}),
-                    }
-                    for p in est.provenance
-                ],
-                "trace": [
-                    {
-                        "id": t.id, "component": t.component, "location": t.location(), "expression": t.expression,
-                        "inputs": {k: _jsonable(v) for k, v in t.inputs.items()}, "value": _jsonable(t.value),
-                        "unit": t.unit, "source": t.source,
-                        **({"layers": list(t.layer_indices)} if t.layer_indices is not None else {}),
-                    }
-                    for t in est.trace
-                ],
-            },
-            out,
-        )
+        _print_json(_explain_json(est), out)
         return
+    _print_trace_text(est, model, out, show_all, note)
+
+
+def _explain_json(est: Estimate) -> dict:
+    """What ``explain --json`` prints: the estimate, every input's provenance and every formula."""
+    return {
+        "estimate": est.to_dict(),
+        "provenance": [
+            {
+                "kind": p.kind, "name": p.name, "value": _jsonable(p.value), "unit": p.unit,
+                "location": p.location(), "how": p.how,
+                **({"layers": list(p.layer_indices)} if p.layer_indices is not None else {}),
+            }
+            for p in est.provenance
+        ],
+        "trace": [
+            {
+                "id": t.id, "component": t.component, "location": t.location(), "expression": t.expression,
+                "inputs": {k: _jsonable(v) for k, v in t.inputs.items()}, "value": _jsonable(t.value),
+                "unit": t.unit, "source": t.source,
+                **({"layers": list(t.layer_indices)} if t.layer_indices is not None else {}),
+            }
+            for t in est.trace
+        ],
+    }
+
+
+def _print_trace_text(est: Estimate, model: str, out, show_all: bool, note: str | None) -> None:
     out.write(f"{model}: family {est.family}, profile {est.profile}\n")
     summary = _summary(est.profile)
     if summary:
@@ -930,17 +944,25 @@ def _print_sweep(sw, label: str, profile: str, fixed: dict, fmt: str, out) -> No
 
 # -- other commands -------------------------------------------------------------------------
 
-def _families(as_json: bool, out) -> None:
+def _families_json() -> dict:
+    """What ``families --json`` prints."""
     reg = Registry.default()
     rows = [
         {"family": f.name, "model_types": list(f.model_types), "file": f.file, "extends": f.parents[0] if f.parents else None,
          "fallback": f.fallback}
         for f in sorted(reg.families.values(), key=lambda f: f.name) if not f.abstract
     ]
+    return {"families": rows, "profiles": reg.profile_names(),
+            "profile_summaries": {p: reg.profile(p).summary for p in reg.profile_names()}}
+
+
+def _families(as_json: bool, out) -> None:
+    data = _families_json()
     if as_json:
-        _print_json({"families": rows, "profiles": reg.profile_names(),
-                     "profile_summaries": {p: reg.profile(p).summary for p in reg.profile_names()}}, out)
+        _print_json(data, out)
         return
+    reg = Registry.default()
+    rows = data["families"]
     width = max(len(r["family"]) for r in rows)
     for r in rows:
         types = ", ".join(r["model_types"]) or (
@@ -1025,6 +1047,26 @@ def _measure(args, out) -> None:
         out.write(f"{name:<10} {size(ph.peak):>9} {size(ph.end):>9}  {cats}\n")
     for n in m.notes:
         out.write(f"note: {n}\n")
+
+
+def _catalog_cmd(query: str, as_json: bool, out) -> None:
+    from ._catalog import list_models
+
+    models = list_models(query)
+    if as_json:
+        _print_json({"query": query, "models": [m.to_dict() for m in models]}, out)
+        return
+    if not models:
+        out.write(f"no model of the catalog matches {query!r}\n")
+        return
+    width = min(max(len(m.id) for m in models), 52)
+    fam = max(len(m.family) for m in models)
+    out.write(f"{'model':<{width}}  {'family':<{fam}}  {'parameters':>11}  source\n")
+    for m in models:
+        also = f" (also: {', '.join(m.aliases)})" if m.aliases else ""
+        kind = "hub config" if m.kind == "hub config" else "family example"
+        out.write(f"{m.id:<{width}}  {m.family:<{fam}}  {_count(m.params):>11}  {kind}{also}\n")
+    out.write(f"\n{len(models)} model(s); `vramwise estimate ID` reads these offline (--hub reads the hub instead)\n")
 
 
 def _gpus(as_json: bool, out) -> None:
@@ -1216,6 +1258,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
     p = sub.add_parser("gpus", help="list the NVIDIA GPUs and their memory (or why none is visible)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p = _sub(sub, "catalog", "list the bundled model catalog (estimates of these need no network)",
+             "The offline model catalog: well-known checkpoints whose configs ship with vramwise, so `vramwise "
+             "estimate ID` needs no network. QUERY keeps the entries whose id, aliases, family or model type "
+             "contain every word of it (case-insensitive).",
+             "vramwise catalog llama\nvramwise catalog qwen3 moe --json")
+    p.add_argument("query", nargs="*", metavar="QUERY", help="words to search for (default: list everything)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p = _sub(sub, "serve", "a local web page and JSON API (needs vramwise[serve])",
+             "Serve the web page (choose a model, settings and a GPU; charts update as you type) and the JSON API "
+             "(/api/estimate, /api/explain, /api/compare, /api/fit, /api/families, /api/gpus, /api/catalog). It "
+             "listens on loopback unless --host says otherwise; it reads no files and fetches no models for a "
+             "request: models come from the catalog or an uploaded config.json.",
+             "vramwise serve\nvramwise serve --port 8080 --open")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 picks a free one)")
+    p.add_argument("--open", action="store_true", help="open the page in the default browser")
     p = _sub(sub, "select", "choose GPUs for a run: which, why, device_map and CUDA_VISIBLE_DEVICES",
              "Choose the GPUs of this machine for a run: which, why, the device_map and CUDA_VISIBLE_DEVICES.",
              "vramwise select examples/llama-3.1-8b.json --method lora --gpu-ids 0,2")
@@ -1304,6 +1362,15 @@ def _dispatch(cmd: str, args, out) -> int:
     if cmd == "gpus":
         _gpus(args.json, out)
         return 0
+    if cmd == "catalog":
+        _catalog_cmd(" ".join(args.query), args.json, out)
+        return 0
+    if cmd == "serve":
+        from ._serve import serve
+
+        if not 0 <= args.port <= 65535:
+            raise _Bad(f"--port must be from 0 to 65,535, got {args.port}")
+        return serve(host=args.host, port=args.port, open_browser=args.open, err=sys.stderr)
     if cmd == "select":
         _select(args, out)
         return 0

@@ -1,0 +1,494 @@
+"""``vramwise serve``: a local web page and a JSON API over the library (Starlette, served by uvicorn).
+
+The API mirrors the command line's ``--json`` output, computed by the same functions:
+
+========================  ======  ===========================================================
+path                      method  answer (the CLI command whose ``--json`` it equals)
+========================  ======  ===========================================================
+``/api/estimate``         POST    ``estimate --json`` (``gpus``: the per-GPU counts)
+``/api/explain``          POST    ``explain --json``
+``/api/fit``              POST    ``fit --json`` (``gpu`` required)
+``/api/compare``          POST    ``compare --json``
+``/api/families``         GET     ``families --json``
+``/api/gpus``             GET     ``{"catalog": [...], "local": gpus --json}``
+``/api/catalog?q=``       GET     ``catalog QUERY --json``
+``/api/settings``         GET     the settings table (names, defaults, choices) the page builds its form from
+========================  ======  ===========================================================
+
+A POST body is one JSON object: ``model`` (a name in the model catalog) or ``config`` (a config.json
+object) or ``config_text`` (a config.json file's text), ``profile``, any setting of
+:data:`vramwise.SETTINGS` by name, and the command's own fields (``gpus``, ``gpu``, ``headroom``,
+``seq_lens``, ``methods``, ``profiles``). Bad input of any kind is answered 4xx with
+``{"error": "<the library's one-line message>"}``; an unexpected failure 500 with one line and no
+traceback.
+
+What the server does not do, by design: read a file or fetch a model named by a request (model
+names are looked up in the catalog only), run remote code, answer other origins' scripts (no CORS
+headers; requests whose ``Host`` is not this machine are refused while it listens on loopback),
+accept a body over :data:`MAX_BODY_BYTES`, or wait more than :data:`BODY_TIMEOUT` seconds for a body
+or :data:`COMPUTE_TIMEOUT` seconds for an answer.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import math
+import socket
+import sys
+from importlib import resources
+from typing import Any, Callable
+
+from ._errors import ConfigError, InternalError, SettingsError, VramwiseError
+
+__all__ = ["create_app", "make_server", "serve", "MAX_BODY_BYTES", "BODY_TIMEOUT", "COMPUTE_TIMEOUT"]
+
+#: the largest request body (a config.json upload inside it): 1 MiB
+MAX_BODY_BYTES = 2**20
+#: seconds to receive a whole request body
+BODY_TIMEOUT = 10.0
+#: seconds to compute an answer (estimates take microseconds; a full fit milliseconds)
+COMPUTE_TIMEOUT = 20.0
+#: answers computed at once (more wait their turn)
+WORKERS = 4
+_MAX_LIST = 64
+_LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+_STATIC = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8"}
+
+
+class _Bad(Exception):
+    """A request the API refuses (status and one-line message)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def _need_starlette():
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ModuleNotFoundError:
+        raise VramwiseError("vramwise serve needs Starlette and uvicorn: pip install 'vramwise[serve]'") from None
+
+
+def _one_line(text: Any, limit: int = 2000) -> str:
+    return (" ".join(str(text).split()) or "(no message)")[:limit]
+
+
+def is_loopback(host: str) -> bool:
+    h = host.strip("[]").lower()
+    if h == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False
+
+
+# -- reading requests ------------------------------------------------------------------------
+
+def _settings_names() -> dict:
+    from ._settings import SETTINGS
+
+    return {s.name: s for s in SETTINGS}
+
+
+def _model_of(body: dict):
+    """The model a request names: a catalog entry (never a path or a hub id) or an uploaded config."""
+    from ._source import parse_json_bytes
+
+    given = [k for k in ("model", "config", "config_text") if body.get(k) is not None]
+    if len(given) != 1:
+        raise _Bad(400, "give one of: model (a name in the model catalog), config (a config.json object) "
+                        "or config_text (a config.json file's text)")
+    key = given[0]
+    value = body[key]
+    if key == "model":
+        if not isinstance(value, str) or not value.strip():
+            raise _Bad(400, "model must be a name in the model catalog (GET /api/catalog lists them)")
+        from ._catalog import CATALOG_PREFIX, catalog_model
+
+        return CATALOG_PREFIX + catalog_model(value.strip()).id  # ConfigError (400) when it is not there
+    if key == "config":
+        if not isinstance(value, dict):
+            raise ConfigError(f"config must be a JSON object (the content of config.json), got {type(value).__name__}")
+        return value
+    if not isinstance(value, str):
+        raise ConfigError(f"config_text must be the text of a config.json file, got {type(value).__name__}")
+    return parse_json_bytes(value.encode("utf-8", "surrogatepass"), "uploaded config.json", limit=MAX_BODY_BYTES)
+
+
+def _settings_of(body: dict, allowed_extra: tuple) -> tuple[dict, str]:
+    names = _settings_names()
+    known = set(names) | {"model", "config", "config_text", "profile"} | set(allowed_extra)
+    unknown = sorted(k for k in body if k not in known)
+    if unknown:
+        raise _Bad(400, f"unknown field(s) {', '.join(repr(k)[:60] for k in unknown[:5])}; fields: "
+                        f"model or config or config_text, profile, {', '.join(names)}, {', '.join(allowed_extra)}")
+    settings = {k: v for k, v in body.items() if k in names}
+    t = settings.get("target_modules")
+    if isinstance(t, list):
+        if len(t) > _MAX_LIST or not all(isinstance(x, str) for x in t):
+            raise SettingsError(f"target_modules must be at most {_MAX_LIST} module names")
+    elif t is not None and not isinstance(t, str):
+        raise SettingsError(f"target_modules must be module names, got {type(t).__name__}")
+    elif isinstance(t, str) and not t.strip():
+        settings["target_modules"] = None
+    for name, value in settings.items():
+        if isinstance(value, (dict,)) or (isinstance(value, list) and name != "target_modules"):
+            raise SettingsError(f"{name} must be a single value, got {type(value).__name__}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SettingsError(f"{name} must be finite")
+    profile = body.get("profile", "unsloth")
+    if not isinstance(profile, str):
+        raise SettingsError(f"profile must be a name, got {type(profile).__name__}")
+    return settings, profile
+
+
+def _int_field(body: dict, name: str, default, low: int, high: int):
+    v = body.get(name, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
+        raise SettingsError(f"{name} must be a whole number from {low:,} to {high:,}, got {str(v)[:60]}")
+    return v
+
+
+def _int_list(body: dict, name: str, default, low: int, high: int):
+    v = body.get(name, default)
+    if v is None:
+        return None
+    if isinstance(v, int) and not isinstance(v, bool):
+        v = [v]
+    if not isinstance(v, list) or not v or len(v) > _MAX_LIST:
+        raise SettingsError(f"{name} must be a list of 1 to {_MAX_LIST} whole numbers")
+    for x in v:
+        if isinstance(x, bool) or not isinstance(x, int) or not low <= x <= high:
+            raise SettingsError(f"{name} must hold whole numbers from {low:,} to {high:,}, got {str(x)[:60]}")
+    return v
+
+
+def _str_list(body: dict, name: str, default):
+    v = body.get(name, default)
+    if isinstance(v, str):
+        v = [x.strip() for x in v.split(",") if x.strip()]
+    if not isinstance(v, list) or not v or len(v) > 16 or not all(isinstance(x, str) and x for x in v):
+        raise SettingsError(f"{name} must be a list of 1 to 16 names")
+    return list(dict.fromkeys(v))
+
+
+def _gpu_field(body: dict, required: bool):
+    g = body.get("gpu")
+    if g is None:
+        if required:
+            raise SettingsError("gpu is required: a catalog name (RTX 4090, H100), a size (24GiB) or local")
+        return None
+    if isinstance(g, bool) or not isinstance(g, (str, int)) or (isinstance(g, str) and len(g) > 100):
+        raise SettingsError("gpu must be a GPU name, a size such as 24GiB, a number of bytes or local")
+    return g
+
+
+# -- the answers (run in worker threads) -----------------------------------------------------
+
+def api_estimate(body: dict) -> dict:
+    from . import cli
+    from ._estimate import estimate
+
+    gpus = _int_list(body, "gpus", [1, 2, 4, 8], 1, 1 << 20)
+    settings, profile = _settings_of(body, ("gpus",))
+    est = estimate(_model_of(body), profile=profile, **settings)
+    return cli._estimate_json(est, gpus)
+
+
+def api_explain(body: dict) -> dict:
+    from . import cli
+    from ._estimate import estimate
+
+    settings, profile = _settings_of(body, ())
+    return cli._explain_json(estimate(_model_of(body), profile=profile, **settings))
+
+
+def api_fit(body: dict) -> dict:
+    from ._fit import fit
+
+    settings, profile = _settings_of(body, ("gpu", "gpus", "headroom", "seq_lens"))
+    headroom = body.get("headroom", 0.0)
+    if isinstance(headroom, bool) or not isinstance(headroom, (int, float)):
+        raise SettingsError("headroom must be a share from 0 to 0.9")
+    f = fit(_model_of(body), gpu=_gpu_field(body, True), gpus=_int_field(body, "gpus", None, 1, 1024),
+            headroom=float(headroom), seq_lens=_int_list(body, "seq_lens", None, 1, 1 << 25), profile=profile,
+            **settings)
+    return f.to_dict()
+
+
+def api_compare(body: dict) -> dict:
+    from ._fit import compare
+
+    settings, profile = _settings_of(body, ("gpu", "gpus", "methods", "profiles"))
+    settings.pop("method", None)
+    methods = _str_list(body, "methods", ["qlora", "lora", "full"])
+    profiles = _str_list(body, "profiles", [profile])
+    gpu = _gpu_field(body, False)
+    gpus = _int_field(body, "gpus", None, 1, 1024)
+    if gpus is not None and gpu is None:
+        raise SettingsError("gpus needs gpu (the kind of GPU to count)")
+    return compare(_model_of(body), methods=methods, profiles=profiles, gpu=gpu, gpus=gpus, **settings).to_dict()
+
+
+def api_families(_query: dict) -> dict:
+    from . import cli
+
+    return cli._families_json()
+
+
+def api_gpus(_query: dict) -> dict:
+    from ._gpus import discover_gpus
+    from ._hardware import list_gpus
+
+    catalog = [{"id": g.id, "name": g.name, "vendor": g.vendor, "memory_bytes": g.memory_bytes, "source": g.source,
+                "aliases": list(g.aliases)} for g in list_gpus()]
+    return {"catalog": catalog, "local": discover_gpus().to_dict()}
+
+
+def api_catalog(query: dict) -> dict:
+    from ._catalog import list_models
+
+    q = query.get("q", "")
+    if len(q) > 200:
+        raise SettingsError("q: at most 200 characters")
+    return {"query": q, "models": [m.to_dict() for m in list_models(q)]}
+
+
+def api_settings(_query: dict) -> dict:
+    from ._settings import SETTINGS
+
+    return {"settings": [{"name": s.name, "default": s.default, "type": s.cli_type, "choices": list(s.choices),
+                          "applies_to": list(s.applies_to), "help": s.help} for s in SETTINGS]}
+
+
+_POST = {"estimate": api_estimate, "explain": api_explain, "fit": api_fit, "compare": api_compare}
+_GET = {"families": api_families, "gpus": api_gpus, "catalog": api_catalog, "settings": api_settings}
+
+
+# -- the application ---------------------------------------------------------------------------
+
+def _web(name: str) -> bytes:
+    return resources.files("vramwise").joinpath("web", name).read_bytes()
+
+
+def create_app(*, allowed_hosts: tuple | None = _LOOPBACK_NAMES):
+    """The ASGI application. ``allowed_hosts``: the ``Host`` header names accepted (None: any)."""
+    _need_starlette()
+    import anyio
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    limiter = anyio.CapacityLimiter(WORKERS)
+    assets = {name: _web(name) for name in ("index.html", *_STATIC)}
+
+    def answer(status: int, data: Any) -> Response:
+        try:
+            body = json.dumps(data, allow_nan=False, separators=(",", ":")).encode()
+        except (TypeError, ValueError) as e:  # a figure that is not JSON: a bug, reported in one line
+            status, body = 500, json.dumps({"error": f"internal error: {type(e).__name__}: {_one_line(e)}"}).encode()
+        return Response(body, status_code=status, media_type="application/json")
+
+    def error(status: int, message: str) -> Response:
+        return answer(status, {"error": _one_line(message)})
+
+    async def compute(fn: Callable, arg: dict) -> Response:
+        try:
+            with anyio.fail_after(COMPUTE_TIMEOUT):
+                data = await anyio.to_thread.run_sync(fn, arg, limiter=limiter, abandon_on_cancel=True)
+        except TimeoutError:
+            return error(503, f"the answer took more than {COMPUTE_TIMEOUT:g} s; try fewer or smaller settings")
+        except _Bad as e:
+            return error(e.status, str(e))
+        except InternalError as e:
+            return error(500, f"internal error: {type(e).__name__}: {e}")
+        except VramwiseError as e:
+            problems = getattr(e, "problems", None)
+            return error(400, "; ".join(problems) if problems else str(e))
+        except RecursionError:
+            return error(400, "the request nests too deep")
+        except Exception as e:  # noqa: BLE001 - a bug: one line, never a traceback
+            return error(500, f"internal error: {type(e).__name__}: {_one_line(e, 500)}")
+        return answer(200, data)
+
+    async def read_body(request: Request) -> dict:
+        ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+        if ctype not in ("application/json", "text/plain", ""):
+            raise _Bad(415, f"send the request as application/json, not {ctype[:60]}")
+        length = request.headers.get("content-length")
+        if length is not None:
+            if not length.isdigit():
+                raise _Bad(400, "invalid Content-Length")
+            if int(length) > MAX_BODY_BYTES:
+                raise _Bad(413, f"the request body is {int(length):,} bytes; at most {MAX_BODY_BYTES:,} (1 MiB) are accepted")
+        chunks, size = [], 0
+        try:
+            with anyio.fail_after(BODY_TIMEOUT):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > MAX_BODY_BYTES:
+                        raise _Bad(413, f"the request body is over {MAX_BODY_BYTES:,} bytes (1 MiB)")
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise _Bad(408, f"the request body did not arrive within {BODY_TIMEOUT:g} s") from None
+        from ._source import parse_json_bytes
+
+        raw = b"".join(chunks)
+        if not raw.strip():
+            raise _Bad(400, "the request body is empty; send a JSON object")
+        try:
+            return parse_json_bytes(raw, "request body", what="request", limit=MAX_BODY_BYTES)
+        except ConfigError as e:
+            raise _Bad(400, str(e)) from None
+
+    async def post(request: Request) -> Response:
+        fn = _POST.get(request.path_params["name"])
+        if fn is None:
+            return error(404, f"no such API: {request.url.path[:100]}")
+        try:
+            body = await read_body(request)
+        except _Bad as e:
+            return error(e.status, str(e))
+        return await compute(fn, body)
+
+    async def get(request: Request) -> Response:
+        fn = _GET.get(request.path_params["name"])
+        if fn is None:
+            if request.path_params["name"] in _POST:
+                return error(405, f"{request.url.path} takes a POST with a JSON body")
+            return error(404, f"no such API: {request.url.path[:100]}")
+        return await compute(fn, dict(request.query_params))
+
+    async def page(request: Request) -> Response:
+        return Response(assets["index.html"], media_type="text/html; charset=utf-8",
+                        headers={"Cache-Control": "no-cache"})
+
+    async def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in _STATIC:
+            return error(404, "not found")
+        return Response(assets[name], media_type=_STATIC[name], headers={"Cache-Control": "no-cache"})
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        status = getattr(exc, "status_code", 404)
+        return error(status, "method not allowed" if status == 405 else f"not found: {request.url.path[:100]}")
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        return error(500, f"internal error: {type(exc).__name__}")
+
+    app = Starlette(
+        routes=[
+            Route("/", page, methods=["GET"]),
+            Route("/static/{name}", static, methods=["GET"]),
+            Route("/api/{name}", post, methods=["POST"]),
+            Route("/api/{name}", get, methods=["GET"]),
+        ],
+        exception_handlers={404: not_found, 405: not_found, 500: server_error, Exception: server_error},
+    )
+    return _Guard(app, allowed_hosts)
+
+
+class _Guard:
+    """ASGI wrapper: the Host check (DNS rebinding), security headers on every answer, and a last
+    catch that turns anything unexpected into one line of JSON."""
+
+    def __init__(self, app, allowed_hosts):
+        self.app = app
+        self.allowed = None if allowed_hosts is None else {h.lower() for h in allowed_hosts}
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        if self.allowed is not None:
+            host = dict(scope.get("headers") or ()).get(b"host", b"").decode("latin-1").strip().lower()
+            name = host[1:host.index("]")] if host.startswith("[") and "]" in host else host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+            if name not in self.allowed:
+                return await _send_json(send, 421, {"error": "this server answers requests for this machine only "
+                                                             "(Host: localhost or a loopback address)"})
+        started = False
+
+        async def guarded_send(message):
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() not in (b"server",)]
+                headers += [(b"content-security-policy", _CSP.encode()), (b"x-content-type-options", b"nosniff"),
+                            (b"referrer-policy", b"no-referrer"), (b"x-frame-options", b"DENY")]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, guarded_send)
+        except Exception as e:  # noqa: BLE001 - never a traceback to the client
+            if not started:
+                await _send_json(send, 500, {"error": f"internal error: {type(e).__name__}"})
+
+
+async def _send_json(send, status: int, data: dict) -> None:
+    body = json.dumps(data).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            (b"content-security-policy", _CSP.encode()), (b"x-content-type-options", b"nosniff")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+# -- running it --------------------------------------------------------------------------------
+
+def make_server(host: str = "127.0.0.1", port: int = 0):
+    """(uvicorn server, bound socket, URL): bound now, so port 0 gives a free port; call
+    ``server.run(sockets=[sock])`` to serve (in a thread for tests)."""
+    _need_starlette()
+    import uvicorn
+
+    loop = is_loopback(host)
+    app = create_app(allowed_hosts=_LOOPBACK_NAMES + ((host,) if loop else ()) if loop else None)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets whose proto says TCP; without it each answer
+    # (headers, then body) waits for the client's delayed ACK, about 40 ms a request
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as e:
+        sock.close()
+        raise SettingsError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    sock.listen(128)
+    sock.setblocking(False)
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, server_header=False, date_header=False, proxy_headers=False,
+        timeout_keep_alive=5, timeout_graceful_shutdown=3, limit_concurrency=64, backlog=128,
+        h11_max_incomplete_event_size=64 * 1024, lifespan="off",
+    )
+    server = uvicorn.Server(config)
+    bound = sock.getsockname()
+    shown = f"[{bound[0]}]" if family == socket.AF_INET6 else bound[0]
+    return server, sock, f"http://{shown}:{bound[1]}/"
+
+
+def serve(host: str = "127.0.0.1", port: int = 8000, *, open_browser: bool = False, err=None) -> int:
+    """Serve until interrupted; returns the exit code."""
+    err = err or sys.stderr
+    server, sock, url = make_server(host, port)
+    if not is_loopback(host):
+        err.write(f"vramwise serve: warning: listening on {host}, reachable from other machines; the API has no "
+                  "authentication (use the default 127.0.0.1 unless you mean it)\n")
+    err.write(f"vramwise serve: {url} (Ctrl-C stops it)\n")
+    err.flush()
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(url.replace("0.0.0.0", "127.0.0.1"))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+    return 0

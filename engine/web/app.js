@@ -1,0 +1,390 @@
+// vramwise serve: the page. A thin client of the JSON API (/api/...); no libraries, no network beyond this server.
+"use strict";
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const GIB = 2 ** 30;
+  const COMPONENTS = ["weights", "lora", "optimizer", "gradients", "activations", "overhead"];
+  const COLORS = { weights: "#2f5fd0", lora: "#9b59b6", optimizer: "#e67e22", gradients: "#c0392b",
+    activations: "#16a085", overhead: "#7f8c8d", "KV cache": "#27ae60" };
+  const FIELDS = ["method", "batch_size", "seq_len", "lora_rank", "target_modules", "gradient_checkpointing",
+    "optimizer", "attention", "loss", "load_in_4bit"];
+  const SVGNS = "http://www.w3.org/2000/svg";
+  const state = { table: {}, models: [], upload: null, uploadName: null, seq: 0, inflight: null, timer: null };
+
+  const gib = (n) => (n / GIB).toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 });
+  const count = (n) => n >= 1e9 ? (n / 1e9).toFixed(2) + " B" : n >= 1e6 ? (n / 1e6).toFixed(2) + " M" : String(n);
+  const int = (n) => n === null || n === undefined ? "none fits" : n.toLocaleString("en-US");
+
+  function el(tag, attrs, text) {
+    const e = document.createElementNS(SVGNS, tag);
+    for (const k in attrs) e.setAttribute(k, attrs[k]);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+  function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); }
+  function h(tag, text, cls) { const e = document.createElement(tag); if (text !== undefined) e.textContent = text; if (cls) e.className = cls; return e; }
+
+  async function api(path, body, signal) {
+    const opts = body === undefined ? { signal } : { method: "POST", body: JSON.stringify(body), signal,
+      headers: { "Content-Type": "application/json" } };
+    const r = await fetch(path, opts);
+    let data;
+    try { data = await r.json(); } catch (e) { data = { error: "the server answered " + r.status + " without JSON" }; }
+    if (!r.ok) { const err = new Error(data.error || ("HTTP " + r.status)); err.status = r.status; throw err; }
+    return data;
+  }
+
+  // -- the form -----------------------------------------------------------------------------
+  function fillSelect(sel, values, labels) {
+    clear(sel);
+    values.forEach((v, i) => { const o = h("option", labels ? labels[i] : v); o.value = v; sel.appendChild(o); });
+  }
+
+  function modelLabel(m) { return m.id + "  (" + count(m.params) + ", " + m.family + ")"; }
+
+  function showModels(query) {
+    const words = query.toLowerCase().split(/\s+/).filter(Boolean);
+    const sel = $("model-list"), keep = sel.value;
+    clear(sel);
+    for (const m of state.models) {
+      const hay = [m.id, ...m.aliases, m.family, m.model_type || ""].join(" ").toLowerCase();
+      if (words.every((w) => hay.includes(w))) { const o = h("option", modelLabel(m)); o.value = m.id; sel.appendChild(o); }
+    }
+    if (keep) sel.value = keep;
+  }
+
+  function currentModel() {
+    if (state.upload !== null) return { config_text: state.upload };
+    const id = $("model-list").value;
+    return id ? { model: id } : null;
+  }
+
+  function settings() {
+    const out = {};
+    for (const f of FIELDS) {
+      const e = $(f), spec = state.table[f];
+      if (!e || e.closest("label").hidden) continue;
+      let v = e.value.trim();
+      if (v === "") continue;
+      if (spec && spec.type === "int") { const n = Number(v); v = Number.isInteger(n) ? n : v; }
+      else if (spec && spec.type === "bool") v = v === "true";
+      if (spec && v === spec.default) continue;
+      out[f] = v;
+    }
+    const p = $("profile").value;
+    if (p && p !== "unsloth") out.profile = p;
+    return out;
+  }
+
+  function gpuChoice() {
+    const g = $("gpu").value;
+    if (!g) return null;
+    const n = parseInt($("gpus").value, 10), hr = Number($("headroom").value);
+    return { gpu: g, gpus: Number.isInteger(n) && n > 0 ? n : 1, headroom: Number.isFinite(hr) ? hr / 100 : 0 };
+  }
+
+  function applies() {  // settings that do not apply to the method are hidden (SETTINGS[...].applies_to)
+    const m = $("method").value;
+    for (const f of FIELDS) {
+      const spec = state.table[f], e = $(f);
+      if (spec && e) e.closest("label").hidden = !spec.applies_to.includes(m);
+    }
+  }
+
+  // -- the address bar ----------------------------------------------------------------------
+  function writeUrl() {
+    const q = new URLSearchParams();
+    const model = $("model-list").value;
+    if (state.upload === null && model) q.set("model", model);
+    const s = settings();
+    for (const k in s) q.set(k, String(s[k]));
+    const g = gpuChoice();
+    if (g) { q.set("gpu", g.gpu); if (g.gpus !== 1) q.set("gpus", g.gpus); if (g.headroom) q.set("headroom", $("headroom").value); }
+    const prof = checkedProfiles().sort().join(",");
+    if (prof !== defaultCompareProfiles().sort().join(",")) q.set("compare", prof);
+    const text = q.toString();
+    history.replaceState(null, "", text ? "?" + text : location.pathname);
+  }
+
+  function readUrl() {
+    const q = new URLSearchParams(location.search);
+    const model = q.get("model");
+    if (model) {
+      const m = state.models.find((x) => x.id === model || x.aliases.includes(model)) ||
+        state.models.find((x) => x.id.toLowerCase() === model.toLowerCase());
+      if (m) $("model-list").value = m.id;
+    }
+    for (const f of FIELDS) if (q.has(f) && $(f)) $(f).value = q.get(f);
+    if (q.has("profile")) $("profile").value = q.get("profile");
+    if (q.has("gpu")) $("gpu").value = q.get("gpu");
+    if (q.has("gpus")) $("gpus").value = q.get("gpus");
+    if (q.has("headroom")) $("headroom").value = q.get("headroom");
+    if (q.has("compare")) {
+      const want = q.get("compare").split(",");
+      for (const c of document.querySelectorAll("#compare-profiles input")) c.checked = want.includes(c.value);
+    }
+  }
+
+  // -- updates ------------------------------------------------------------------------------
+  function schedule() {
+    applies();
+    writeUrl();
+    clearTimeout(state.timer);
+    state.timer = setTimeout(update, 60);
+  }
+
+  function showError(message) {
+    const box = $("error");
+    box.textContent = message || "";
+    box.hidden = !message;
+  }
+
+  async function update() {
+    const model = currentModel();
+    if (!model) { $("total").textContent = "choose a model"; return; }
+    if (state.inflight) state.inflight.abort();
+    const ctl = new AbortController(), seq = ++state.seq;
+    state.inflight = ctl;
+    const body = Object.assign({}, model, settings());
+    const g = gpuChoice();
+    const t0 = performance.now();
+    const jobs = [api("/api/estimate", body, ctl.signal)];
+    jobs.push(g ? api("/api/fit", Object.assign({}, body, g), ctl.signal) : Promise.resolve(null));
+    const cmp = Object.assign({}, body, { methods: ["qlora", "lora", "full"], profiles: checkedProfiles() });
+    delete cmp.method; delete cmp.profile;
+    if (g) { cmp.gpu = g.gpu; cmp.gpus = g.gpus; }
+    jobs.push(api("/api/compare", cmp, ctl.signal).catch((e) => ({ error: e.message })));
+    let est, fit, comparison;
+    try {
+      [est, fit, comparison] = await Promise.all(jobs);
+    } catch (e) {
+      if (e.name === "AbortError" || seq !== state.seq) return;
+      showError(e.message);
+      $("status").textContent = "";
+      return;
+    }
+    if (seq !== state.seq) return;
+    showError("");
+    drawEstimate(est, fit);
+    drawFit(fit, est);
+    drawCompare(comparison);
+    $("status").textContent = "updated in " + Math.round(performance.now() - t0) + " ms";
+    if ($("trace").open) loadTrace(body, seq);
+  }
+
+  // -- the estimate -------------------------------------------------------------------------
+  function parts(est) {
+    if (est.settings.method === "inference" && est.inference_total) {
+      const kv = est.figures.kv_cache || 0;
+      return { total: est.inference_total, rows: [["weights", est.weights], ["KV cache", kv],
+        ["overhead", est.inference_total - est.weights - kv]] };
+    }
+    return { total: est.total, rows: COMPONENTS.map((c) => [c, est[c]]) };
+  }
+
+  function drawEstimate(est, fit) {
+    const p = parts(est);
+    const total = $("total");
+    total.textContent = gib(p.total) + " GiB";
+    total.dataset.bytes = String(p.total);
+    const usable = fit ? fit.usable_bytes * fit.gpus : null;
+    const verdict = $("verdict");
+    if (fit) {
+      verdict.textContent = (fit.fits ? "fits " : "does not fit ") + (fit.gpus > 1 ? fit.gpus + " x " : "") + fit.gpu.name +
+        " (" + gib(fit.usable_bytes) + " GiB usable" + (fit.gpus > 1 ? " each" : "") + ")";
+      verdict.className = "verdict " + (fit.fits ? "fits" : "nofit");
+    } else { verdict.textContent = ""; verdict.className = "verdict"; }
+    const s = est.settings;
+    $("summary").textContent = "family " + est.family + (est.model_type ? " (" + est.model_type + ")" : "") + ", profile " +
+      est.profile + "; " + s.method + ", batch " + s.batch_size + ", seq " + s.seq_len + "; " + count(est.params_total) +
+      " parameters, " + count(est.params_trainable) + " trainable" +
+      (s.method === "inference" ? "; the total is weights + KV cache + overhead" : "");
+    // one stacked bar, the GPU's usable memory as a line
+    const svg = $("chart");
+    clear(svg);
+    const W = 620, x0 = 10, top = Math.max(p.total, usable || 0) * 1.04 || 1;
+    let x = x0;
+    for (const [name, v] of p.rows) {
+      const w = (v / top) * W;
+      if (v <= 0) continue;
+      const r = el("rect", { x: x.toFixed(2), y: 14, width: Math.max(w, 0.5).toFixed(2), height: 40, fill: COLORS[name],
+        class: "bar", "data-component": name, "data-bytes": v });
+      r.appendChild(el("title", {}, name + ": " + gib(v) + " GiB"));
+      svg.appendChild(r);
+      x += w;
+    }
+    svg.appendChild(el("text", { x: Math.min(x + 4, W - 60), y: 10 }, gib(p.total) + " GiB"));
+    if (usable) {
+      const ux = x0 + (usable / top) * W;
+      svg.appendChild(el("line", { x1: ux, x2: ux, y1: 4, y2: 66, stroke: fit.fits ? "#1b7f3b" : "#b3261e",
+        "stroke-width": 2, "stroke-dasharray": "4 3", id: "gpu-line" }));
+      svg.appendChild(el("text", { x: Math.max(ux - 150, 0), y: 80 }, "usable " + gib(usable) + " GiB"));
+    }
+    const legend = $("legend");
+    clear(legend);
+    for (const [name, v] of p.rows) {
+      const li = h("li", "");
+      const sw = h("i"); sw.style.background = COLORS[name];
+      li.appendChild(sw);
+      li.appendChild(document.createTextNode(name + " " + gib(v) + " GiB (" + (p.total ? (100 * v / p.total).toFixed(1) : "0.0") + "%)"));
+      legend.appendChild(li);
+    }
+    $("per-gpu").textContent = "minimum per GPU: " + Object.entries(est.min_per_gpu)
+      .map(([n, b]) => n + " x " + gib(b) + " GiB").join(", ");
+    const warn = $("warnings");
+    clear(warn);
+    for (const w of est.warnings) warn.appendChild(h("li", w));
+  }
+
+  // -- fit and frontier ---------------------------------------------------------------------
+  function drawFit(fit, est) {
+    $("fit-card").hidden = !fit;
+    if (!fit) return;
+    $("fit-gpu").textContent = (fit.gpus > 1 ? fit.gpus + " x " : "") + fit.gpu.name;
+    const t = $("fit-table");
+    clear(t);
+    const row = (a, b) => { const tr = h("tr"); tr.appendChild(h("td", a)); tr.appendChild(h("td", b, "num")); t.appendChild(tr); };
+    for (const m of fit.methods) row(m.method, m.total === null ? "—" : gib(m.per_gpu) + " GiB per GPU: " + (m.fits ? "fits" : "does not fit"));
+    row("largest batch at seq " + int(fit.settings.seq_len), int(fit.max_batch_size));
+    row("largest sequence at batch " + fit.settings.batch_size, int(fit.max_seq_len));
+    if (fit.max_lora_rank !== null || ["lora", "qlora"].includes(fit.settings.method)) row("largest LoRA rank", int(fit.max_lora_rank));
+    row("fewest GPUs", fit.min_gpus === null ? "more than 1,024" : String(fit.min_gpus));
+    // the frontier: largest batch per sequence length, log2 axes
+    const svg = $("frontier");
+    clear(svg);
+    const L = 52, R = 620, T = 14, B = 220;
+    const pts = fit.frontier;
+    const xs = pts.map((p) => Math.log2(p.seq_len));
+    const ys = pts.filter((p) => p.max_batch_size).map((p) => Math.log2(p.max_batch_size));
+    const x0 = Math.min(...xs), x1 = Math.max(...xs), y1 = Math.max(1, ...ys);
+    const X = (s) => L + (x1 > x0 ? (Math.log2(s) - x0) / (x1 - x0) : 0.5) * (R - L);
+    const Y = (b) => B - (Math.log2(b) / y1) * (B - T);
+    svg.appendChild(el("line", { x1: L, x2: R, y1: B, y2: B, stroke: "#999" }));
+    svg.appendChild(el("line", { x1: L, x2: L, y1: T, y2: B, stroke: "#999" }));
+    for (let k = 0; k <= y1; k += Math.max(1, Math.ceil(y1 / 6))) {
+      svg.appendChild(el("text", { x: 4, y: Y(2 ** k) + 4 }, (2 ** k).toLocaleString("en-US")));
+    }
+    pts.forEach((p, i) => { if (i % 2 === 0) svg.appendChild(el("text", { x: X(p.seq_len) - 14, y: B + 16 }, p.seq_len >= 1024 ? (p.seq_len / 1024) + "K" : String(p.seq_len))); });
+    svg.appendChild(el("text", { x: R - 130, y: B + 34 }, "sequence length (tokens)"));
+    svg.appendChild(el("text", { x: L + 6, y: T + 2 }, "largest batch"));
+    const fits = pts.filter((p) => p.max_batch_size);
+    if (fits.length) svg.appendChild(el("polyline", { points: fits.map((p) => X(p.seq_len) + "," + Y(p.max_batch_size)).join(" "),
+      fill: "none", stroke: "#2f5fd0", "stroke-width": 2, class: "frontier-line" }));
+    for (const p of pts) {
+      if (p.max_batch_size) svg.appendChild(el("circle", { cx: X(p.seq_len), cy: Y(p.max_batch_size), r: 3, fill: "#2f5fd0", class: "point" }));
+      else svg.appendChild(el("text", { x: X(p.seq_len) - 4, y: B - 4, fill: "#b3261e", class: "nofit-mark" }, "✕"));
+    }
+    const s = fit.settings;
+    if (s.seq_len >= 2 ** x0 && s.seq_len <= 2 ** x1) {
+      svg.appendChild(el("circle", { cx: X(s.seq_len), cy: Y(Math.max(1, s.batch_size)), r: 6, fill: fit.fits ? "#1b7f3b" : "#b3261e",
+        stroke: "#fff", "stroke-width": 2, id: "you" }, undefined)).appendChild(el("title", {}, "your settings"));
+    }
+  }
+
+  // -- compare ------------------------------------------------------------------------------
+  function defaultCompareProfiles() { return ["unsloth", "hf"].filter((p) => state.profiles.includes(p)); }
+  function checkedProfiles() { return [...document.querySelectorAll("#compare-profiles input:checked")].map((c) => c.value); }
+
+  function drawCompare(c) {
+    const svg = $("compare");
+    clear(svg);
+    if (!c || c.error) { svg.appendChild(el("text", { x: 10, y: 20 }, c ? c.error : "")); return; }
+    const cells = c.cells;
+    const totals = cells.filter((x) => x.total).map((x) => x.total);
+    const gpuMem = c.gpu ? c.gpu.memory_bytes : 0;
+    const top = Math.max(gpuMem, ...totals, 1) * 1.08;
+    const L = 10, R = 630, B = 200, T = 18, n = cells.length, slot = (R - L) / Math.max(n, 1), bw = Math.min(60, slot * 0.6);
+    cells.forEach((cell, i) => {
+      const cx = L + slot * i + slot / 2;
+      svg.appendChild(el("text", { x: cx - slot / 2 + 4, y: B + 16 }, cell.profile + "/" + cell.method));
+      if (!cell.total) { svg.appendChild(el("text", { x: cx - 10, y: B - 6 }, "n/a")); return; }
+      let y = B;
+      for (const comp of COMPONENTS) {
+        const hgt = (cell[comp] / top) * (B - T);
+        if (hgt <= 0) continue;
+        y -= hgt;
+        const r = el("rect", { x: cx - bw / 2, y: y.toFixed(2), width: bw, height: hgt.toFixed(2), fill: COLORS[comp], class: "bar" });
+        r.appendChild(el("title", {}, cell.profile + "/" + cell.method + " " + comp + ": " + gib(cell[comp]) + " GiB"));
+        svg.appendChild(r);
+      }
+      svg.appendChild(el("text", { x: cx - bw / 2, y: y - 4 }, gib(cell.total) + (cell.fits === true ? " ✓" : cell.fits === false ? " ✕" : "")));
+    });
+    if (gpuMem) {
+      const gy = B - (gpuMem / top) * (B - T);
+      svg.appendChild(el("line", { x1: L, x2: R, y1: gy, y2: gy, stroke: "#555", "stroke-dasharray": "5 4" }));
+      svg.appendChild(el("text", { x: R - 200, y: gy - 4 }, c.gpu.name.slice(0, 30) + " " + gib(gpuMem) + " GiB"));
+    }
+  }
+
+  // -- the trace (collapsed; loaded when opened) ----------------------------------------------
+  async function loadTrace(body, seq) {
+    const box = $("trace-body");
+    try {
+      const data = await api("/api/explain", body);
+      if (seq !== state.seq) return;
+      clear(box);
+      let last = null;
+      for (const t of data.trace) {
+        if (t.component !== last) { box.appendChild(h("b", "\n[" + t.component + "]\n")); last = t.component; }
+        const inputs = Object.entries(t.inputs).map(([k, v]) => k + "=" + JSON.stringify(v)).join(", ");
+        box.appendChild(document.createTextNode(t.id + "  " + t.location + "\n    " + t.expression +
+          (inputs ? "\n    with " + inputs : "") + "\n    = " + JSON.stringify(t.value) + " " + (t.unit || "") + "\n"));
+      }
+    } catch (e) { box.textContent = e.message; }
+  }
+
+  // -- start ----------------------------------------------------------------------------------
+  async function start() {
+    const [table, catalog, gpus, families] = await Promise.all([
+      api("/api/settings"), api("/api/catalog"), api("/api/gpus"), api("/api/families")]);
+    for (const s of table.settings) state.table[s.name] = s;
+    for (const f of ["method", "gradient_checkpointing", "attention", "loss"]) fillSelect($(f), state.table[f].choices);
+    for (const f of ["method", "batch_size", "seq_len", "lora_rank", "gradient_checkpointing", "optimizer", "attention", "loss"]) {
+      $(f).value = state.table[f].default;
+    }
+    state.profiles = families.profiles.filter((p) => p !== "size_only");
+    fillSelect($("profile"), state.profiles, state.profiles.map((p) => p + (families.profile_summaries[p] ? " — " + families.profile_summaries[p].slice(0, 60) : "")));
+    $("profile").value = "unsloth";
+    const box = $("compare-profiles");
+    for (const p of state.profiles) {
+      const lab = h("label"), cb = h("input");
+      cb.type = "checkbox"; cb.value = p; cb.checked = defaultCompareProfiles().includes(p);
+      lab.appendChild(cb); lab.appendChild(document.createTextNode(p)); box.appendChild(lab);
+    }
+    state.models = catalog.models;
+    showModels("");
+    const gsel = $("gpu");
+    for (const g of gpus.catalog) { const o = h("option", g.name + " (" + gib(g.memory_bytes) + " GiB)"); o.value = g.id; gsel.appendChild(o); }
+    if (gpus.local && gpus.local.visible && gpus.local.visible.length) { const o = h("option", "local: the visible GPUs"); o.value = "local"; gsel.appendChild(o); }
+    readUrl();
+    if (!$("model-list").value && state.models.length) {
+      const dflt = state.models.find((m) => m.id === "meta-llama/Llama-3.1-8B") || state.models[0];
+      $("model-list").value = dflt.id;
+    }
+    $("model-search").addEventListener("input", (e) => showModels(e.target.value));
+    $("model-list").addEventListener("change", () => { state.upload = null; describeModel(); schedule(); });
+    for (const id of [...FIELDS, "profile", "gpu", "gpus", "headroom"]) $(id).addEventListener("input", schedule);
+    box.addEventListener("change", schedule);
+    $("upload").addEventListener("change", async (e) => {
+      const f = e.target.files[0];
+      if (!f) return;
+      if (f.size > 1024 * 1024) { showError("the file is " + f.size.toLocaleString("en-US") + " bytes; at most 1 MiB is accepted"); return; }
+      state.upload = await f.text(); state.uploadName = f.name; describeModel(); schedule();
+    });
+    $("paste-apply").addEventListener("click", () => { state.upload = $("paste").value; state.uploadName = "pasted config"; describeModel(); schedule(); });
+    $("trace").addEventListener("toggle", () => { if ($("trace").open) loadTrace(Object.assign({}, currentModel(), settings()), state.seq); });
+    describeModel();
+    applies();
+    writeUrl();
+    await update();
+    document.body.dataset.ready = "1";
+  }
+
+  function describeModel() {
+    if (state.upload !== null) { $("model-info").textContent = "your config: " + state.uploadName + " (not kept in the address)"; return; }
+    const m = state.models.find((x) => x.id === $("model-list").value);
+    $("model-info").textContent = m ? m.id + ": " + count(m.params) + " parameters, family " + m.family + "; " + m.source : "";
+  }
+
+  start().catch((e) => showError(e.message));
+})();

@@ -1,0 +1,134 @@
+"""The page in a real browser: Debian's headless Chromium driven by Playwright (no browser download).
+
+Start the server on a free loopback port, open the page, choose a model from the catalog and a GPU,
+change the batch size; the displayed total must equal /api/estimate (and vramwise.estimate) for the same
+settings, the charts must have bars, the address must hold the settings, and a bad upload must show the
+library's error message. The run saves docs/serve.png, the screenshot in the README.
+
+Skipped when Chromium or Playwright is missing, unless VRAMWISE_REQUIRE_BROWSER=1 (set by .ci/run).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+import vramwise
+from vramwise import _source
+
+from serve_live import live_server
+
+CHROMIUM = os.environ.get("VRAMWISE_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+MODEL = "meta-llama/Llama-3.1-8B"
+
+
+def _require():
+    missing = None
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ModuleNotFoundError:
+        missing = "playwright is not installed"
+    if missing is None and not (os.path.isfile(CHROMIUM) or shutil.which(CHROMIUM)):
+        missing = f"no Chromium at {CHROMIUM} (apt-get install chromium)"
+    if missing:
+        if os.environ.get("VRAMWISE_REQUIRE_BROWSER") == "1":
+            pytest.fail(missing)
+        pytest.skip(missing)
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:,.2f} GiB"
+
+
+def test_page_in_headless_chromium(monkeypatch):
+    _require()
+    import httpx
+    from playwright.sync_api import sync_playwright
+
+    def refuse(repo, trust):  # pragma: no cover - reached only on a bug
+        raise AssertionError(f"the page made the server ask the hub for {repo!r}")
+
+    monkeypatch.setattr(_source, "_read_hub", refuse)
+    with live_server() as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            outside: list[str] = []
+            page.on("request", lambda r: None if r.url.startswith((url, "data:")) else outside.append(r.url))
+            page.goto(url)
+            page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+
+            # choose a model from the catalog by searching for it, a GPU, then change the batch size
+            page.fill("#model-search", "Llama-3.1-8B")
+            assert MODEL in page.eval_on_selector_all("#model-list option", "os => os.map(o => o.value)")
+            page.select_option("#model-list", MODEL)
+            page.select_option("#gpu", "rtx-4090")
+            page.fill("#batch_size", "8")
+            with httpx.Client(base_url=url, timeout=10) as c:
+                api = c.post("/api/estimate", json={"model": MODEL, "batch_size": 8}).json()
+            assert api["total"] == vramwise.estimate(MODEL, batch_size=8).total
+            page.wait_for_function("b => document.getElementById('total').dataset.bytes === b", arg=str(api["total"]),
+                                   timeout=15_000)
+            assert page.text_content("#total").strip() == _gib(api["total"])
+            assert "fits" in page.text_content("#verdict")
+
+            # the charts exist and have bars; the frontier has points
+            bars = page.eval_on_selector_all("#chart rect.bar", "rs => rs.map(r => [r.dataset.component, +r.dataset.bytes])")
+            assert len(bars) >= 4
+            assert sum(b for _, b in bars) == api["total"]
+            assert dict(bars)["weights"] == api["weights"]
+            assert page.locator("#gpu-line").count() == 1
+            assert page.locator("#frontier circle.point").count() >= 5
+            assert page.locator("#compare rect.bar").count() >= 6
+
+            # the address holds the settings: opening it again gives the same total
+            assert "batch_size=8" in page.url and "gpu=rtx-4090" in page.url and "model=meta-llama" in page.url
+            shared = browser.new_page(viewport={"width": 1280, "height": 900})
+            shared.goto(page.url)
+            shared.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            assert shared.get_attribute("#total", "data-bytes") == str(api["total"])
+            shared.close()
+
+            # the trace (collapsed) opens with the formulas
+            page.click("#trace summary")
+            page.wait_for_function("() => document.getElementById('trace-body').textContent.includes('formulas/')",
+                                   timeout=15_000)
+            page.click("#trace summary")
+
+            DOCS.mkdir(exist_ok=True)
+            page.screenshot(path=str(DOCS / "serve.png"), full_page=True)
+
+            # a bad upload shows the library's message
+            page.click("#upload-box summary")
+            page.set_input_files("#upload", files=[{"name": "config.json", "mimeType": "application/json",
+                                                    "buffer": b'{"model_type": "llama", oops}'}])
+            page.wait_for_selector("#error:not([hidden])", timeout=15_000)
+            with httpx.Client(base_url=url, timeout=10) as c:
+                bad = c.post("/api/estimate", json={"config_text": '{"model_type": "llama", oops}', "batch_size": 8})
+            assert bad.status_code == 400
+            assert page.text_content("#error").strip() == bad.json()["error"]
+            assert "invalid JSON" in bad.json()["error"]
+
+            # a good upload clears it and estimates the uploaded config
+            cfg = b'{"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 12288, ' \
+                  b'"num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128}'
+            page.set_input_files("#upload", files=[{"name": "config.json", "mimeType": "application/json", "buffer": cfg}])
+            import json
+
+            want = vramwise.estimate(json.loads(cfg), batch_size=8).total
+            page.wait_for_function("b => document.getElementById('total').dataset.bytes === b", arg=str(want),
+                                   timeout=15_000)
+            assert page.is_hidden("#error")
+            assert not errors, errors
+            assert not outside, outside  # nothing fetched from anywhere else
+        finally:
+            browser.close()
+    assert (DOCS / "serve.png").stat().st_size > 10_000
