@@ -157,3 +157,19 @@ def test_cli_catalog_lists_and_searches(capsys):
     assert "config" not in data["models"][0]
     assert cli.main(["catalog", "zzz-nothing"]) == 0
     assert "no model of the catalog matches" in capsys.readouterr().out
+
+
+def test_catalog_file_is_what_the_script_generates_now():
+    """A family that learns a new field or gains a flagship example changes the catalog: a stale file fails."""
+    import importlib.util
+    from pathlib import Path
+
+    if not (SHARED / "configs" / "INDEX.tsv").is_file():
+        pytest.skip("the shared config corpus (../shared) is not here")
+    repo = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("vramwise_build_catalog", repo / "scripts" / "build_catalog.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    text = script.dump(script.build(SHARED))
+    on_disk = (repo / "catalog" / "models.json").read_text(encoding="utf-8")
+    assert on_disk == text, "catalog/models.json is out of date: run python scripts/build_catalog.py"
