@@ -576,8 +576,9 @@ def _copies_matched(constraints: list, indices, count: int, repeat: int) -> int:
         return count * repeat
     common = {j for j in any_layer if 0 <= j < repeat}
     by_layer: dict[int, set] = {}
-    for i, j in constraints:
-        if i is not None and i in indices:
+    layer_set = frozenset(indices) if count <= 1 << 16 else indices  # plain set lookups for a long skip list
+    for i, j in set(constraints):
+        if i is not None and i in layer_set:
             by_layer.setdefault(i, set()).add(j)
     total = (count - len(by_layer)) * len(common)
     for js in by_layer.values():
