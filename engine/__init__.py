@@ -34,7 +34,7 @@ from ._settings import SETTINGS, Setting, TrainingSettings
 _LAZY = {
     "GpuDiscovery": "_gpus", "GpuInfo": "_gpus", "GpuSelection": "_gpus", "PynvmlBackend": "_gpus",
     "child_env": "_gpus", "device_map": "_gpus", "discover_gpus": "_gpus", "select_gpus": "_gpus",
-    "Measurement": "_measure", "PhaseFigures": "_measure", "measure": "_measure",
+    "Measurement": "_measure", "PhaseFigures": "_measure", "RankFigures": "_measure", "measure": "_measure",
     "check": "_check",
     "GpuSpec": "_hardware", "gpu_spec": "_hardware", "list_gpus": "_hardware",
     "fit": "_fit", "compare": "_fit", "sweep": "_fit", "Fit": "_fit", "MethodFit": "_fit", "Comparison": "_fit",
@@ -81,6 +81,7 @@ __all__ = [
     "plot_sweep",
     "GpuSpec",
     "Measurement",
+    "RankFigures",
     "PhaseFigures",
     "discover_gpus",
     "select_gpus",

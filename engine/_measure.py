@@ -20,7 +20,8 @@ from typing import Any, Callable, Mapping, Sequence
 from ._errors import SettingsError, VramwiseError
 from ._settings import STACKS
 
-__all__ = ["Measurement", "PhaseFigures", "Prepared", "measure", "StorageTracker", "MEASURE_OPTIMIZERS", "STACKS"]
+__all__ = ["Measurement", "PhaseFigures", "RankFigures", "Prepared", "measure", "StorageTracker", "MEASURE_OPTIMIZERS",
+           "STACKS"]
 
 #: Optimizers measure can build.
 MEASURE_OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw_8bit", "sgd")
@@ -144,6 +145,24 @@ class PhaseFigures:
 
 
 @dataclass(frozen=True)
+class RankFigures:
+    """What one process of a distributed run used (bytes)."""
+
+    rank: int
+    peak: int
+    peak_phase: str
+    phases: Mapping[str, PhaseFigures]
+
+    def to_dict(self) -> dict:
+        return {"rank": self.rank, "peak": self.peak, "peak_phase": self.peak_phase,
+                "phases": {k: _phase_dict(v) for k, v in self.phases.items()}}
+
+
+def _phase_dict(v: PhaseFigures) -> dict:
+    return {"peak": v.peak, "end": v.end, "reserved_peak": v.reserved_peak, "categories": dict(v.categories)}
+
+
+@dataclass(frozen=True)
 class Measurement:
     """What a measured run used."""
 
@@ -158,6 +177,9 @@ class Measurement:
     reserved_peak: int | None = None
     process_bytes: int | None = None  # NVML: the process's device memory, CUDA context included
     notes: tuple = ()
+    strategy: str | None = None  # ddp or fsdp when world_size processes ran the step
+    world_size: int | None = None
+    per_rank: tuple | None = None  # RankFigures of each process (peak and phases are then the highest rank's)
 
     def to_dict(self) -> dict:
         return {
@@ -165,9 +187,10 @@ class Measurement:
             "params_total": self.params_total, "params_trainable": self.params_trainable,
             "peak": self.peak, "peak_phase": self.peak_phase, "reserved_peak": self.reserved_peak,
             "process_bytes": self.process_bytes,
-            "phases": {k: {"peak": v.peak, "end": v.end, "reserved_peak": v.reserved_peak, "categories": dict(v.categories)}
-                       for k, v in self.phases.items()},
+            "phases": {k: _phase_dict(v) for k, v in self.phases.items()},
             "notes": list(self.notes),
+            "strategy": self.strategy, "world_size": self.world_size,
+            "per_rank": None if self.per_rank is None else [r.to_dict() for r in self.per_rank],
         }
 
 
@@ -238,6 +261,8 @@ def measure(
     loss_chunks: int = 8,
     activation_offloading: bool = False,
     optimizer_in_bwd: bool = False,
+    strategy: str | None = None,
+    world_size: int | None = None,
 ) -> Measurement:
     """Run ``steps`` optimizer steps of ``model`` (a config source) and report the memory they used.
 
@@ -251,6 +276,10 @@ def measure(
     (``vramwise._stack_<name>``, with the extra ``vramwise[<name>]`` installed); ``loss``,
     ``loss_chunks``, ``activation_offloading`` and ``optimizer_in_bwd`` are settings those stacks
     expose.
+
+    ``strategy`` (``ddp`` or ``fsdp``, on the CPU) runs the step in ``world_size`` processes (2 to 8,
+    default 2) joined by torch.distributed's gloo backend, each on its own batch; ``per_rank`` of the
+    result holds each process's figures (see :mod:`vramwise._measure_dist`).
     """
     from ._settings import normalise_settings
     from ._source import read_config
@@ -267,6 +296,11 @@ def measure(
     )
     if stack not in STACKS:
         raise SettingsError(f"unknown stack {stack!r} (choose one of: {', '.join(STACKS)})")
+    if strategy is not None or world_size is not None:
+        from ._measure_dist import check_distributed
+
+        world_size = check_distributed(strategy, world_size, device=device, fake=fake, stack=stack,
+                                       method=settings.method, optimizer=settings.optimizer)
     if stack != "hf":
         return _measure_stack(model, stack, settings, steps, device, fake)
     exposed = [n for n in ("loss", "activation_offloading", "optimizer_in_bwd")
@@ -296,6 +330,10 @@ def measure(
     dtype = torch.bfloat16
     if fake:
         return _measure_fake(cfg, settings, steps, dtype)
+    if strategy is not None:
+        from ._measure_dist import measure_distributed
+
+        return measure_distributed(cfg, settings, steps, strategy, world_size)
     net = _build(cfg, settings.attention, dtype)
     notes = []
     if settings.method == "qlora":
@@ -499,8 +537,10 @@ def _with_rest(cats: dict, end: int) -> dict:
     return {**cats, "activations_and_temporaries": end - sum(cats.values())}
 
 
-def _track_cpu(net, opt, ids, steps, settings, params_total, params_trainable, notes, loss_fn=None) -> Measurement:
-    tracker = StorageTracker()
+def _track_cpu(net, opt, ids, steps, settings, params_total, params_trainable, notes, loss_fn=None,
+               tracker=None) -> Measurement:
+    """``tracker``: one already counting (what was allocated while the model was wrapped), else a new one."""
+    tracker = tracker if tracker is not None else StorageTracker()
     for t in list(net.parameters()) + list(net.buffers()) + [ids]:
         tracker.add(t)
     tracker.reset_peak()

@@ -997,6 +997,13 @@ def _measure_settings(args) -> tuple[dict, list[str]]:
         if args.optimizer is None:
             chosen["optimizer"] = "adamw_torch"
             changed.append("optimizer adamw_torch (8-bit AdamW cannot be simulated with fake tensors)")
+    if args.strategy is not None:
+        if args.method is None:
+            chosen["method"] = "lora"
+            changed.append(f"method lora (QLoRA is not measured with --strategy {args.strategy})")
+        if args.optimizer is None:
+            chosen["optimizer"] = "adamw_torch"
+            changed.append(f"optimizer adamw_torch (torch's own AdamW under --strategy {args.strategy})")
     return chosen, changed
 
 
@@ -1012,7 +1019,8 @@ def _measure(args, out) -> None:
         m = measure(
             args.model, target_modules=args.target_modules, steps=args.steps, device=args.device, fake=args.fake,
             lora_dropout=args.lora_dropout, stack=args.stack, loss=args.loss, loss_chunks=args.loss_chunks,
-            activation_offloading=args.activation_offloading, optimizer_in_bwd=args.optimizer_in_bwd, **chosen,
+            activation_offloading=args.activation_offloading, optimizer_in_bwd=args.optimizer_in_bwd,
+            strategy=args.strategy, world_size=args.world_size, **chosen,
         )
     if args.json:
         _print_json(m.to_dict(), out)
@@ -1032,18 +1040,28 @@ def _measure(args, out) -> None:
         ran.insert(0, f"stack {args.stack}")
         ran += [f"loss {s['loss']}" + (f" in {s['loss_chunks']} chunks" if s["loss"] == "chunked" else "")]
         ran += [n.replace("_", " ") for n in ("activation_offloading", "optimizer_in_bwd") if s[n]]
+    if m.strategy is not None:
+        ran.insert(0, f"{m.strategy} on {m.world_size} processes")
     out.write(f"ran: {', '.join(ran)}, {args.steps} step(s)" + (" (fake tensors)" if args.fake else "") + "\n")
     if changed:
         _write_wrapped(out, "estimate's defaults where runnable; changed: " + "; ".join(changed))
-    out.write(f"peak: {size(m.peak)} {unit} of tensors, in the {m.peak_phase} phase\n")
+    out.write(f"peak: {size(m.peak)} {unit} of tensors, in the {m.peak_phase} phase"
+              + (" (the highest rank's; phases below: the highest rank in each)" if m.per_rank else "") + "\n")
+    for r in m.per_rank or ():
+        per_phase = ", ".join(f"{name} {size(ph.peak)}" for name, ph in r.phases.items() if name != "load")
+        out.write(f"rank {r.rank}: peak {size(r.peak)} {unit} in the {r.peak_phase} phase ({per_phase})\n")
     if m.reserved_peak is not None:
         out.write(f"reserved by the caching allocator: {size(m.reserved_peak)} {unit}\n")
     if m.process_bytes is not None:
         out.write(f"process memory (NVML, CUDA context included): {size(m.process_bytes)} {unit}\n")
-    out.write(f"\n{'phase':<10} {'peak ' + unit:>9} {'end ' + unit:>9}  at its end ({unit}): parameters / gradients / optimizer state / activations and temporaries\n")
+    keys = ("parameters", "gradients", "optimizer_state", "activations_and_temporaries")
+    if any("gradient_buckets" in ph.categories for ph in m.phases.values()):  # DDP's
+        keys += ("gradient_buckets",)
+    out.write(f"\n{'phase':<10} {'peak ' + unit:>9} {'end ' + unit:>9}  at its end ({unit}): "
+              + " / ".join(k.replace("_", " ") for k in keys) + "\n")
     for name, ph in m.phases.items():
         c = ph.categories
-        cats = " / ".join(size(c.get(k, 0)) for k in ("parameters", "gradients", "optimizer_state", "activations_and_temporaries"))
+        cats = " / ".join(size(c.get(k, 0)) for k in keys)
         out.write(f"{name:<10} {size(ph.peak):>9} {size(ph.end):>9}  {cats}\n")
     for n in m.notes:
         out.write(f"note: {n}\n")
@@ -1255,6 +1273,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torchtune's activation offloading (default: false)")
     p.add_argument("--optimizer-in-bwd", type=_bool_flag, default=False, metavar="{true,false}",
                    help="torchtune's optimizer step inside the backward pass (default: false)")
+    p.add_argument("--strategy", default=None, choices=("ddp", "fsdp"),
+                   help="run the step in --world-size CPU processes (gloo): DistributedDataParallel, or FSDP2 "
+                        "fully_shard on each decoder layer and the root; lora and adamw_torch by default (full too)")
+    p.add_argument("--world-size", type=int, default=None,
+                   help="processes of --strategy, 2 to 8 (default: 2); one line per rank is printed")
     p.add_argument("--json", action="store_true", help="print JSON")
     p = sub.add_parser("gpus", help="list the NVIDIA GPUs and their memory (or why none is visible)")
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -1,0 +1,352 @@
+"""Ground truth for data-parallel training: ``world_size`` CPU processes joined by torch.distributed (gloo).
+
+``measure(..., strategy="ddp"|"fsdp", world_size=N)`` lands here. The parent writes a job of plain
+data (the config dict, the normalised settings as a dict, the step count) to a temporary folder and
+starts ``world_size`` Python processes on it. Each one builds the model exactly as the single-process
+CPU path does (``_build``, ``_apply_lora``, ``_apply_checkpointing``), wraps it as a training stack
+would, and runs the same steps under the same :class:`~vramwise._measure.StorageTracker`:
+
+- ``ddp``: ``DistributedDataParallel`` with its default arguments. Its reducer keeps gradient buckets
+  (flat copies of the trainable parameters' gradients, in their dtype) beside ``.grad``; they are
+  allocated while the model is wrapped, under the tracker, so they count from the load phase on.
+- ``fsdp``: FSDP2's ``fully_shard`` on every decoder layer, then on the root model, with its default
+  resharding and no mixed precision. FSDP2 frees and re-allocates each layer's unsharded parameters
+  by resizing their storage in place (``UntypedStorage.resize_``), which no operator reports; the
+  tracker used here is told of every resize, so gathered layers count only while they are gathered.
+
+Each process writes its figures (or its error) to a file of its own; the parent waits for all of
+them under a deadline, stops the others as soon as one fails, and turns a failure into one
+:class:`VramwiseError` (a :class:`SettingsError` when the child raised one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from ._errors import SettingsError, VramwiseError
+from ._measure import Measurement, PhaseFigures, RankFigures, StorageTracker
+
+__all__ = ["STRATEGIES", "WORLD_SIZES", "check_distributed", "measure_distributed"]
+
+#: Data-parallel wrappings measure can run.
+STRATEGIES = ("ddp", "fsdp")
+#: Process counts measure can start (each is a CPU process of this machine).
+WORLD_SIZES = range(2, 9)
+#: Seconds the whole distributed run may take before its processes are stopped.
+DEFAULT_TIMEOUT = 900.0
+
+
+def check_distributed(strategy: Any, world_size: Any, *, device: str, fake: bool, stack: str, method: str,
+                      optimizer: str | None = None) -> int:
+    """Validate a distributed request before any process starts; return the world size to run."""
+    if strategy is None:
+        if world_size is not None:
+            raise SettingsError("world_size (--world-size) needs a strategy: ddp or fsdp (--strategy)")
+        return 1
+    if strategy not in STRATEGIES:
+        raise SettingsError(f"unknown strategy {strategy!r} (--strategy: choose one of {', '.join(STRATEGIES)})")
+    if world_size is None:
+        world_size = 2
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size not in WORLD_SIZES:
+        raise SettingsError(f"world_size (--world-size) must be an integer from {WORLD_SIZES[0]} to {WORLD_SIZES[-1]}, "
+                            f"got {world_size!r}")
+    if device != "cpu":
+        raise SettingsError(f"strategy {strategy} runs {world_size} processes on the CPU (gloo): "
+                            "use device cpu (--device cpu)")
+    if fake:
+        raise SettingsError(f"strategy {strategy} runs real tensors: drop fake (--fake)")
+    if stack != "hf":
+        raise SettingsError(f"strategy {strategy} wraps the transformers model: it runs with stack hf only")
+    if method == "qlora":
+        raise SettingsError(f"strategy {strategy} measures full and lora fine-tuning; qlora is not measured across "
+                            "processes (out of scope: bitsandbytes 4-bit weights are not sharded here)")
+    if method not in ("full", "lora"):
+        raise SettingsError("measure runs training steps: choose lora or full")
+    if strategy == "fsdp" and optimizer == "adamw_8bit":
+        raise SettingsError("bitsandbytes' 8-bit AdamW cannot step FSDP's sharded parameters (its kernel has no "
+                            "sharding rule): choose adamw_torch, adamw_torch_fused or sgd")
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_gloo_available():
+        raise VramwiseError(f"strategy {strategy} needs torch.distributed with the gloo backend, "
+                            "which this torch lacks")
+    return world_size
+
+
+# --------------------------------------------------------------------------- parent side
+
+
+def measure_distributed(cfg: dict, settings, steps: int, strategy: str, world_size: int,
+                        timeout: float = DEFAULT_TIMEOUT) -> Measurement:
+    """Run the step in ``world_size`` processes and gather each rank's figures."""
+    with tempfile.TemporaryDirectory(prefix="vramwise-dist-") as folder:
+        job = {
+            "cfg": dict(cfg), "settings": settings.to_dict(), "steps": steps, "strategy": strategy,
+            "world_size": world_size, "port": _free_port(), "timeout": float(timeout),
+            "sys_path": [p for p in sys.path if isinstance(p, str)],
+        }
+        with open(os.path.join(folder, "job.pkl"), "wb") as f:
+            pickle.dump(job, f)
+        results = _run_ranks(folder, world_size, timeout)
+    return _combine(results, settings, strategy, world_size)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+_CHILD = "import sys; from vramwise._measure_dist import _child_main; _child_main(sys.argv[1], int(sys.argv[2]))"
+
+
+def _run_ranks(folder: str, world_size: int, timeout: float) -> list[dict]:
+    env = dict(os.environ)
+    threads = str(max(1, (os.cpu_count() or 1) // world_size))
+    env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, PYTHONUNBUFFERED="1")
+    if "GLOO_SOCKET_IFNAME" not in env and os.path.exists("/sys/class/net/lo"):
+        env["GLOO_SOCKET_IFNAME"] = "lo"  # keep gloo on loopback whatever the host name resolves to
+    procs: list[subprocess.Popen] = []
+    logs = []
+    try:
+        for rank in range(world_size):
+            log = open(os.path.join(folder, f"rank{rank}.log"), "wb")
+            logs.append(log)
+            procs.append(subprocess.Popen([sys.executable, "-c", _CHILD, folder, str(rank)], env=env,
+                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + timeout
+        results: dict[int, dict] = {}
+        while len(results) < world_size:
+            for rank, p in enumerate(procs):
+                if rank in results:
+                    continue
+                if os.path.exists(os.path.join(folder, f"rank{rank}.pkl")):  # written whole (os.replace)
+                    results[rank] = _read_result(folder, rank, None)
+                elif p.poll() is not None:
+                    results[rank] = _read_result(folder, rank, p.returncode)
+                else:
+                    continue
+                if "error" in results[rank]:
+                    _raise(results[rank], rank)
+            if len(results) < world_size:
+                if time.monotonic() > deadline:
+                    waiting = [r for r in range(world_size) if r not in results]
+                    raise VramwiseError(f"the distributed measurement did not finish within {timeout:g} s "
+                                        f"(rank(s) {', '.join(map(str, waiting))} still running); stopped them")
+                time.sleep(0.05)
+        return [results[r] for r in range(world_size)]
+    finally:
+        _stop(procs)
+        for log in logs:
+            log.close()
+
+
+def _stop(procs) -> None:
+    """Terminate the children still running, then kill those that ignore it."""
+    alive = [p for p in procs if p.poll() is None]
+    for p in alive:
+        p.terminate()
+    end = time.monotonic() + 5
+    for p in alive:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(max(0.0, end - time.monotonic()))
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def _read_result(folder: str, rank: int, returncode: int | None) -> dict:
+    path = os.path.join(folder, f"rank{rank}.pkl")
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    with open(os.path.join(folder, f"rank{rank}.log"), "rb") as f:
+        tail = [ln for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()][-5:]
+    return {"error": "VramwiseError",
+            "message": f"the process exited with status {returncode} without a result" + (
+                ": " + " | ".join(tail) if tail else "")}
+
+
+def _raise(result: dict, rank: int):
+    kind = SettingsError if result["error"] == "SettingsError" else VramwiseError
+    if result["error"] in ("SettingsError", "VramwiseError"):
+        raise kind(f"rank {rank}: {result['message']}")
+    raise VramwiseError(f"rank {rank}: {result['error']}: {result['message']}")
+
+
+def _phases(data: dict) -> dict:
+    return {name: PhaseFigures(ph["peak"], ph["end"], ph["reserved_peak"], ph["categories"])
+            for name, ph in data["phases"].items()}
+
+
+def _combine(results: list[dict], settings, strategy: str, world_size: int) -> Measurement:
+    """One Measurement: each rank's figures in ``per_rank``; ``peak`` the highest rank's, and for each
+    phase the figures of the rank with the highest peak in it (the lowest such rank on ties)."""
+    ranks = tuple(RankFigures(r, d["peak"], d["peak_phase"], _phases(d)) for r, d in enumerate(results))
+    top = max(ranks, key=lambda rf: (rf.peak, -rf.rank))
+    phases = {name: max((rf.phases[name] for rf in ranks), key=lambda ph: ph.peak) for name in top.phases}
+    first = results[0]
+    notes = list(first["notes"]) + [
+        f"{strategy} on {world_size} CPU processes (gloo): peak and phases are the highest rank's; "
+        "per_rank has each rank's"]
+    if strategy == "ddp":
+        notes.append(f"DDP keeps gradient buckets beside .grad ({first['buckets']:,} bytes per rank), "
+                     "counted from the load phase on")
+    else:
+        notes.append("FSDP2 shards each parameter's first dimension (padded to a multiple of the world size); "
+                     "the root module's parameters stay gathered from the forward to the backward")
+    return Measurement("cpu", settings.method, settings.to_dict(), first["params_total"], first["params_trainable"],
+                       top.peak, top.peak_phase, phases, None, None, tuple(notes),
+                       strategy=strategy, world_size=world_size, per_rank=ranks)
+
+
+# --------------------------------------------------------------------------- child side
+
+
+class _ResizeAwareTracker(StorageTracker):
+    """A StorageTracker that also follows storages resized in place (FSDP2 frees gathered parameters
+    with ``storage.resize_(0)`` and re-allocates them with ``resize_(n)``; no operator reports it)."""
+
+    def resized(self, storage) -> None:
+        self.sweep()
+        ref = self._live.get(storage._cdata)
+        if ref is None:
+            return
+        size = -(-storage.nbytes() // self.granularity) * self.granularity
+        self.current += size - ref.size
+        ref.size = size
+        if self.current > self.peak:
+            self.peak = self.current
+
+    @contextlib.contextmanager
+    def follow_resizes(self):
+        import torch
+
+        original = torch.UntypedStorage.resize_
+        tracker = self
+
+        def resize_(storage, size):
+            out = original(storage, size)
+            tracker.resized(storage)
+            return out
+
+        torch.UntypedStorage.resize_ = resize_
+        try:
+            yield self
+        finally:
+            torch.UntypedStorage.resize_ = original
+
+
+def _child_main(folder: str, rank: int) -> None:
+    """Entry point of one rank: run the job, write the figures or the error, never raise."""
+    out = os.path.join(folder, f"rank{rank}.pkl")
+    try:
+        with open(os.path.join(folder, "job.pkl"), "rb") as f:
+            job = pickle.load(f)
+        sys.path.extend(p for p in job["sys_path"] if p not in sys.path)
+        result = _run_rank(job, rank)
+    except BaseException as e:  # noqa: BLE001 - everything goes back to the parent as a message
+        result = {"error": type(e).__name__, "message": str(e) or repr(e)}
+    tmp = out + ".tmp"
+    with open(tmp, "wb") as f:
+        pickle.dump(result, f)
+    os.replace(tmp, out)  # the parent never reads a half-written file
+    sys.stdout.flush()
+    os._exit(0)  # skip interpreter teardown (gloo threads); the result is on disk
+
+
+def _run_rank(job: dict, rank: int) -> dict:
+    import warnings
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    from ._measure import _apply_checkpointing, _apply_lora, _build, _optimizer, _track_cpu
+    from ._settings import normalise_settings
+
+    warnings.simplefilter("ignore")
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    world_size, strategy = job["world_size"], job["strategy"]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(job["port"]), RANK=str(rank),
+                      WORLD_SIZE=str(world_size))
+    settings = normalise_settings(**job["settings"])
+    # On an error the process exits without tearing the group down: its peers may be blocked in a
+    # collective waiting for it, and the parent stops them as soon as it reads the error.
+    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=job["timeout"]))
+    net = _build(job["cfg"], settings.attention, torch.bfloat16)
+    net = _apply_lora(net, settings)
+    _apply_checkpointing(net, settings)
+    net.train()
+    params_total = sum(p.numel() for p in net.parameters())
+    params_trainable = sum(p.numel() for p in net.parameters() if p.requires_grad)
+    vocab = int(net.get_output_embeddings().weight.shape[0])
+    tracker = _ResizeAwareTracker()
+    for t in list(net.parameters()) + list(net.buffers()):
+        tracker.add(t)
+    notes: list = []
+    with tracker.follow_resizes():
+        with tracker.mode():  # what the wrapping allocates and keeps (DDP's buckets, FSDP's shards) counts
+            model = _wrap(net, strategy)
+        del net
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        opt = _optimizer(trainable, settings, notes)
+        gen = torch.Generator().manual_seed(1 + rank)  # each rank its own batch
+        ids = torch.randint(0, vocab, (settings.batch_size, settings.seq_len), generator=gen)
+        m = _track_cpu(model, opt, ids, job["steps"], settings, params_total, params_trainable, notes,
+                       tracker=tracker)
+    buckets = _ddp_bucket_bytes(model, tracker.granularity) if strategy == "ddp" else 0
+    dist.barrier()  # every rank has finished its steps before any leaves the group
+    dist.destroy_process_group()
+    data = m.to_dict()
+    if buckets:  # name DDP's buckets apart from the activations and temporaries
+        for ph in data["phases"].values():
+            ph["categories"]["gradient_buckets"] = buckets
+            ph["categories"]["activations_and_temporaries"] -= buckets
+    data["buckets"] = buckets
+    return data
+
+
+def _wrap(net, strategy: str):
+    import torch
+
+    if strategy == "ddp":
+        return torch.nn.parallel.DistributedDataParallel(net)
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in _decoder_layers(net):
+        fully_shard(layer)
+    fully_shard(net)
+    return net
+
+
+def _decoder_layers(net) -> list:
+    """The decoder layers: modules of the classes transformers names in ``_no_split_modules``, else the
+    children of the largest ModuleList."""
+    import torch
+
+    names: set = set()
+    for m in net.modules():
+        names.update(getattr(m, "_no_split_modules", None) or ())
+    layers = [m for m in net.modules() if type(m).__name__ in names]
+    if not layers:
+        lists = [m for m in net.modules() if isinstance(m, torch.nn.ModuleList)]
+        if lists:
+            layers = list(max(lists, key=len))
+    if not layers:
+        raise VramwiseError("fsdp: found no decoder layers to shard (no _no_split_modules class, no ModuleList)")
+    return layers
+
+
+def _ddp_bucket_bytes(ddp, granularity: int) -> int:
+    """Bytes of DDP's gradient buckets as they stand now (each bucket one storage, rounded)."""
+    buckets = ddp.reducer._get_zeros_like_grad_buckets()  # zero copies of the buckets: their sizes
+    return sum(-(-b.buffer().untyped_storage().nbytes() // granularity) * granularity for b in buckets)
