@@ -132,3 +132,31 @@ def reference_minimal_config(reference) -> dict | None:
     if reference.get("minimal") is None:
         return None
     return merge_config({"model_type": reference["model_type"], **reference["minimal"]}, reference.get("default_fixes") or {})
+
+
+# -- the two checks every validation matrix makes (tests/test_validation_matrix*.py) --
+
+
+def matrix_checks(vm):
+    """``test_cell_within_ten_percent`` and ``test_median_within_five_percent`` for a validation-matrix
+    module ``vm`` (``cells()``, ``cell_id()``, ``run_cell()``, ``CELL_LIMIT``, ``MEDIAN_LIMIT``,
+    ``median_abs_error()``); each cell is measured once and shared by both."""
+    import pytest
+
+    cells = list(vm.cells())
+    results: dict = {}
+
+    def result(cell):
+        if cell not in results:
+            results[cell] = vm.run_cell(cell)
+        return results[cell]
+
+    @pytest.mark.parametrize("cell", cells, ids=[vm.cell_id(c) for c in cells])
+    def test_cell_within_ten_percent(cell):
+        r = result(cell)
+        assert abs(r["error"]) <= vm.CELL_LIMIT, r
+
+    def test_median_within_five_percent():
+        assert vm.median_abs_error([result(c) for c in cells]) <= vm.MEDIAN_LIMIT
+
+    return test_cell_within_ten_percent, test_median_within_five_percent

@@ -18,6 +18,7 @@ pytest.importorskip("litgpt")
 pytest.importorskip("lightning")
 pytest.importorskip("bitsandbytes")
 
+from helpers import matrix_checks  # noqa: E402
 import validation_matrix_litgpt as vm  # noqa: E402
 
 # bitsandbytes' paged optimizer falls back to plain tensors on a CPU (what the measurement wants)
@@ -26,25 +27,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:Paged optimizers are not support
 from vramwise import SettingsError, VramwiseError, estimate  # noqa: E402
 from vramwise._measure import measure  # noqa: E402
 
-CELLS = list(vm.cells())
-_results: dict = {}
-
-
-def _result(cell):
-    if cell not in _results:
-        _results[cell] = vm.run_cell(cell)
-    return _results[cell]
-
-
-@pytest.mark.parametrize("cell", CELLS, ids=[vm.cell_id(c) for c in CELLS])
-def test_cell_within_ten_percent(cell):
-    r = _result(cell)
-    assert abs(r["error"]) <= vm.CELL_LIMIT, r
-
-
-def test_median_within_five_percent():
-    rows = [_result(c) for c in CELLS]
-    assert vm.median_abs_error(rows) <= vm.MEDIAN_LIMIT
+test_cell_within_ten_percent, test_median_within_five_percent = matrix_checks(vm)
 
 
 def test_fake_qlora_equals_real_4bit_storage():
