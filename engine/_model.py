@@ -8,6 +8,8 @@ number of layers.
 
 from __future__ import annotations
 
+import re
+
 import math
 from dataclasses import dataclass, field, fields
 from math import prod
@@ -486,14 +488,19 @@ def _canonical_number(seg: str) -> bool:
     return seg.isascii() and seg.isdigit() and str(int(seg)) == seg
 
 
+#: a whole path segment that is a canonical number (what _canonical_number accepts)
+_NUMBER_SEGMENT = re.compile(r"(?:^|(?<=\.))(0|[1-9][0-9]*)(?=\.|\Z)")
+
+
 def _shapes(entries) -> dict:
     """Entries grouped by shape (their segments with every index-like number written ``#``) -> the
     numbers of each entry, in order. A long list has few shapes: templates are matched per shape."""
     out: dict[tuple, list] = {}
+    find, sub = _NUMBER_SEGMENT.findall, _NUMBER_SEGMENT.sub
     for e in entries:
-        segs = e.split(".")
-        shape = tuple("#" if _canonical_number(x) else x for x in segs)
-        out.setdefault(shape, []).append(tuple(x for x in segs if _canonical_number(x)))
+        numbers = tuple(find(e))
+        shape = tuple((sub("#", e) if numbers else e).split("."))
+        out.setdefault(shape, []).append(numbers)
     return out
 
 
@@ -507,43 +514,49 @@ class _SkipIndex:
         self.memo: dict = {}  # (shape, number positions of i and j, literal checks) -> constraints
 
 
-def _match_shape(shape: tuple, numbers: list, segs: list, offset: int, memo: dict) -> list:
-    """(i, j) for each entry of ``shape`` that matches the template ``segs`` from ``offset`` on
-    (a template's {i}/{j} take canonical numbers, its literals match exactly; applied to a whole group
-    of entries at once, each distinct
-    projection of the group computed once)."""
+def _match_shape(shape: tuple, numbers: list, segs: list, offset: int, memo: dict) -> tuple:
+    """The (i, j) of each entry of ``shape`` that matches the template ``segs`` from ``offset`` on, as
+    (the copies j matched on any layer, {layer i: its copies j}); j None stands for every copy. A
+    template's {i}/{j} take canonical numbers and its literals match exactly; a whole group of entries
+    is matched at once, and each distinct projection of the group is computed once."""
     slots = {"{i}": [], "{j}": []}  # positions among the entry's numbers that fix i or j
     literal = []  # (position among the numbers, text the template has there)
     n = 0
     for s, t in zip(shape, segs[offset:offset + len(shape)]):
         if t in slots:
             if s != "#":
-                return []
+                return (set(), {})
             slots[t].append(n)
         elif s == "#":
             literal.append((n, t))
         elif s != t:
-            return []
+            return (set(), {})
         if s == "#":
             n += 1
     key = (shape, tuple(slots["{i}"]), tuple(slots["{j}"]), tuple(literal))
     if key in memo:
         return memo[key]
-    out = set()
+    any_layer: set = set()
+    by_layer: dict = {}
     for nums in numbers:
-        if any(nums[k] != t for k, t in literal):
+        if literal and any(nums[k] != t for k, t in literal):
             continue
         iv = {nums[k] for k in slots["{i}"]}
         jv = {nums[k] for k in slots["{j}"]}
         if len(iv) > 1 or len(jv) > 1:
             continue
-        out.add((int(iv.pop()) if iv else None, int(jv.pop()) if jv else None))
-    memo[key] = result = list(out)
+        j = int(jv.pop()) if jv else None
+        if iv:
+            by_layer.setdefault(int(iv.pop()), set()).add(j)
+        else:
+            any_layer.add(j)
+    memo[key] = result = (any_layer, by_layer)
     return result
 
 
 def _skip_constraints(template: str, index: _SkipIndex, canon: str) -> list | None:
-    """The (i, j) pairs (None: any) whose module path the skip list matches, from the path template.
+    """The (i, j) pairs (None: any) whose module path the skip list matches, from the path template,
+    as parts of the form :func:`_match_shape` returns.
 
     Same rules as a concrete path: entries under the canonical root match the path relative to it
     when equal or a parent of it; short entries match when equal, a parent, or a suffix at a module
@@ -557,29 +570,35 @@ def _skip_constraints(template: str, index: _SkipIndex, canon: str) -> list | No
     if segs[:len(canon_segs)] == canon_segs and len(segs) > len(canon_segs):
         rel = segs[len(canon_segs):]
         if index.whole_tower:
-            out.append((None, None))
+            out.append(({None}, {}))
         for shape, numbers in index.rooted.items():
             if len(shape) <= len(rel):
-                out.extend(_match_shape(shape, numbers, rel, 0, index.memo))
+                out.append(_match_shape(shape, numbers, rel, 0, index.memo))
     for shape, numbers in index.short.items():
         if len(shape) > len(segs):
             continue
         for offset in {0, len(segs) - len(shape)}:
-            out.extend(_match_shape(shape, numbers, segs, offset, index.memo))
+            out.append(_match_shape(shape, numbers, segs, offset, index.memo))
     return out
 
 
-def _copies_matched(constraints: list, indices, count: int, repeat: int) -> int:
-    """Module copies (layer x numbered copy) that the (i, j) constraints select, over ``indices``."""
-    any_layer = [j for i, j in constraints if i is None]
-    if any(j is None for j in any_layer):
+def _copies_matched(parts: list, indices, count: int, repeat: int) -> int:
+    """Module copies (layer x numbered copy) that the constraint parts select, over ``indices``."""
+    any_layer = set().union(*(a for a, _ in parts))
+    if None in any_layer:
         return count * repeat
     common = {j for j in any_layer if 0 <= j < repeat}
     by_layer: dict[int, set] = {}
-    layer_set = frozenset(indices) if count <= 1 << 16 else indices  # plain set lookups for a long skip list
-    for i, j in set(constraints):
-        if i is not None and i in layer_set:
-            by_layer.setdefault(i, set()).add(j)
+    for _, per_layer in parts:
+        if len(per_layer) <= count:  # the part names fewer layers than the group has: look each up
+            for i, js in per_layer.items():
+                if i in indices:
+                    by_layer.setdefault(i, set()).update(js)
+        else:
+            for i in indices:
+                js = per_layer.get(i)
+                if js:
+                    by_layer.setdefault(i, set()).update(js)
     total = (count - len(by_layer)) * len(common)
     for js in by_layer.values():
         total += repeat if None in js else len(common | {j for j in js if 0 <= j < repeat})
