@@ -4,8 +4,9 @@ Targets (generators in ``tests/fuzz/generators.py``): ``configs`` (mutations of 
 ``settings`` (every setting of ``vramwise.SETTINGS``, the profile, ``estimate_from_size``), ``cli``
 (argv fragments and bad files) and ``data_files`` (hostile family and formula files through
 ``Registry(families_dir, formulas_dir)``). Each case runs in a forked sandbox worker (address-space
-limit, wall-clock kill) and must give a sane estimate or a documented error within 1 s and 200 MB
-(``tests/fuzz/oracle.py``).
+limit, wall-clock kill) and must give a sane estimate or a documented error within 200 MB and
+``SUITE_TIME_LIMIT_S`` of CPU (``tests/fuzz/oracle.py``: a bound against hangs and runaway growth that a
+busy machine cannot trip; the campaign, ``benchmarks/fuzz.py``, holds every case to 1 s).
 
 Settings profiles: ``fuzz-ci`` (default; derandomized, the whole file in under 2 minutes on two cores
 when nothing fails) and ``fuzz-long`` (10x the examples); pick one with ``VRAMWISE_FUZZ_PROFILE``.
@@ -23,7 +24,7 @@ from hypothesis import HealthCheck, given, note, settings, strategies as st
 
 from fuzz import GENERATORS, Sandbox, dumps
 from fuzz.corpus import save
-from fuzz.oracle import Outcome
+from fuzz.oracle import SUITE_TIME_LIMIT_S, Outcome
 from fuzz.targets import warm_up
 
 _COMMON = dict(
@@ -48,7 +49,7 @@ def sandbox() -> Sandbox:
     global _SANDBOX
     if _SANDBOX is None:
         warm_up()
-        _SANDBOX = Sandbox(wall_limit=3.0)
+        _SANDBOX = Sandbox(wall_limit=15.0, time_limit=SUITE_TIME_LIMIT_S)
     return _SANDBOX
 
 

@@ -3,7 +3,8 @@ wall-clock kill, so that no case can hang or bloat the process that drives the f
 
 Per case the worker resets its resident-memory high-water mark (``/proc/self/clear_refs``, ``5``) and
 reports ``VmHWM`` minus the resident size before the case, and the CPU time the case took. A case
-over :data:`~.oracle.TIME_LIMIT_S` CPU seconds is a ``slow`` finding, one over
+over ``time_limit`` CPU seconds (:data:`~.oracle.TIME_LIMIT_S` in the campaign,
+:data:`~.oracle.SUITE_TIME_LIMIT_S` in the test suite) is a ``slow`` finding, one over
 :data:`~.oracle.MEMORY_LIMIT_MB` a ``memory`` finding; one still running after ``wall_limit`` seconds
 is killed (``timeout``), and a worker that dies (a C-level crash, a signal) is a ``crash``. The
 worker's address space is capped at its size when forked plus ``as_limit_mb``, so a runaway
@@ -45,7 +46,7 @@ def _reset_peak() -> bool:
         return False
 
 
-def _worker(conn, scratch: str, as_limit_mb: int) -> None:
+def _worker(conn, scratch: str, as_limit_mb: int, time_limit: float = TIME_LIMIT_S) -> None:
     from .targets import Runner
 
     os.environ["HF_HUB_OFFLINE"] = "1"
@@ -79,8 +80,8 @@ def _worker(conn, scratch: str, as_limit_mb: int) -> None:
         mem = (_status("VmHWM") - rss0) / 1024 if can_reset else 0.0
         outcome.cpu_s, outcome.wall_s, outcome.mem_mb = cpu, wall, mem
         if outcome.status != "finding":
-            if cpu > TIME_LIMIT_S:
-                outcome = Outcome("finding", "slow", f"{cpu:.2f} s of CPU (limit {TIME_LIMIT_S} s); "
+            if cpu > time_limit:
+                outcome = Outcome("finding", "slow", f"{cpu:.2f} s of CPU (limit {time_limit:g} s); "
                                   f"without the limit: {outcome.key}", cpu, wall, mem)
             elif mem > MEMORY_LIMIT_MB:
                 outcome = Outcome("finding", "memory", f"{mem:.0f} MB above the resident size before the case "
@@ -94,8 +95,10 @@ def _worker(conn, scratch: str, as_limit_mb: int) -> None:
 class Sandbox:
     """Runs ``(target, case)`` in a forked worker; see the module docstring."""
 
-    def __init__(self, *, wall_limit: float = 10.0, as_limit_mb: int = 1536, recycle: int = 2000):
+    def __init__(self, *, wall_limit: float = 10.0, as_limit_mb: int = 1536, recycle: int = 2000,
+                 time_limit: float = TIME_LIMIT_S):
         self.wall_limit = wall_limit
+        self.time_limit = time_limit
         self.as_limit_mb = as_limit_mb
         self.recycle = recycle
         self.scratch = tempfile.mkdtemp(prefix="vramwise-fuzz-")
@@ -105,7 +108,8 @@ class Sandbox:
 
     def _start(self) -> None:
         parent, child = _CTX.Pipe()
-        self._proc = _CTX.Process(target=_worker, args=(child, self.scratch, self.as_limit_mb), daemon=True)
+        self._proc = _CTX.Process(target=_worker, args=(child, self.scratch, self.as_limit_mb, self.time_limit),
+                                  daemon=True)
         self._proc.start()
         child.close()
         self._conn = parent
