@@ -26,7 +26,7 @@ import contextlib
 from typing import Any
 
 from ._errors import SettingsError, VramwiseError
-from ._measure import Prepared, _need
+from ._measure import Prepared, _need, _optimizer  # the optimizers measure builds for every stack
 
 #: model_type -> (torchtune builder module, full builder, LoRA builder, ties the embedding)
 _BUILDERS = {
@@ -157,18 +157,6 @@ def _check(settings, fake: bool) -> None:
         raise SettingsError("optimizer_in_bwd belongs to torchtune's full fine-tuning recipes (the LoRA recipes lack it)")
     if fake and settings.optimizer == "adamw_8bit":
         raise SettingsError("bitsandbytes' 8-bit AdamW needs real tensors: drop --fake or choose adamw_torch")
-
-
-def _optimizer(params, name: str):
-    import torch
-
-    if name == "adamw_8bit":
-        return _need("bitsandbytes").optim.AdamW8bit(params, lr=1e-5)
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=1e-5)
-    if name == "adamw_torch_fused":  # the LoRA recipes' optimizer: torch.optim.AdamW(fused=True)
-        return torch.optim.AdamW(params, lr=1e-5, fused=True)
-    return torch.optim.AdamW(params, lr=1e-5, foreach=True)  # torch's default on a GPU
 
 
 class _Stepper:
@@ -374,7 +362,7 @@ def prepare(cfg: dict, settings, dtype, fake: bool) -> Prepared:
         model.train()
         trainable = [p for p in model.parameters() if p.requires_grad]
         if settings.optimizer_in_bwd:
-            optim_dict = {p: _optimizer([p], settings.optimizer) for p in trainable}
+            optim_dict = {p: _optimizer([p], settings, []) for p in trainable}
             training.register_optim_in_bwd_hooks(model=model, optim_dict=optim_dict)
             opt = _InBackward(optim_dict)
         b, s = settings.batch_size, settings.seq_len
@@ -382,7 +370,7 @@ def prepare(cfg: dict, settings, dtype, fake: bool) -> Prepared:
         ignore_cache = torch.full((b, 1), IGNORE_INDEX)
         num_tokens = (ids != IGNORE_INDEX).sum()
         if not settings.optimizer_in_bwd:
-            opt = _Stepper(model, _optimizer(trainable, settings.optimizer), 1 / num_tokens)
+            opt = _Stepper(model, _optimizer(trainable, settings, []), 1 / num_tokens)
     if settings.optimizer == "adamw_torch":
         notes.append("AdamW runs its foreach implementation, torch's default on GPUs")
 
