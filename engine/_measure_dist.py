@@ -22,6 +22,7 @@ them under a deadline, stops the others as soon as one fails, and turns a failur
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import pickle
 import socket
@@ -297,6 +298,12 @@ def _run_rank(job: dict, rank: int) -> dict:
         with tracker.mode():  # what the wrapping allocates and keeps (DDP's buckets, FSDP's shards) counts
             model = _wrap(net, strategy)
         del net
+        # the wrapping's start-up collectives (DDP broadcasts every parameter from rank 0) hand their
+        # flat buffers to gloo's worker threads: once every rank is past them, collect what they dropped,
+        # so the load phase is the steady state whatever those threads' timing was
+        dist.barrier()
+        gc.collect()
+        tracker.sweep()
         trainable = [p for p in model.parameters() if p.requires_grad]
         opt = _optimizer(trainable, settings, notes)
         gen = torch.Generator().manual_seed(1 + rank)  # each rank its own batch
