@@ -13,7 +13,9 @@ checkpointing, so the matrix has no checkpointing axis.
 from __future__ import annotations
 
 import itertools
-import statistics
+
+# the shapes, optimizer, steps, limits and median of the hf matrix, shared by every stack
+from validation_matrix import CELL_LIMIT, MEDIAN_LIMIT, METHODS, OPTIMIZER, SHAPES, STEPS, median_abs_error  # noqa: F401
 
 CONFIGS = {
     "llama": {  # Llama-3 vocabulary, untied head, grouped-query attention
@@ -30,13 +32,7 @@ CONFIGS = {
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "tie_word_embeddings": False,
     },
 }
-METHODS = ("full", "lora", "qlora")
 LOSSES = ("standard", "chunked")
-SHAPES = ((1, 128), (2, 256))  # (batch, sequence)
-OPTIMIZER = "adamw_torch"
-STEPS = 2
-CELL_LIMIT = 0.10  # |estimate / measured - 1| in every cell
-MEDIAN_LIMIT = 0.05  # ... and in the median over the cells
 
 
 def cells():
@@ -74,7 +70,3 @@ def run_cell(cell, fake: bool = True) -> dict:
 def small_vocab(name: str, layers: int) -> dict:
     """The config with vocabulary 1000 and ``layers`` layers: isolates the per-layer terms."""
     return dict(CONFIGS[name], vocab_size=1000, num_hidden_layers=layers)
-
-
-def median_abs_error(rows) -> float:
-    return statistics.median(abs(r["error"]) for r in rows)

@@ -9,7 +9,9 @@ given, so the rotary cache the builders make has a known size.
 from __future__ import annotations
 
 import itertools
-import statistics
+
+# the shapes, optimizer, steps, limits and median of the hf matrix, shared by every stack
+from validation_matrix import CELL_LIMIT, MEDIAN_LIMIT, METHODS, OPTIMIZER, SHAPES, STEPS, median_abs_error  # noqa: F401
 
 CONFIGS = {
     "llama": {  # Llama-3 vocabulary, untied head, grouped-query attention (torchtune's llama3_2 builders)
@@ -28,15 +30,9 @@ CONFIGS = {
         "max_position_embeddings": 2048,
     },
 }
-METHODS = ("full", "lora", "qlora")
 CHECKPOINTING = ("none", "true")
 LOSSES = ("standard", "chunked")
-SHAPES = ((1, 128), (2, 256))  # (batch, sequence)
-OPTIMIZER = "adamw_torch"
-STEPS = 2
 FAKE = {}  # method -> measure with fake tensors (default: yes; torchao NF4 runs under FakeTensorMode)
-CELL_LIMIT = 0.10  # |estimate / measured - 1| in every cell
-MEDIAN_LIMIT = 0.05  # ... and in the median over the cells
 
 
 def cells():
@@ -84,7 +80,3 @@ def run_cell(cell) -> dict:
         "estimate_phase": e.peak_phase, "error": est / m.peak - 1,
         "measured_phases": {k: v.peak for k, v in m.phases.items()}, "estimated_phases": e.phases,
     }
-
-
-def median_abs_error(rows) -> float:
-    return statistics.median(abs(r["error"]) for r in rows)
