@@ -25,7 +25,7 @@ from ._errors import (
     SettingsError,
     VramwiseError,
 )
-from ._estimate import COMPONENTS, Estimate, TraceEntry, estimate, estimate_from_size, load_model
+from ._estimate import COMPONENTS, Estimate, RankEstimate, TraceEntry, estimate, estimate_from_size, load_model
 from ._model import LayerClass, ModelSpec, Module
 from ._registry import Registry
 from ._settings import SETTINGS, Setting, TrainingSettings
@@ -92,6 +92,7 @@ __all__ = [
     "GpuSelection",
     "PynvmlBackend",
     "Estimate",
+    "RankEstimate",
     "TraceEntry",
     "ModelSpec",
     "LayerClass",

@@ -65,6 +65,9 @@ def _read_text(path: Path, problems: list[str]) -> str | None:
         return None
 
 
+_STRATEGIES = "strategies"  # the folder of the multi-GPU strategies (formulas/strategies), checked like a profile's
+
+
 def _classify(paths: Sequence[str | os.PathLike]) -> tuple[dict[str, Path], dict[str, Path]]:
     """(family name -> file, profile name -> folder) of the paths given; VramwiseError for a path that is neither."""
     families: dict[str, Path] = {}
@@ -76,6 +79,9 @@ def _classify(paths: Sequence[str | os.PathLike]) -> tuple[dict[str, Path], dict
         except (OSError, ValueError) as e:
             raise VramwiseError(f"cannot read {raw}: {e}") from None
         if is_dir:
+            if (path / "strategies.yaml").is_file():  # the multi-GPU strategies folder
+                profiles[_STRATEGIES] = path
+                continue
             if (path / "profile.yaml").is_file():
                 profiles[path.resolve().name] = path
                 continue
@@ -91,7 +97,9 @@ def _classify(paths: Sequence[str | os.PathLike]) -> tuple[dict[str, Path], dict
             if path.suffix not in (".yaml", ".yml"):
                 raise VramwiseError(f"{raw}: expected a family or formula file (.yaml) or a profile folder")
             parent = path.resolve().parent
-            if path.name == "profile.yaml" or (parent / "profile.yaml").is_file():
+            if path.name == "strategies.yaml" or (parent / "strategies.yaml").is_file():
+                profiles[_STRATEGIES] = path.parent if str(path.parent) else Path(".")
+            elif path.name == "profile.yaml" or (parent / "profile.yaml").is_file():
                 profiles[parent.name] = path.parent if str(path.parent) else Path(".")
             else:
                 families[path.name[: -len(path.suffix)]] = path
@@ -128,7 +136,9 @@ def _stage(
         shown[str(target)] = str(path)
         given[name] = _Source(str(path), text)
     for folder in _bundled("vramwise.formulas").iterdir():
-        if not folder.is_dir() or not folder.joinpath("profile.yaml").is_file() or folder.name in profiles:
+        if not folder.is_dir() or folder.name in profiles:
+            continue
+        if not (folder.joinpath("profile.yaml").is_file() or folder.joinpath("strategies.yaml").is_file()):
             continue
         (form_dir / folder.name).mkdir()
         for item in folder.iterdir():
@@ -323,6 +333,13 @@ def _check_registry(reg, given: dict[str, _Source], user_profiles: set[str], loa
             prof_objs[pname] = reg.profile(pname)
         except VramwiseError as e:
             problems.extend(_problems_of(e))
+    try:  # every strategy compiled with every profile it names (those given or not, a strategy reads their names)
+        for sname in reg.strategy_names():
+            for pname in reg.strategy_info(sname)["profiles"]:
+                if pname in prof_objs:
+                    reg.profile(pname, sname)
+    except VramwiseError as e:
+        problems.extend(_problems_of(e))
     from ._profile import check_inputs
 
     for pname, prof in prof_objs.items():

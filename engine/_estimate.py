@@ -25,7 +25,7 @@ from ._settings import DEFAULTS, LIMITS, SETTINGS, TrainingSettings, normalise_s
 
 _MAX_BATCH, _MAX_SEQ = LIMITS["batch_size"], LIMITS["seq_len"]
 
-__all__ = ["Estimate", "TraceEntry", "Provenance", "load_model", "estimate", "estimate_from_size", "size_only_model", "COMPONENTS", "Stage"]
+__all__ = ["Estimate", "RankEstimate", "TraceEntry", "Provenance", "load_model", "estimate", "estimate_from_size", "size_only_model", "COMPONENTS", "Stage"]
 
 #: Reported components, in display order.
 COMPONENTS = ("weights", "lora", "optimizer", "gradients", "activations", "overhead")
@@ -50,6 +50,19 @@ class TraceEntry:
 
     def location(self) -> str:
         return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True)
+class RankEstimate:
+    """What ``count`` ranks (GPUs) of a multi-GPU strategy each need, in bytes."""
+
+    role: str  # what these ranks hold, e.g. "each rank"
+    count: int  # how many ranks hold this
+    total: int  # bytes each of them needs (the device figure: tensors, allocator reserve, CUDA context)
+    components: Mapping[str, int]  # weights, lora, optimizer, gradients, activations, overhead
+
+    def to_dict(self) -> dict:
+        return {"role": self.role, "count": self.count, "total": self.total, **self.components}
 
 
 @dataclass(frozen=True)
@@ -80,7 +93,7 @@ class Stage:
     """What an estimate computes before batch and sequence are known, for one model, profile and settings."""
 
     __slots__ = ("spec", "profile", "settings", "lora", "warnings", "env", "layer_envs", "program", "static",
-                 "counts", "_where")
+                 "counts", "_where", "registry")
 
     def __init__(self, spec: ModelSpec, prof: Profile, settings: dict, lora: LoraSums, warnings: list):
         self.spec, self.profile, self.settings, self.lora = spec, prof, settings, lora
@@ -148,6 +161,11 @@ def _reported_names(prof: Profile) -> dict:
     out = {f"components.{k}": v for k, v in prof.components.items()}
     out.update({f"figures.{k}": v for k, v in prof.figures.items()})
     out.update({f"phases.{k}": v for k, v in prof.phases.items()})
+    if prof.host is not None:
+        out["host_bytes"] = prof.host
+    for k, (_, count, total, comps) in enumerate(prof.rank_groups):
+        out.update({f"ranks.{k}.count": count, f"ranks.{k}.total": total})
+        out.update({f"ranks.{k}.{c}": v for c, v in comps.items()})
     return out
 
 
@@ -279,6 +297,42 @@ class Estimate:
             got = self._memo["warnings"] = self._stage.warnings + tuple(prof.warnings_for(self._env()[0], dynamic=True))
         return got
 
+    # -- multi-GPU strategies ---------------------------------------------------------------
+    @property
+    def strategy(self) -> str | None:
+        """The multi-GPU strategy the figures are per rank of (None: one GPU)."""
+        return self._stage.profile.strategy
+
+    @property
+    def world_size(self) -> int:
+        """GPUs the estimate is for (1 without a strategy)."""
+        return self._stage.settings["world_size"] if self.strategy else 1
+
+    @property
+    def per_rank(self) -> tuple | None:
+        """With a strategy: the ranks as groups that need the same bytes (:class:`RankEstimate`, each
+        with its count); the components and total of the estimate are those of the busiest rank."""
+        prof = self._stage.profile
+        if prof.strategy is None:
+            return None
+        got = self._memo.get("per_rank")
+        if got is None:
+            if prof.rank_groups:
+                groups = [RankEstimate(role, round_bytes(self._get(count)), round_bytes(self._get(total)),
+                                       {c: self._get(fid) for c, fid in comps.items()})
+                          for role, count, total, comps in prof.rank_groups]
+                got = tuple(g for g in groups if g.count > 0)
+            else:
+                got = (RankEstimate("each rank", self.world_size, self.total, self.components()),)
+            self._memo["per_rank"] = got
+        return got
+
+    @property
+    def host_bytes(self) -> int | None:
+        """With a strategy: host memory one machine needs for what the strategy keeps there (None without one)."""
+        prof = self._stage.profile
+        return None if prof.host is None else self._get(prof.host)
+
     @property
     def further_gpu_share(self) -> float:
         """GPU selection: the share of each further GPU's free memory that counts (profile data)."""
@@ -303,10 +357,22 @@ class Estimate:
             got = self._memo["env"] = self._stage.full_env(self._batch, self._seq, self._results)
         return got
 
+    def at_world_size(self, n: int) -> "Estimate":
+        """The same run under the same strategy on ``n`` GPUs (this estimate when ``n`` is its world size)."""
+        if self.strategy is None:
+            raise SettingsError("at_world_size needs an estimate with a multi-GPU strategy")
+        if n == self.world_size:
+            return self
+        values = dict(self._stage.settings, batch_size=self._batch, seq_len=self._seq, world_size=n)
+        return estimate(self._stage.spec, profile=self._stage.profile.name, registry=self._stage.registry, **values)
+
     def min_per_gpu(self, n: int = 1) -> int:
-        """Least memory each of ``n`` GPUs needs when the model is split over them (profile formula)."""
+        """Least memory each of ``n`` GPUs needs when the model is split over them (profile formula).
+        Under a multi-GPU strategy: what each rank needs when the strategy runs on ``n`` GPUs."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise SettingsError(f"the number of GPUs must be a positive integer, got {n!r}")
+        if self.strategy is not None:
+            return self.at_world_size(n).total
         prof = self._stage.profile
         if n == 1:
             return round_bytes(self._get(prof.min_per_gpu))
@@ -345,6 +411,9 @@ class Estimate:
             "peak_phase": self.peak_phase,
             "lora_targets": list(self.lora_targets),
             "warnings": list(self.warnings),
+            **({} if self.strategy is None else {
+                "strategy": self.strategy, "world_size": self.world_size, "host_bytes": self.host_bytes,
+                "per_rank": [r.to_dict() for r in self.per_rank]}),
         }
 
     def to_gb_dict(self) -> dict[str, float]:
@@ -454,7 +523,8 @@ def _stage(reg: Registry, spec: ModelSpec, prof: Profile, static: dict) -> Stage
     if unused:
         warnings.append(f"{', '.join(f'{n}={static[n]!r}' for n in unused)} "
                         f"{'does' if len(unused) == 1 else 'do'} not apply to {static['method']}: ignored")
-    unmodelled = unmodelled_settings(static, prof.settings_read, unused)
+    read = prof.settings_read | ({"strategy", "world_size"} if prof.strategy else set())
+    unmodelled = unmodelled_settings(static, read, unused)
     if unmodelled:
         warnings.append(f"{', '.join(f'{n}={static[n]!r}' for n in unmodelled)} "
                         f"{'is' if len(unmodelled) == 1 else 'are'} not modelled by the {prof.name} profile: ignored")
@@ -470,6 +540,7 @@ def _stage(reg: Registry, spec: ModelSpec, prof: Profile, static: dict) -> Stage
             warnings.append("no LoRA target matches a module of this model: the adapter is empty")
     settings = {k: v for k, v in static.items() if k != "_key"}
     stage = Stage(spec, prof, settings, lora, warnings)
+    stage.registry = reg  # to estimate the same run on another number of GPUs (strategies)
     reg.stages.put(key, stage)
     return stage
 
@@ -490,6 +561,18 @@ def _static_settings(reg: Registry, raw: tuple) -> dict:
 
 
 _STATIC_NAMES = tuple(s.name for s in SETTINGS if not s.per_call) + ("profile",)
+
+
+def _strategy_profile(reg: Registry, profile: str, static: dict) -> Profile:
+    """The profile with the strategy's formulas, once the strategy is known to model these settings."""
+    info = reg.strategy_info(static["strategy"])
+    if static["offload"] not in info["offload"]:
+        raise SettingsError(f"strategy {static['strategy']} does not offload {static['offload']} "
+                            f"(offload: {', '.join(info['offload'])})")
+    least = info.get("min_world_size", 1)
+    if static["world_size"] < least:
+        raise SettingsError(f"strategy {static['strategy']} runs on at least {least} GPUs, got world_size {static['world_size']}")
+    return reg.profile(profile, static["strategy"])
 
 
 def estimate(model: Any, *, profile: str = "unsloth", trust_remote_code: bool = False,
@@ -518,7 +601,11 @@ def estimate(model: Any, *, profile: str = "unsloth", trust_remote_code: bool = 
         batch = positive_int("batch_size", batch)
     if type(seq) is not int or not 0 < seq <= _MAX_SEQ:
         seq = positive_int("seq_len", seq)
-    prof = reg.profile(profile)
+    strategy = static["strategy"]
+    if strategy != "none" and static["method"] != "inference":
+        prof = _strategy_profile(reg, profile, static)
+    else:
+        prof = reg.profile(profile)
     if static["method"] not in prof.methods:
         raise SettingsError(f"profile {prof.name} does not model {static['method']} (it models {', '.join(prof.methods)})")
     spec = model if isinstance(model, ModelSpec) else reg.model(model, trust_remote_code=trust_remote_code)

@@ -126,6 +126,8 @@ class Fit:
 def _fits(est: Estimate, n: int, usable: int, share: float) -> bool:
     if est.min_per_gpu(n) > usable:
         return False
+    if est.strategy is not None:  # the strategy places the model: each GPU needs what its rank holds
+        return True
     return est.total <= usable * (1 + share * (n - 1))
 
 
@@ -149,6 +151,22 @@ def _largest(pred: Callable[[int], bool], hi: int) -> int | None:
         else:
             bad = mid
     return lo
+
+
+def _fewest(pred: Callable[[int], bool], hi: int) -> int | None:
+    """The smallest k in [1, hi] with pred(k), assuming pred holds from some point on."""
+    if not pred(hi):
+        return None
+    lo, good = 0, 1  # lo fails (0 stands for "none checked"); find a good k by doubling, then bisect
+    while not pred(good):
+        lo, good = good, min(good * 2, hi)
+    while good - lo > 1:
+        mid = (lo + good) // 2
+        if pred(mid):
+            good = mid
+        else:
+            lo = mid
+    return good
 
 
 def fit(
@@ -177,6 +195,11 @@ def fit(
     usable = int(target.memory_bytes * (1 - headroom))
     spec = model if isinstance(model, ModelSpec) else load_model(model, registry=reg, trust_remote_code=trust_remote_code)
     base = {**DEFAULTS, **settings}
+    if base["strategy"] not in (None, "none"):  # the strategy runs on the GPUs asked about
+        if base["world_size"] not in (1, n):
+            raise SettingsError(f"world_size {base['world_size']!r} differs from the {n} GPU(s) asked about: "
+                                "leave world_size out, the fit is for the GPUs")
+        base["world_size"] = n
     prof = reg.profile(profile)
     share = prof.further_gpu_share
 
@@ -196,7 +219,10 @@ def fit(
     max_rank = None
     if here.settings.method in ("lora", "qlora"):
         max_rank = _largest(lambda r: _fits(est(lora_rank=r), n, usable, share), LIMITS["lora_rank"])
-    min_gpus = next((k for k in range(1, MAX_GPUS + 1) if _fits(here, k, usable, share)), None)
+    if here.strategy is not None:  # per-rank bytes never grow with more ranks (tests/test_strategies.py)
+        min_gpus = _fewest(lambda k: _fits(here, k, usable, share), MAX_GPUS)
+    else:
+        min_gpus = next((k for k in range(1, MAX_GPUS + 1) if _fits(here, k, usable, share)), None)
     grid = tuple(DEFAULT_FRONTIER if seq_lens is None else seq_lens)
     for s in grid:
         if isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= LIMITS["seq_len"]:
@@ -205,8 +231,11 @@ def fit(
         (s, _largest(lambda b, s=s: _fits(est(seq_len=s, batch_size=b), n, usable, share), LIMITS["batch_size"]))
         for s in grid
     )
-    rule = (f"fits when the per-GPU minimum for {n} GPU(s) is at most {usable:,} bytes"
-            + (f" and {usable:,} x (1 + {share} x {n - 1}) covers the total" if n > 1 else " and the total fits"))
+    if here.strategy is not None:
+        rule = f"fits when each of the {n} rank(s) of strategy {here.strategy} needs at most {usable:,} bytes"
+    else:
+        rule = (f"fits when the per-GPU minimum for {n} GPU(s) is at most {usable:,} bytes"
+                + (f" and {usable:,} x (1 + {share} x {n - 1}) covers the total" if n > 1 else " and the total fits"))
     return Fit(
         gpu=target, gpus=n, headroom=float(headroom), usable_bytes=usable, further_gpu_share=share, profile=prof.name,
         settings=here.settings.to_dict(), estimate=here, fits=_fits(here, n, usable, share), methods=tuple(methods),

@@ -289,6 +289,8 @@ def select_gpus(
         if est is None or not ids:
             return usable, None, None
         per_gpu = est.min_per_gpu(len(ids))
+        if getattr(est, "strategy", None) is not None:  # each rank needs per_gpu on its own GPU
+            return usable, per_gpu, min(frees) >= per_gpu
         return usable, per_gpu, usable >= est.total and min(frees) >= per_gpu
 
     if gpu_ids is not None:

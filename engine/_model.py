@@ -108,6 +108,11 @@ class Inventory:
     skipped_quantizable_params: int = field(metadata={"doc": "quantizable weights the checkpoint's skip list keeps in 16 bit"})
     checkpoint_bytes: int | None = field(metadata={"doc": "bytes of the weights stored beside the config, when known"})
     num_layers: int = field(metadata={"doc": "layers of the model"})
+    layers_params: int = field(default=0, metadata={"doc": "parameters of the decoder layers (the rest is the root: embeddings, final norm, head)"})
+    largest_layer_params: int = field(default=0, metadata={"doc": "parameters of the largest decoder layer (an FSDP / ZeRO-3 unit)"})
+    largest_layer_quantizable_params: int = field(default=0, metadata={"doc": "quantizable weights of the largest decoder layer"})
+    largest_layer_linear_quantizable_params: int = field(default=0, metadata={"doc": "quantizable nn.Linear weights of the largest decoder layer"})
+    largest_module_params: int = field(default=0, metadata={"doc": "parameters of the largest single module (what ZeRO-3 gathers at once)"})
 
     def names(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -733,6 +738,15 @@ def resolve_model(
                 quantizable += count * m.weight_params
                 if m.kind == "linear":
                     linear_quantizable += count * m.weight_params
+    layers_params = sum(lc.count * lc.params for lc in classes)
+    largest_module = max((m.params // m.repeat for _, _, mods in _groups(model_mods, classes) for m in mods), default=0)
+    largest = max(classes, key=lambda lc: lc.params, default=None)
+    largest_q = largest_lq = 0
+    for m in largest.modules if largest is not None else ():
+        if m.quantizable:
+            largest_q += m.weight_params
+            if m.kind == "linear":
+                largest_lq += m.weight_params
     skip = facts.get(family.skip_modules_fact) if family.skip_modules_fact else None
     skipped = _skipped_quantizable(classes, model_mods, skip, family.path_roots) if skip else 0
     for rule in family.warning_rules:
@@ -750,7 +764,10 @@ def resolve_model(
     inventory = Inventory(
         params_total=total, quantizable_params=quantizable, linear_quantizable_params=linear_quantizable,
         non_quantizable_params=total - quantizable, skipped_quantizable_params=skipped,
-        checkpoint_bytes=checkpoint_bytes, num_layers=n_layers,
+        checkpoint_bytes=checkpoint_bytes, num_layers=n_layers, layers_params=layers_params,
+        largest_layer_params=largest.params if largest is not None else 0,
+        largest_layer_quantizable_params=largest_q, largest_layer_linear_quantizable_params=largest_lq,
+        largest_module_params=largest_module,
     )
     return ModelSpec(
         family=family.name, family_file=family.file, model_type=model_type, facts=MappingProxyType(facts),

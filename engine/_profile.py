@@ -21,7 +21,7 @@ from ._program import Program, build_program, dynamic_ids
 from ._settings import SETTING_NAMES
 from ._yamlio import DataFile
 
-__all__ = ["Profile", "Formula", "Table", "build_profile", "check_inputs", "AGGREGATE_NAMES", "round_bytes"]
+__all__ = ["Profile", "Formula", "Table", "Overlay", "build_profile", "check_inputs", "AGGREGATE_NAMES", "round_bytes"]
 
 N_GPUS = "n_gpus"
 
@@ -119,6 +119,9 @@ class Profile:
     dynamic: frozenset = frozenset()  # ids of the formulas that depend on batch or sequence
     warning_rules: tuple = ()  # of WarningRule, from the formula files
     settings_read: frozenset = frozenset()  # the settings its formulas, tables and warnings read
+    strategy: str | None = None  # the multi-GPU strategy whose formulas were added (None: one GPU)
+    host: str | None = None  # formula id of the host memory a machine needs (strategies)
+    rank_groups: tuple = ()  # ((role, count id, total id, {component: id}), ...): ranks that hold different amounts
     _programs: dict = field(default_factory=dict, repr=False, compare=False)  # type signature -> Program
     _families_checked: dict = field(default_factory=dict, repr=False, compare=False)  # id -> Family
 
@@ -159,7 +162,12 @@ class Profile:
     @property
     def reported(self) -> frozenset:
         """Formula ids reported as components, figures or phases (rounded to whole bytes when evaluated)."""
-        return frozenset(self.components.values()) | frozenset(self.figures.values()) | frozenset(self.phases.values())
+        out = frozenset(self.components.values()) | frozenset(self.figures.values()) | frozenset(self.phases.values())
+        if self.host is not None:
+            out |= {self.host}
+        for _, count, total, comps in self.rank_groups:
+            out |= {count, total} | frozenset(comps.values())
+        return out
 
     def static_env(self, spec, names: Mapping[str, Any], lora, warnings: list[str]) -> tuple[dict, list[dict]]:
         """Evaluate every formula that does not depend on batch or sequence, formula by formula.
@@ -263,9 +271,28 @@ def check_inputs(profile: "Profile", family) -> str | None:
     )
 
 
-def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
-    """Compile a profile: check every name and order formulas by dependency."""
+@dataclass(frozen=True)
+class Overlay:
+    """A multi-GPU strategy added to a profile: its formula files are compiled with the profile's, and
+    its outputs replace the profile's components, total, phases and figures (see formulas/strategies)."""
+
+    name: str
+    files: tuple  # DataFiles of the strategy
+    source: DataFile  # the strategies manifest (for positions)
+    parts: tuple  # where the outputs are in it
+    outputs: Mapping[str, Any]
+    ranks: tuple = ()  # of dicts (role, count, total, components), from the manifest
+
+
+def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | None = None) -> Profile:
+    """Compile a profile (with a strategy's files and outputs when ``overlay`` is given): check every
+    name and order formulas by dependency."""
     m = manifest.data
+    if overlay is not None:
+        out = overlay.outputs
+        m = dict(m, components=out["components"], total=out["total"], min_per_gpu=out["min_per_gpu"],
+                 phases=out.get("phases", {}), figures=out.get("figures", {}))
+        files = list(files) + list(overlay.files)
     problems: list[str] = []
     model_inputs = tuple(m["inputs"]["model"])
     layer_inputs = tuple(m["inputs"]["layer"])
@@ -322,7 +349,7 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
             layer_valued = frozenset()
         else:
             allowed = base | model_ids | set(layer_inputs) | layer_ids
-            if f["id"] == m["min_per_gpu"]:
+            if f["id"] in (m["min_per_gpu"], manifest.data["min_per_gpu"]):
                 allowed = allowed | {N_GPUS}
             layer_valued = frozenset(layer_inputs) | frozenset(layer_ids)
         expr = compile_expression(
@@ -357,11 +384,18 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
     refs.update({f"figures.{k}": v for k, v in m.get("figures", {}).items()})
     refs.update({f"phases.{k}": v for k, v in m.get("phases", {}).items()})
     refs.update({f"components.{k}": v for k, v in m["components"].items()})
+    ref_src, ref_parts = (manifest, ()) if overlay is None else (overlay.source, overlay.parts)
+    if overlay is not None:
+        refs["host"] = overlay.outputs["host"]
+        for k, g in enumerate(overlay.ranks):
+            refs.update({f"ranks.{k}.count": g["count"], f"ranks.{k}.total": g["total"]})
+            refs.update({f"ranks.{k}.components.{c}": v for c, v in g.get("components", {}).items()})
     for where, fid in refs.items():
+        parts = tuple(int(x) if x.isdigit() else x for x in where.split("."))
         if fid not in compiled:
-            problems.append(manifest.problem(tuple(where.split(".")), f"unknown formula {fid!r}"))
+            problems.append(ref_src.problem(ref_parts + parts, f"unknown formula {fid!r}"))
         elif compiled[fid].scope != "model":
-            problems.append(manifest.problem(tuple(where.split(".")), f"formula {fid!r} must have model scope"))
+            problems.append(ref_src.problem(ref_parts + parts, f"formula {fid!r} must have model scope"))
     report = []
     figure_names = set(m.get("figures", {})) | {"batch_size", "seq_len"}
     for k, line in enumerate(m.get("report", ())):
@@ -390,4 +424,8 @@ def build_profile(manifest: DataFile, files: list[DataFile]) -> Profile:
         constants=constants, constant_info=constant_info,
         tables=tuple(tables), formulas=tuple(order), dynamic=dynamic, warning_rules=tuple(warning_rules),
         settings_read=frozenset(read & SETTING_NAMES),
+        strategy=overlay.name if overlay is not None else None,
+        host=overlay.outputs["host"] if overlay is not None else None,
+        rank_groups=tuple((g["role"], g["count"], g["total"], dict(g.get("components", {}))) for g in overlay.ranks)
+        if overlay is not None else (),
     )

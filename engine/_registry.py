@@ -20,7 +20,7 @@ import yaml
 
 from ._errors import ConfigError, FileFormatError, SettingsError, VramwiseError
 from ._family import Family, compile_family
-from ._profile import Profile, build_profile, check_inputs
+from ._profile import Overlay, Profile, build_profile, check_inputs
 from ._yamlio import MAX_FILE_BYTES, DataFile, load_data_file
 
 __all__ = ["Registry"]
@@ -161,6 +161,10 @@ class Registry:
         self._files = _FamilyFiles(texts, self.validate)
         self._compiled: dict[str, Family] = {}
         self._profiles: dict[str, Profile] = {}
+        self._profile_parts: dict[str, tuple] = {}  # profile -> (manifest, formula files), to add a strategy's
+        self._strategies: DataFile | None = None  # formulas/strategies/strategies.yaml, once read
+        self._strategy_files: dict[str, DataFile] = {}
+        self._with_strategy: dict[tuple, Profile] = {}  # (profile, strategy) -> compiled
         self._by_type: dict[str, str] = {}
         self._fallback: str | None = None
         #: resolved models by config content or file identity, static estimate stages, normalised settings
@@ -319,7 +323,11 @@ class Registry:
             p.name for p in self._formulas.iterdir() if p.is_dir() and p.joinpath("profile.yaml").is_file()
         )
 
-    def profile(self, name: str) -> Profile:
+    def profile(self, name: str, strategy: str | None = None) -> Profile:
+        """The compiled profile ``name``; with ``strategy`` (a name of :meth:`strategy_names` other than
+        none), the profile with that multi-GPU strategy's formulas added (compiled once, kept)."""
+        if strategy is not None and strategy != "none":
+            return self._strategy_profile(name, strategy)
         if name in self._profiles:
             return self._profiles[name]
         names = self.profile_names()
@@ -369,10 +377,75 @@ class Registry:
             raise FileFormatError(problems)
         prof = build_profile(manifest, files)
         self._profiles[name] = prof
+        self._profile_parts[name] = (manifest, files)
+        return prof
+
+    # -- strategies -------------------------------------------------------------------------
+    def _strategy_manifest(self) -> DataFile:
+        if self._strategies is None:
+            folder = self._formulas.joinpath("strategies")
+            disp = f"{self._formulas_display}/strategies" if self._formulas_display else None
+            path = f"{disp}/strategies.yaml" if disp else str(folder.joinpath("strategies.yaml"))
+            if not folder.joinpath("strategies.yaml").is_file():
+                raise SettingsError(f"{path}: no multi-GPU strategies in this formulas folder")
+            text = folder.joinpath("strategies.yaml").read_text(encoding="utf-8")
+            self._strategies = load_data_file(text, path, "strategies-1.schema.json", validate=self.validate)
+        return self._strategies
+
+    def strategy_names(self) -> list[str]:
+        """The multi-GPU strategies of the formulas folder (none when it has no strategies manifest)."""
+        if not self._formulas.joinpath("strategies").joinpath("strategies.yaml").is_file():
+            return []
+        return list(self._strategy_manifest().data["strategies"])
+
+    def strategy_info(self, strategy: str) -> dict:
+        """The manifest entry of ``strategy`` (summary, source, files, offload settings), and the profiles it serves."""
+        man = self._strategy_manifest().data
+        if strategy not in man["strategies"]:
+            raise SettingsError(f"unknown strategy {strategy!r} (available: none, {', '.join(man['strategies'])})")
+        return dict(man["strategies"][strategy], profiles=list(man["profiles"]))
+
+    def _strategy_profile(self, name: str, strategy: str) -> Profile:
+        key = (name, strategy)
+        got = self._with_strategy.get(key)
+        if got is not None:
+            return got
+        info = self.strategy_info(strategy)
+        if name not in info["profiles"]:
+            raise SettingsError(f"strategy {strategy} is modelled on the {', '.join(info['profiles'])} profile "
+                                f"(the one `vramwise measure --strategy` checks), not on {name}: use --profile "
+                                f"{info['profiles'][0]}")
+        self.profile(name)
+        manifest, files = self._profile_parts[name]
+        man = self._strategy_manifest()
+        folder = self._formulas.joinpath("strategies")
+        disp = f"{self._formulas_display}/strategies" if self._formulas_display else None
+        problems, extra = [], []
+        for fname in info["files"]:
+            shown = f"{disp}/{fname}" if disp else str(folder.joinpath(fname))
+            if not folder.joinpath(fname).is_file():
+                problems.append(man.problem(("strategies", strategy, "files"), f"listed file {fname!r} does not exist"))
+                continue
+            try:
+                extra.append(self._strategy_files.get(shown) or load_data_file(
+                    folder.joinpath(fname).read_text(encoding="utf-8"), shown, "formulas-1.schema.json",
+                    validate=self.validate))
+            except FileFormatError as e:
+                problems.extend(e.problems)
+                continue
+            self._strategy_files[shown] = extra[-1]
+        if problems:
+            raise FileFormatError(problems)
+        entry = man.data["strategies"][strategy]
+        outputs, parts = (entry["outputs"], ("strategies", strategy, "outputs")) if "outputs" in entry else (
+            man.data["outputs"], ("outputs",))
+        overlay = Overlay(strategy, tuple(extra), man, parts, outputs, tuple(entry.get("ranks", ())))
+        prof = build_profile(manifest, files, overlay)
+        self._with_strategy[key] = prof
         return prof
 
     def check_all(self) -> None:
-        """Load and cross-check every family and every profile."""
+        """Load and cross-check every family, every profile and every strategy with its profiles."""
         families = self.families
         problems: list[str] = []
         for pname in self.profile_names():
@@ -382,6 +455,9 @@ class Registry:
                     problem = check_inputs(prof, fam)
                     if problem:
                         problems.append(problem)
+        for sname in self.strategy_names():
+            for pname in self.strategy_info(sname)["profiles"]:
+                self.profile(pname, sname)
         if problems:
             raise FileFormatError(problems)
 

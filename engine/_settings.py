@@ -15,7 +15,7 @@ from ._errors import SettingsError
 
 __all__ = [
     "Setting", "SETTINGS", "SETTING_NAMES", "PER_CALL", "TrainingSettings", "METHODS", "CHECKPOINTING_MODES",
-    "LOSS_MODES", "ATTENTION_KINDS", "EXPERTS_LAYOUTS", "STACKS", "LIMITS", "normalise_settings", "normalise_static", "positive_int", "DEFAULTS",
+    "LOSS_MODES", "ATTENTION_KINDS", "EXPERTS_LAYOUTS", "STACKS", "STRATEGIES", "OFFLOAD_MODES", "LIMITS", "normalise_settings", "normalise_static", "positive_int", "DEFAULTS",
 ]
 
 METHODS = ("qlora", "lora", "full", "inference")
@@ -30,12 +30,17 @@ STACKS = ("hf", "torchtune", "litgpt")
 #: How a mixture-of-experts layer holds its experts: fused 3-D parameters (transformers >= 5), which
 #: bitsandbytes leaves unquantized, or one nn.Linear per expert (transformers 4.x), which it quantizes.
 EXPERTS_LAYOUTS = ("fused", "per_expert")
+#: Multi-GPU strategies (their formulas: formulas/strategies); "none" is one GPU.
+STRATEGIES = ("none", "ddp", "fsdp", "fsdp_shard_grad_op", "fsdp_hybrid", "zero1", "zero2", "zero3", "device_map")
+#: What a strategy moves to host memory: nothing, the optimizer states (and their step), or the parameters too.
+OFFLOAD_MODES = ("none", "optimizer", "parameters")
 _GC_ALIASES = {"none": "none", "false": "none", "off": "none", "no": "none", "0": "none",
                "true": "true", "on": "true", "yes": "true", "1": "true", "unsloth": "unsloth"}
 
 
 #: Largest accepted value of each integer setting (a documented plausible range).
-LIMITS = {"batch_size": 2**20, "seq_len": 2**25, "lora_rank": 2**16, "loss_chunks": 2**16}
+LIMITS = {"batch_size": 2**20, "seq_len": 2**25, "lora_rank": 2**16, "loss_chunks": 2**16, "world_size": 2**16,
+          "gpus_per_node": 2**10}
 
 
 def positive_int(name: str, value: Any) -> int:
@@ -200,6 +205,16 @@ SETTINGS: tuple = (
             "mixture-of-experts storage: fused (transformers >= 5: 3-D tensors bitsandbytes leaves unquantized) or "
             "per_expert (transformers 4.x: one nn.Linear per expert, quantized); default: the installed transformers'",
             _experts_layout, choices=EXPERTS_LAYOUTS),
+    Setting("strategy", "none",
+            "multi-GPU strategy (profile hf): ddp, fsdp (full shard), fsdp_shard_grad_op, fsdp_hybrid, zero1, zero2, "
+            "zero3 or device_map; none is one GPU", _choice(STRATEGIES), choices=STRATEGIES, applies_to=_TRAINING),
+    Setting("world_size", 1, "GPUs the strategy runs on (data-parallel ranks, or the GPUs device_map spreads layers over)",
+            positive_int, cli_type="int", applies_to=_TRAINING),
+    Setting("offload", "none",
+            "what the strategy keeps in host memory: none, optimizer (states and step) or parameters "
+            "(parameters, gradients and optimizer)", _choice(OFFLOAD_MODES), choices=OFFLOAD_MODES, applies_to=_TRAINING),
+    Setting("gpus_per_node", 8, "GPUs per machine: fsdp_hybrid shards within one, host memory is per machine",
+            positive_int, cli_type="int", applies_to=_TRAINING),
 )
 
 #: Names that settings give to formula files.
@@ -246,6 +261,12 @@ def normalise_static(values: dict) -> dict:
         raise SettingsError("full fine-tuning cannot train a 4-bit model: use method 'qlora' or unset load_in_4bit")
     if not out["load_in_4bit"] and method == "qlora":
         raise SettingsError("qlora loads the base model in 4 bit: use method 'lora' for a 16-bit base model")
+    if out["strategy"] == "none" and method != "inference":
+        if out["world_size"] != 1:
+            raise SettingsError(f"world_size {out['world_size']} needs a multi-GPU strategy "
+                                f"(strategy: {', '.join(STRATEGIES[1:])})")
+        if out["offload"] != "none":
+            raise SettingsError(f"offload {out['offload']} needs a strategy that offloads (fsdp, zero1, zero2, zero3)")
     return out
 
 

@@ -319,6 +319,8 @@ def _settings_line(s) -> str:
         parts.append("4-bit base weights")
     if m == "inference":
         parts.append("4-bit weights" if s.load_in_4bit else "16-bit weights")
+    if _applies("strategy", m) and s.strategy != "none":
+        parts.append(f"{s.strategy} on {s.world_size} GPUs" + (f", offload {s.offload}" if s.offload != "none" else ""))
     return ", ".join(parts)
 
 
@@ -446,11 +448,35 @@ def _print_table(est: Estimate, model: str, gpus: Sequence[int], out, note: str 
                 _write_wrapped(out, peak)
         for line in est.report_lines(_gib):
             out.write(line.rstrip("\n") + "\n")
-        out.write("minimum per GPU: " + ", ".join(f"{n} x {_gib(est.min_per_gpu(n))} GiB" for n in gpus) + "\n")
+        if est.strategy is not None:
+            _strategy_lines(est, out)
+        else:
+            out.write("minimum per GPU: " + ", ".join(f"{n} x {_gib(est.min_per_gpu(n))} GiB" for n in gpus) + "\n")
     if note:
         _write_wrapped(out, note)
     for w in est.warnings:
         _write_wrapped(out, f"warning: {w}")
+
+
+def _strategy_lines(est: Estimate, out) -> None:
+    """What a multi-GPU strategy puts on each GPU and in host memory (the table above is the busiest rank)."""
+    s = est.settings
+    info = Registry.default().strategy_info(est.strategy)
+    _write_wrapped(out, f"strategy {est.strategy} on {est.world_size} GPU{'s' if est.world_size > 1 else ''}: "
+                        f"{info['summary']}; the table is one rank (GPU), batch {s.batch_size} x {s.seq_len} per rank")
+    for r in est.per_rank:
+        out.write(f"per rank: {r.count} x {_gib(r.total)} GiB ({r.role})\n")
+    f = est.figures
+    parts = [f"model states {_gib(f['model_states'])} GiB"]
+    if f.get("in_flight"):
+        parts.append(f"gathered at the peak {_gib(f['in_flight'])} GiB")
+    if f.get("buffers"):
+        parts.append(f"communication buffers {_gib(f['buffers'])} GiB")
+    out.write("on each GPU: " + ", ".join(parts) + "\n")
+    host = est.host_bytes
+    notes = ([f"offload {s.offload}"] if s.offload != "none" else []) + ([info["host_note"]] if info.get("host_note") else [])
+    _write_wrapped(out, f"host memory per machine ({min(est.world_size, s.gpus_per_node)} GPUs): {_gib(host)} GiB"
+                   + (f" ({'; '.join(notes)})" if notes else ""))
 
 
 def _estimate_json(est: Estimate, gpus: Sequence[int]) -> dict:
@@ -460,6 +486,8 @@ def _estimate_json(est: Estimate, gpus: Sequence[int]) -> dict:
         data["min_per_gpu"] = {str(n): _inference_per_gpu(view, n) for n in gpus}
         data["min_per_gpu_rule"] = {str(n): est.min_per_gpu(n) for n in gpus}
         data["inference_total"] = view["total"]
+    elif est.strategy is not None:  # the strategy places the model: each of its GPUs needs the rank figure
+        data["min_per_gpu"] = {str(est.world_size): est.total}
     else:
         data["min_per_gpu"] = {str(n): est.min_per_gpu(n) for n in gpus}
     return data
@@ -749,7 +777,10 @@ def _print_fit(f, label: str, out, query: str | None = None) -> None:
         verdict = "fits" if f.fits else "does not fit"
         spare = (f", {_gib(usable - need)} GiB to spare per GPU" if f.fits
                  else f", {_gib(need - usable)} GiB short per GPU" if need > usable else ", the total is not covered")
-        out.write(f"at these settings: {_gib(est.total)} GiB in all, {_gib(need)} GiB per GPU on {on}: {verdict}{spare}\n\n")
+        if est.strategy is not None:
+            out.write(f"at these settings: strategy {est.strategy} on {on}, {_gib(need)} GiB on each: {verdict}{spare}\n\n")
+        else:
+            out.write(f"at these settings: {_gib(est.total)} GiB in all, {_gib(need)} GiB per GPU on {on}: {verdict}{spare}\n\n")
     width = max(len(m.method) for m in f.methods) if f.methods else 6
     out.write(f"{'method':<{width}}  {'total GiB':>9}  {'per GPU':>9}  fits  of usable\n")
     dash = _dash(out)
@@ -786,6 +817,9 @@ def _min_gpus_line(f) -> str:
     if k is None:
         return f"fewest GPUs: none up to 1,024 x {name} holds it"
     need = est.min_per_gpu(k)
+    if est.strategy is not None:
+        return (f"fewest GPUs: {k} x {name}: strategy {est.strategy} on {k} GPUs needs {_gib(need)} GiB on each "
+                f"(<= {_gib(usable)} GiB usable)")
     if k == 1:
         return (f"fewest GPUs: 1 x {name}: the total {_gib(est.total)} GiB fits the usable {_gib(usable)} GiB "
                 f"of one GPU")
