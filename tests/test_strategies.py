@@ -46,12 +46,17 @@ def test_fsdp_full_shard_per_rank_terms_by_hand():
     assert v["rank_gradient_bytes"] == TOTAL * 2 / 2
     # forward: the root gathered (32,832 x 2 = 65,664) and one layer (41,088 x 2 = 82,176)
     assert v["in_flight_forward_bytes"] == ROOT * 2 + LAYER * 2  # 147,840
-    # backward: the root, two layers (the running one and the prefetched one) and one layer's gradients
-    assert v["in_flight_backward_bytes"] == ROOT * 2 + 2 * LAYER * 2 + LAYER * 2  # 312,192
-    # the forward phase is the single GPU's with the states halved and the gathered bytes added
+    # inside the layers' forward: the root, the running layer, the next one and its all-gather buffer
+    assert v["in_flight_layers_bytes"] == ROOT * 2 + 3 * LAYER * 2  # 312,192
+    # backward: the root, two layers (the running one and the prefetched one), one layer's gradients and the
+    # root's gradients (full fine-tuning, bf16), reduced only when the root's backward ends
+    assert v["in_flight_backward_bytes"] == ROOT * 2 + 2 * LAYER * 2 + LAYER * 2 + ROOT * 2  # 377,856
+    assert v["in_flight_end_bytes"] == ROOT * 2 + ROOT * 2  # 131,328
+    # at the loss the forward is the single GPU's with the states halved and the gathered bytes added
     sv = values(single)
-    assert e.phases["forward"] == round(single.phases["forward"] - sv["resident_bytes"] + sv["resident_bytes"] / 2
-                                        + ROOT * 2 + LAYER * 2)
+    assert v["rank_forward_loss_bytes"] == pytest.approx(
+        single.phases["forward"] - sv["resident_bytes"] + sv["resident_bytes"] / 2 + ROOT * 2 + LAYER * 2)
+    assert e.phases["forward"] == round(max(v["rank_forward_loss_bytes"], v["rank_forward_layers_bytes"]))
     assert e.per_rank[0].count == 2 and e.per_rank[0].total == e.total
     assert e.host_bytes == 0
 
