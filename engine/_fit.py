@@ -144,13 +144,7 @@ def _largest(pred: Callable[[int], bool], hi: int) -> int | None:
             bad = nxt
             break
         lo, step = nxt, step * 2
-    while bad - lo > 1:
-        mid = (lo + bad) // 2
-        if pred(mid):
-            lo = mid
-        else:
-            bad = mid
-    return lo
+    return _boundary(pred, lo, bad)
 
 
 def _fewest(pred: Callable[[int], bool], hi: int) -> int | None:
@@ -160,13 +154,19 @@ def _fewest(pred: Callable[[int], bool], hi: int) -> int | None:
     lo, good = 0, 1  # lo fails (0 stands for "none checked"); find a good k by doubling, then bisect
     while not pred(good):
         lo, good = good, min(good * 2, hi)
-    while good - lo > 1:
-        mid = (lo + good) // 2
+    return _boundary(pred, good, lo)
+
+
+def _boundary(pred: Callable[[int], bool], yes: int, no: int) -> int:
+    """Bisect between ``yes`` (pred holds) and ``no`` (it does not), either side of the other: the x next
+    to the boundary on the side where pred holds."""
+    while abs(yes - no) > 1:
+        mid = (yes + no) // 2
         if pred(mid):
-            good = mid
+            yes = mid
         else:
-            lo = mid
-    return good
+            no = mid
+    return yes
 
 
 def fit(
