@@ -1,7 +1,7 @@
 """Regenerate docs/accuracy.md: the hf, torchtune and litgpt profiles' estimates against `vramwise measure`.
 
     python benchmarks/accuracy.py            # every cell of tests/validation_matrix*.py and three 8B steps (about 15 minutes on 2 cores)
-    python benchmarks/accuracy.py --part stacks   # only the torchtune and litgpt sections (the hf part of the page is kept)
+    python benchmarks/accuracy.py --part stacks   # only the torchtune, litgpt and strategies sections (the hf part of the page is kept)
     python benchmarks/accuracy.py --cuda     # also measure the GPU rows when torch sees a CUDA device
 
 CPU rows come from the storage tracker (full and LoRA under fake tensors, QLoRA with real
@@ -28,17 +28,25 @@ import validation_matrix as vm  # noqa: E402
 #: where the sections of the training-stack profiles start in docs/accuracy.md
 STACK_MARKER = "<!-- training-stack profiles: python benchmarks/accuracy.py --part stacks -->"
 
-#: (profile, validation-matrix module, what the section says about its cells)
+#: (section title, validation-matrix module, what the section says about its cells)
 STACKS = (
-    ("torchtune", "validation_matrix_torchtune",
+    ("The `torchtune` profile (CPU)", "validation_matrix_torchtune",
      "torchtune 0.6.1's own model builders (llama3_2-, qwen2- and mistral-shaped, 256 wide, 2 layers, real "
      "vocabularies), its LoRA / QLoRA (torchao NF4) modules, chunked cross-entropy, activation offloading and "
      "optimizer_in_bwd, measured by `vramwise measure --stack torchtune` (fake tensors; torchao's NF4 runs "
      "under FakeTensorMode) against `--profile torchtune`; asserted by tests/test_validation_matrix_torchtune.py."),
-    ("litgpt", "validation_matrix_litgpt",
+    ("The `litgpt` profile (CPU)", "validation_matrix_litgpt",
      "LitGPT 0.5.9's own GPT model, its LoRA (bf16-true precision, fused qkv) and chunked cross-entropy, "
      "measured by `vramwise measure --stack litgpt` against `--profile litgpt`; asserted by "
      "tests/test_validation_matrix_litgpt.py."),
+    ("Multi-GPU strategies of the `hf` profile (CPU processes)", "validation_matrix_strategies",
+     "DDP and FSDP2 (fully_shard on each decoder layer and the root) in 2 and 4 processes joined by gloo on the "
+     "CPU, each rank's storage tracked (`vramwise measure --strategy`), against `--profile hf --strategy` "
+     "(formulas/strategies): the busiest rank's peak against the per-rank tensor peak; llama (untied, 2 layers) "
+     "and qwen2 (tied, 4 layers) x full / LoRA, batch 2 x 64 per rank, plus four cells with checkpointing and "
+     "six of 8 tokens, where the model states and the gathered units outweigh the activations; "
+     "asserted by tests/test_validation_matrix_strategies.py. ZeRO and device_map are not measured here "
+     "(tests/test_strategies.py checks ZeRO against DeepSpeed's own estimators)."),
 )
 
 #: A short GPU matrix: a 0.5B Qwen2.5-shaped model, three methods, two shapes.
@@ -77,10 +85,10 @@ def stack_rows(module_name: str):
 def render_stacks(stacks) -> str:
     mib = 2**20
     out = [STACK_MARKER, ""]
-    for (profile, _, about), rows in stacks:
+    for (title, _, about), rows in stacks:
         errs = [abs(r["error"]) for _, r in rows]
         out += [
-            f"## The `{profile}` profile (CPU)",
+            f"## {title}",
             "",
             about,
             "",
@@ -266,7 +274,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cuda", action="store_true", help="also measure the GPU rows (needs a CUDA device)")
     ap.add_argument("--part", choices=("all", "stacks"), default="all",
-                    help="all: the whole page; stacks: only the torchtune and litgpt sections, the rest kept")
+                    help="all: the whole page; stacks: only the torchtune, litgpt and strategies sections, the rest kept")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "accuracy.md"))
     args = ap.parse_args()
     warnings.filterwarnings("ignore")

@@ -12,6 +12,7 @@ torch, transformers, peft and bitsandbytes are needed only here: ``pip install '
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import tempfile
 import weakref
 from dataclasses import dataclass, field
@@ -301,6 +302,7 @@ def measure(
 
         world_size = check_distributed(strategy, world_size, device=device, fake=fake, stack=stack,
                                        method=settings.method, optimizer=settings.optimizer)
+        settings = dataclasses.replace(settings, strategy=strategy, world_size=world_size)  # what ran, as estimate's settings
     if stack != "hf":
         return _measure_stack(model, stack, settings, steps, device, fake)
     exposed = [n for n in ("loss", "activation_offloading", "optimizer_in_bwd")

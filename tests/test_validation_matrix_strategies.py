@@ -1,0 +1,18 @@
+"""The multi-GPU strategies of the hf profile against `vramwise measure --strategy` (DDP and FSDP2 in
+world_size CPU processes joined by gloo): every cell within 10 % of the busiest rank's measured peak,
+the median within 5 %. Cells: tests/validation_matrix_strategies.py."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+dist = pytest.importorskip("torch.distributed")
+if not (dist.is_available() and dist.is_gloo_available()):
+    pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
+
+from helpers import matrix_checks  # noqa: E402
+import validation_matrix_strategies as vm  # noqa: E402
+
+test_cell_within_ten_percent, test_median_within_five_percent = matrix_checks(vm)
