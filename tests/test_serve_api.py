@@ -196,3 +196,15 @@ def test_page_and_assets_are_small_and_local(client):
     assert "http://" not in page.text and "https://" not in page.text  # no CDN
     assert "https://" not in client.get("/static/app.js").text
     assert total < 100_000
+
+
+def test_strategy_estimate_and_fit_equal_the_cli(client):
+    body = {"model": MODEL, "profile": "hf", "method": "full", "strategy": "fsdp", "world_size": 4}
+    est = client.post("/api/estimate", json=body).json()
+    assert est == cli_json("estimate", MODEL, "--profile", "hf", "--method", "full", "--strategy", "fsdp",
+                           "--world-size", "4", "--json")
+    assert est["per_rank"][0]["count"] == 4 and est["min_per_gpu"] == {"4": est["total"]}
+    fit = client.post("/api/fit", json=dict(body, gpu="H100", gpus=4)).json()
+    assert fit["settings"]["world_size"] == 4 and fit["per_gpu"] == est["total"]
+    bad = client.post("/api/estimate", json=dict(body, profile="unsloth"))
+    assert bad.status_code == 400 and "hf profile" in bad.json()["error"]

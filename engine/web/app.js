@@ -7,7 +7,7 @@
   const COLORS = { weights: "#2f5fd0", lora: "#9b59b6", optimizer: "#e67e22", gradients: "#c0392b",
     activations: "#16a085", overhead: "#7f8c8d", "KV cache": "#27ae60" };
   const FIELDS = ["method", "batch_size", "seq_len", "lora_rank", "target_modules", "gradient_checkpointing",
-    "optimizer", "attention", "loss", "load_in_4bit"];
+    "optimizer", "attention", "loss", "load_in_4bit", "strategy", "offload", "gpus_per_node"];
   const SVGNS = "http://www.w3.org/2000/svg";
   const state = { table: {}, models: [], upload: null, uploadName: null, seq: 0, inflight: null, timer: null };
 
@@ -73,6 +73,10 @@
     }
     const p = $("profile").value;
     if (p && p !== "unsloth") out.profile = p;
+    if (out.strategy && out.strategy !== "none") {  // a strategy runs on the GPUs counted under "how many"
+      const n = parseInt($("gpus").value, 10);
+      out.world_size = Number.isInteger(n) && n > 0 ? n : 1;
+    }
     return out;
   }
 
@@ -187,7 +191,7 @@
     const total = $("total");
     total.textContent = gib(p.total) + " GiB";
     total.dataset.bytes = String(p.total);
-    const usable = fit ? fit.usable_bytes * fit.gpus : null;
+    const usable = fit ? fit.usable_bytes * (est.strategy ? 1 : fit.gpus) : null;  // a strategy's figures are one GPU's
     const verdict = $("verdict");
     if (fit) {
       verdict.textContent = (fit.fits ? "fits " : "does not fit ") + (fit.gpus > 1 ? fit.gpus + " x " : "") + fit.gpu.name +
@@ -229,8 +233,11 @@
       li.appendChild(document.createTextNode(name + " " + gib(v) + " GiB (" + (p.total ? (100 * v / p.total).toFixed(1) : "0.0") + "%)"));
       legend.appendChild(li);
     }
-    $("per-gpu").textContent = "minimum per GPU: " + Object.entries(est.min_per_gpu)
-      .map(([n, b]) => n + " x " + gib(b) + " GiB").join(", ");
+    $("per-gpu").textContent = est.strategy
+      ? "strategy " + est.strategy + " on " + est.world_size + " GPU(s), the chart is one GPU: " +
+        est.per_rank.map((r) => r.count + " x " + gib(r.total) + " GiB (" + r.role + ")").join(", ") +
+        "; host memory per machine " + gib(est.host_bytes) + " GiB"
+      : "minimum per GPU: " + Object.entries(est.min_per_gpu).map(([n, b]) => n + " x " + gib(b) + " GiB").join(", ");
     const warn = $("warnings");
     clear(warn);
     for (const w of est.warnings) warn.appendChild(h("li", w));
@@ -338,8 +345,9 @@
     const [table, catalog, gpus, families] = await Promise.all([
       api("/api/settings"), api("/api/catalog"), api("/api/gpus"), api("/api/families")]);
     for (const s of table.settings) state.table[s.name] = s;
-    for (const f of ["method", "gradient_checkpointing", "attention", "loss"]) fillSelect($(f), state.table[f].choices);
-    for (const f of ["method", "batch_size", "seq_len", "lora_rank", "gradient_checkpointing", "optimizer", "attention", "loss"]) {
+    for (const f of ["method", "gradient_checkpointing", "attention", "loss", "strategy", "offload"]) fillSelect($(f), state.table[f].choices);
+    for (const f of ["method", "batch_size", "seq_len", "lora_rank", "gradient_checkpointing", "optimizer", "attention", "loss",
+      "strategy", "offload", "gpus_per_node"]) {
       $(f).value = state.table[f].default;
     }
     state.profiles = families.profiles.filter((p) => p !== "size_only");
