@@ -372,6 +372,12 @@ class Estimate:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise SettingsError(f"the number of GPUs must be a positive integer, got {n!r}")
         if self.strategy is not None:
+            least = self._stage.registry.strategy_info(self.strategy).get("min_world_size", 1)
+            if n < least:  # fewer GPUs than the strategy spreads over: the whole run on each of them
+                values = dict(self._stage.settings, batch_size=self._batch, seq_len=self._seq, strategy="none",
+                              world_size=1, offload="none")
+                return estimate(self._stage.spec, profile=self._stage.profile.name, registry=self._stage.registry,
+                                **values).total
             return self.at_world_size(n).total
         prof = self._stage.profile
         if n == 1:

@@ -48,3 +48,38 @@ def test_more_tokens_never_need_less_memory(kw, factor):
 def test_adapters_grow_linearly_with_rank(r):
     one = vramwise.estimate(SPEC, lora_rank=1)
     assert vramwise.estimate(SPEC, lora_rank=r).params_trainable == r * one.params_trainable
+
+
+# -- multi-GPU strategies (profile hf) ---------------------------------------------------------------
+
+hf_settings_st = st.fixed_dictionaries({
+    "method": st.sampled_from(["qlora", "lora", "full"]),
+    "batch_size": st.integers(1, 16),
+    "seq_len": st.integers(1, 16384),
+    "gradient_checkpointing": st.sampled_from(["none", "true"]),
+    "optimizer": st.sampled_from(["adamw_8bit", "adamw_torch", "adamw_torch_fused", "sgd"]),
+    "offload": st.sampled_from(["none", "optimizer", "parameters"]),
+})
+SHARDING = ["fsdp", "fsdp_shard_grad_op", "fsdp_hybrid", "zero1", "zero2", "zero3"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(hf_settings_st, st.sampled_from(SHARDING), st.sampled_from([1, 2, 4, 8]))
+def test_sharding_per_rank_never_grows_with_more_ranks(kw, strategy, gpn):
+    if strategy.startswith("fsdp") and kw["offload"] == "optimizer":
+        kw = {**kw, "offload": "parameters"}  # FSDP offloads everything or nothing (a warning says so)
+    totals = [vramwise.estimate(SPEC, profile="hf", strategy=strategy, world_size=n, gpus_per_node=gpn, **kw).total
+              for n in (1, 2, 3, 4, 8, 16, 128)]
+    assert totals == sorted(totals, reverse=True), totals
+
+
+@settings(max_examples=150, deadline=None)
+@given(hf_settings_st.map(lambda kw: {**kw, "offload": "none"}), st.integers(2, 512))
+def test_ddp_is_one_gpu_plus_its_gradient_buckets(kw, n):
+    one = vramwise.estimate(SPEC, profile="hf", **kw)
+    ddp = vramwise.estimate(SPEC, profile="hf", strategy="ddp", world_size=n, **kw)
+    buckets = ddp.figures["buffers"]
+    grads = next(t.value for t in one.trace if t.id == "gradient_bytes")
+    assert buckets == -(-grads // 1)  # every trainable gradient once, in its dtype
+    assert abs(ddp.figures["tensor_peak"] - (one.figures["tensor_peak"] + buckets)) <= 1  # rounding of the 8-bit states
+    assert ddp.total >= one.total and ddp.host_bytes == 0

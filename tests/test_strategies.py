@@ -304,3 +304,9 @@ def test_gpu_selection_takes_the_fewest_gpus_whose_ranks_fit():
     k = min(n for n in need if need[n] <= 24 * GIB)  # each rank's figure on n GPUs against 24 GiB free
     assert sel.fits and len(sel.gpu_ids) == k and sel.min_per_gpu_bytes == need[k]
     assert need[k - 1] > 24 * GIB
+
+
+def test_device_map_on_one_gpu_is_the_whole_run():
+    e = estimate(TINY, method="lora", strategy="device_map", world_size=2, **RUN)
+    assert e.min_per_gpu(1) == estimate(TINY, method="lora", **RUN).total
+    assert e.min_per_gpu(2) == e.total

@@ -317,6 +317,10 @@ VALID = {
     "load_in_4bit": (None, True, False),
     "loss": ("standard", "chunked", "fused"),
     "lora_dropout": (0.0, 0.05, 0.1),
+    "strategy": ("none", "ddp", "fsdp", "fsdp_shard_grad_op", "fsdp_hybrid", "zero1", "zero2", "zero3", "device_map"),
+    "world_size": (1, 2, 3, 8, 64, 1024, 65536),
+    "offload": ("none", "optimizer", "parameters"),
+    "gpus_per_node": (1, 4, 8, 1024),
 }
 
 
@@ -338,6 +342,8 @@ def gen_settings(r) -> dict:
         case = {"kind": "estimate", "base": name, "config": copy.deepcopy(cfg), "settings": settings}
         if chance(r, 0.6):
             case["profile"] = r.choice(PROFILE_VALUES)
+        elif settings.get("strategy") not in (None, "none") and chance(r, 0.8):
+            case["profile"] = "hf"  # the profile the strategies are modelled on
         return case
     settings.pop("target_modules", None) if chance(r, 0.5) else None
     case = {"kind": "from_size", "settings": settings}

@@ -94,6 +94,13 @@ def check_estimate(e) -> None:
             raise Insane("not-int", f"min_per_gpu({n}) = {v!r} ({type(v).__name__})")
         if v < 0:
             raise Insane("negative", f"min_per_gpu({n}) = {v}")
+    if e.strategy is not None:  # a multi-GPU strategy: every rank group and the host memory as well
+        for r in e.per_rank:
+            for what, v in (("count", r.count), ("total", r.total), *r.components.items()):
+                if not _is_count(v) or v < 0 or (what == "total" and v == 0):
+                    raise Insane("rank", f"per_rank {r.role!r} {what} = {v!r}")
+        if not _is_count(e.host_bytes) or e.host_bytes < 0:
+            raise Insane("host", f"host_bytes = {e.host_bytes!r}")
     try:
         json.dumps(e.to_dict(), allow_nan=False)
     except (TypeError, ValueError) as exc:

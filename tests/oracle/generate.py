@@ -4,7 +4,8 @@
 
 The file records what the engine computed when it was generated: every component,
 total, phase, figure and per-GPU minimum, the parameter counts, matched LoRA targets
-and warnings, for both profiles (training and inference) and the size-only fallback.
+and warnings, for both profiles (training and inference), the multi-GPU strategies of the hf
+profile (per rank, with each rank group and the host memory) and the size-only fallback.
 ``tests/test_oracle.py`` recomputes each case and requires equality to the byte. It
 proves that a rewrite of the engine keeps its outputs; it says nothing about whether
 those outputs are right (the correctness tests do that).
@@ -52,6 +53,17 @@ HF = [
     dict(method="full", batch_size=2, seq_len=333, gradient_checkpointing="none", attention="eager", optimizer="sgd"),
     dict(method="full", optimizer="adamw_torch_fused", loss="chunked", attention="flash_attention_2"),
 ]
+# multi-GPU strategies on the hf profile: every strategy, each offload mode, odd world sizes
+HF_STRATEGIES = [
+    dict(method="full", strategy="ddp", world_size=8, optimizer="adamw_torch", attention="sdpa"),
+    dict(method="full", strategy="fsdp", world_size=8, gradient_checkpointing="true"),
+    dict(method="lora", strategy="fsdp_shard_grad_op", world_size=3, batch_size=2, seq_len=1000),
+    dict(method="qlora", strategy="fsdp_hybrid", world_size=16, gpus_per_node=4, offload="parameters"),
+    dict(method="full", strategy="zero1", world_size=8, gradient_checkpointing="none", batch_size=1, seq_len=512),
+    dict(method="full", strategy="zero2", world_size=24, gpus_per_node=8, offload="optimizer"),
+    dict(method="lora", strategy="zero3", world_size=32, offload="parameters", gradient_checkpointing="true"),
+    dict(method="full", strategy="device_map", world_size=5, optimizer="adamw_torch_fused"),
+]
 SIZE_ONLY = [
     dict(params=8e9, method="qlora"),
     dict(params=7.6e9, method="lora", batch_size=2, seq_len=8192),
@@ -84,9 +96,9 @@ def cases():
 
     for name, path in config_paths():
         cfg = json.loads(path.read_text(encoding="utf-8"))
-        for profile, grid in (("unsloth", UNSLOTH), ("hf", HF)):
+        for label, profile, grid in (("unsloth", "unsloth", UNSLOTH), ("hf", "hf", HF), ("hf-strategy", "hf", HF_STRATEGIES)):
             for k, s in enumerate(grid):
-                yield f"{name}|{profile}|{k}", (lambda cfg=cfg, profile=profile, s=s: vramwise.estimate(cfg, profile=profile, **s))
+                yield f"{name}|{label}|{k}", (lambda cfg=cfg, profile=profile, s=s: vramwise.estimate(cfg, profile=profile, **s))
     for k, s in enumerate(SIZE_ONLY):
         yield f"size_only|{k}", (lambda s=s: vramwise.estimate_from_size(**s))
 
