@@ -44,7 +44,8 @@ STACKS = (
      "CPU, each rank's storage tracked (`vramwise measure --strategy`), against `--profile hf --strategy` "
      "(formulas/strategies): the busiest rank's peak against the per-rank tensor peak; llama (untied, 2 layers) "
      "and qwen2 (tied, 4 layers) x full / LoRA, batch 2 x 64 per rank, plus four cells with checkpointing and "
-     "six of 8 tokens, where the model states and the gathered units outweigh the activations; "
+     "six of 8 tokens, where the model states and the gathered units outweigh the activations, and four of "
+     "FSDP's shard_grad_op (reshard_after_forward=False) on 2 ranks; "
      "asserted by tests/test_validation_matrix_strategies.py. ZeRO and device_map are not measured here "
      "(tests/test_strategies.py checks ZeRO against DeepSpeed's own estimators)."),
 )

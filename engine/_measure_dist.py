@@ -1,6 +1,6 @@
 """Ground truth for data-parallel training: ``world_size`` CPU processes joined by torch.distributed (gloo).
 
-``measure(..., strategy="ddp"|"fsdp", world_size=N)`` lands here. The parent writes a job of plain
+``measure(..., strategy="ddp"|"fsdp"|"fsdp_shard_grad_op", world_size=N)`` lands here. The parent writes a job of plain
 data (the config dict, the normalised settings as a dict, the step count) to a temporary folder and
 starts ``world_size`` Python processes on it. Each one builds the model exactly as the single-process
 CPU path does (``_build``, ``_apply_lora``, ``_apply_checkpointing``), wraps it as a training stack
@@ -38,7 +38,7 @@ from ._measure import Measurement, PhaseFigures, RankFigures, StorageTracker
 __all__ = ["STRATEGIES", "WORLD_SIZES", "check_distributed", "measure_distributed"]
 
 #: Data-parallel wrappings measure can run.
-STRATEGIES = ("ddp", "fsdp")
+STRATEGIES = ("ddp", "fsdp", "fsdp_shard_grad_op")
 #: Process counts measure can start (each is a CPU process of this machine).
 WORLD_SIZES = range(2, 9)
 #: Seconds the whole distributed run may take before its processes are stopped.
@@ -71,7 +71,7 @@ def check_distributed(strategy: Any, world_size: Any, *, device: str, fake: bool
                             "processes (out of scope: bitsandbytes 4-bit weights are not sharded here)")
     if method not in ("full", "lora"):
         raise SettingsError("measure runs training steps: choose lora or full")
-    if strategy == "fsdp" and optimizer == "adamw_8bit":
+    if strategy.startswith("fsdp") and optimizer == "adamw_8bit":
         raise SettingsError("bitsandbytes' 8-bit AdamW cannot step FSDP's sharded parameters (its kernel has no "
                             "sharding rule): choose adamw_torch, adamw_torch_fused or sgd")
     import torch.distributed as dist
@@ -203,7 +203,9 @@ def _combine(results: list[dict], settings, strategy: str, world_size: int) -> M
                      "counted from the load phase on")
     else:
         notes.append("FSDP2 shards each parameter's first dimension (padded to a multiple of the world size); "
-                     "the root module's parameters stay gathered from the forward to the backward")
+                     + ("every unit stays gathered from its forward to its backward (reshard_after_forward=False)"
+                        if strategy == "fsdp_shard_grad_op"
+                        else "the root module's parameters stay gathered from the forward to the backward"))
     return Measurement("cpu", settings.method, settings.to_dict(), first["params_total"], first["params_trainable"],
                        top.peak, top.peak_phase, phases, None, None, tuple(notes),
                        strategy=strategy, world_size=world_size, per_rank=ranks)
@@ -330,9 +332,10 @@ def _wrap(net, strategy: str):
     from torch.distributed.fsdp import fully_shard
 
     layers = _decoder_layers(net)
+    keep = strategy == "fsdp_shard_grad_op"  # SHARD_GRAD_OP: the layers stay gathered from the forward to the backward
     for layer in layers:
-        fully_shard(layer)
-    fully_shard(net)
+        fully_shard(layer, reshard_after_forward=not keep)
+    fully_shard(net, reshard_after_forward=not keep)
     # On CUDA, FSDP2 issues the next layer's all-gather while the current layer runs (implicit
     # prefetching: the CPU thread runs ahead of the GPU), so two layers are gathered at once. The CPU
     # runs each collective to its end before going on, so the same prefetch is asked for explicitly:

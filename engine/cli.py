@@ -1307,9 +1307,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torchtune's activation offloading (default: false)")
     p.add_argument("--optimizer-in-bwd", type=_bool_flag, default=False, metavar="{true,false}",
                    help="torchtune's optimizer step inside the backward pass (default: false)")
-    p.add_argument("--strategy", default=None, choices=("ddp", "fsdp"),
+    p.add_argument("--strategy", default=None, choices=("ddp", "fsdp", "fsdp_shard_grad_op"),
                    help="run the step in --world-size CPU processes (gloo): DistributedDataParallel, or FSDP2 "
-                        "fully_shard on each decoder layer and the root; lora and adamw_torch by default (full too)")
+                        "fully_shard on each decoder layer and the root (fsdp_shard_grad_op: without resharding "
+                        "after the forward); lora and adamw_torch by default (full too)")
     p.add_argument("--world-size", type=int, default=None,
                    help="processes of --strategy, 2 to 8 (default: 2); one line per rank is printed")
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -145,6 +145,17 @@ def test_fsdp_lora_shards_base_and_adapters(lora):
         assert elements(ADAPTERS) * 4 // 2 <= grads <= held_bytes(ADAPTERS, 2)
 
 
+def test_fsdp_shard_grad_op_keeps_the_units_gathered_after_the_forward():
+    m = measure(TINY, method="full", **RUN, strategy="fsdp_shard_grad_op", world_size=2)
+    assert m.strategy == "fsdp_shard_grad_op" and m.settings["world_size"] == 2
+    for r in m.per_rank:
+        # at the end of the forward every unit is still gathered: the model's parameters are the whole ones
+        # (the category counts what each parameter is now; the halves are kept apart until the reshard)
+        assert r.phases["forward"].categories["parameters"] == held_bytes(BASE)
+        # the backward reshards them: only the halves remain
+        assert r.phases["backward"].categories["parameters"] == held_bytes(BASE, 2)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"strategy": "zero3"}, "unknown strategy 'zero3'"),
     ({"strategy": "ddp", "world_size": 1}, "from 2 to 8, got 1"),

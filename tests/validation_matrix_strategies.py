@@ -6,8 +6,9 @@ Shared by tests/test_validation_matrix_strategies.py and benchmarks/accuracy.py.
 (llama: untied head, grouped-query attention, 2 layers; qwen2: tied embeddings, q/k/v biases, 4 layers)
 x full / LoRA x DDP / FSDP (FSDP2 fully_shard on each decoder layer and the root) x 2 and 4 ranks,
 without checkpointing, plus llama's four 2-rank cells with transformers' gradient checkpointing, at
-batch 2 x 64 per rank; and six qwen2 cells of 8 tokens, where the model states and the gathered units
-outweigh the activations: 26 cells, torch's AdamW, 2 steps.
+batch 2 x 64 per rank; six qwen2 cells of 8 tokens, where the model states and the gathered units
+outweigh the activations; and FSDP's shard_grad_op on 2 ranks (both configs x full / LoRA): 30 cells,
+torch's AdamW, 2 steps.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ def cells():
         yield "qwen2", method, "fsdp", ws, "none", 1, 8
     for method in METHODS:
         yield "qwen2", method, "ddp", 2, "none", 1, 8
+    # FSDP's shard_grad_op (no resharding after the forward) on 2 ranks
+    for name, method in itertools.product(CONFIGS, METHODS):
+        yield name, method, "fsdp_shard_grad_op", 2, "none", BATCH, SEQ
 
 
 def cell_id(cell) -> str:
