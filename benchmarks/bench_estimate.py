@@ -3,7 +3,8 @@
     python benchmarks/bench_estimate.py [CONFIG] [--quick]
 
 - estimate from a fresh config dict (a new dict object each call, equal content), from a
-  path, and from a resolved ``ModelSpec``, for both profiles; batch and sequence length
+  path, and from a resolved ``ModelSpec``, for both profiles and for the hf profile with FSDP on
+  8 GPUs; batch and sequence length
   change on every call (the other settings cycle through a grid);
 - ``load_model`` of the config at 32, 3,200, 32,000 and 1,000,000 layers, and with a
   ``layer_types`` list of 1,000,000 entries (each on a fresh registry cache, so the
@@ -63,16 +64,18 @@ def main() -> None:
     reg = vramwise.Registry()
     spec = vramwise.load_model(cfg, registry=reg)
     rows = []
-    for profile in ("unsloth", "hf"):
+    # the two profiles, and the hf profile with FSDP on 8 GPUs (a strategy's formulas on top of the profile's)
+    for label, profile, extra in (("unsloth", "unsloth", {}), ("hf", "hf", {}),
+                                  ("hf+fsdp", "hf", dict(strategy="fsdp", world_size=8))):
         grid = _grid()
         for _ in range(500):  # warm up: every static stage of the grid is built once
-            vramwise.estimate(spec, registry=reg, profile=profile, **next(grid))
-        spec_us = _median_us(lambda: vramwise.estimate(spec, registry=reg, profile=profile, **next(grid)), n)
+            vramwise.estimate(spec, registry=reg, profile=profile, **extra, **next(grid))
+        spec_us = _median_us(lambda: vramwise.estimate(spec, registry=reg, profile=profile, **extra, **next(grid)), n)
         copies = [copy.deepcopy(cfg) for _ in range(n)]
         it = iter(copies)
-        dict_us = _median_us(lambda: vramwise.estimate(next(it), registry=reg, profile=profile, **next(grid)), n)
-        path_us = _median_us(lambda: vramwise.estimate(str(path), registry=reg, profile=profile, **next(grid)), n)
-        rows.append((profile, dict_us, path_us, spec_us))
+        dict_us = _median_us(lambda: vramwise.estimate(next(it), registry=reg, profile=profile, **extra, **next(grid)), n)
+        path_us = _median_us(lambda: vramwise.estimate(str(path), registry=reg, profile=profile, **extra, **next(grid)), n)
+        rows.append((label, dict_us, path_us, spec_us))
 
     loads = []
     layer_counts = (32, 3_200, 32_000, 1_000_000)
