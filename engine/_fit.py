@@ -274,8 +274,14 @@ def compare(model: Any, *, methods: Iterable[str] = ("qlora", "lora", "full"), p
         if m not in METHODS:
             raise SettingsError(f"unknown method {m!r} (choose from: {', '.join(METHODS)})")
     cells = []
+    strategy = settings.get("strategy")
+    served = reg.strategy_info(strategy)["profiles"] if strategy not in (None, "none") else None
     for p in profiles:
         prof = reg.profile(p)
+        if served is not None and p not in served:  # the strategy is not modelled on this profile: say so per cell
+            why = f"strategy {strategy} is modelled on the {', '.join(served)} profile, not on {p}"
+            cells.extend((p, m, None, why, None) for m in methods)
+            continue
         for m in methods:
             try:
                 e = estimate(spec, profile=p, registry=reg, **{**settings, "method": m, "load_in_4bit": None})

@@ -310,3 +310,13 @@ def test_device_map_on_one_gpu_is_the_whole_run():
     e = estimate(TINY, method="lora", strategy="device_map", world_size=2, **RUN)
     assert e.min_per_gpu(1) == estimate(TINY, method="lora", **RUN).total
     assert e.min_per_gpu(2) == e.total
+
+
+def test_compare_marks_the_profiles_a_strategy_is_not_modelled_on():
+    c = vramwise.compare(TINY, methods=("lora", "full"), profiles=("hf", "unsloth"), strategy="zero2", world_size=4,
+                         optimizer="adamw_torch")
+    by = {(p, m): (e, problem) for p, m, e, problem, _ in c.cells}
+    for m in ("lora", "full"):
+        assert by[("hf", m)][0].total == estimate(TINY, profile="hf", method=m, strategy="zero2", world_size=4,
+                                                  optimizer="adamw_torch").total
+        assert by[("unsloth", m)][0] is None and "modelled on the hf profile" in by[("unsloth", m)][1]
