@@ -207,12 +207,14 @@ SETTINGS: tuple = (
             _experts_layout, choices=EXPERTS_LAYOUTS),
     Setting("strategy", "none",
             "multi-GPU strategy (profile hf): ddp, fsdp (full shard), fsdp_shard_grad_op, fsdp_hybrid, zero1, zero2, "
-            "zero3 or device_map; none is one GPU", _choice(STRATEGIES), choices=STRATEGIES, applies_to=_TRAINING),
+            "zero3 or device_map; none is one GPU", _choice(STRATEGIES, default="none"), choices=STRATEGIES,
+            applies_to=_TRAINING),
     Setting("world_size", 1, "GPUs the strategy runs on (data-parallel ranks, or the GPUs device_map spreads layers over)",
             positive_int, cli_type="int", applies_to=_TRAINING),
     Setting("offload", "none",
             "what the strategy keeps in host memory: none, optimizer (states and step) or parameters "
-            "(parameters, gradients and optimizer)", _choice(OFFLOAD_MODES), choices=OFFLOAD_MODES, applies_to=_TRAINING),
+            "(parameters, gradients and optimizer)", _choice(OFFLOAD_MODES, default="none"), choices=OFFLOAD_MODES,
+            applies_to=_TRAINING),
     Setting("gpus_per_node", 8, "GPUs per machine: fsdp_hybrid shards within one, host memory is per machine",
             positive_int, cli_type="int", applies_to=_TRAINING),
 )

@@ -320,3 +320,10 @@ def test_compare_marks_the_profiles_a_strategy_is_not_modelled_on():
         assert by[("hf", m)][0].total == estimate(TINY, profile="hf", method=m, strategy="zero2", world_size=4,
                                                   optimizer="adamw_torch").total
         assert by[("unsloth", m)][0] is None and "modelled on the hf profile" in by[("unsloth", m)][1]
+
+
+def test_none_stands_for_no_strategy_and_no_offload():
+    # estimate(..., strategy="fsdp", world_size=8, offload=None): None is the default of both
+    e = estimate(TINY, method="full", strategy="fsdp", world_size=8, offload=None, **RUN)
+    assert e.settings.offload == "none" and e.host_bytes == 0
+    assert estimate(TINY, method="full", strategy=None, **RUN).strategy is None
