@@ -95,8 +95,10 @@ class Stage:
     __slots__ = ("spec", "profile", "settings", "lora", "warnings", "env", "layer_envs", "program", "static",
                  "counts", "_where", "registry")
 
-    def __init__(self, spec: ModelSpec, prof: Profile, settings: dict, lora: LoraSums, warnings: list):
+    def __init__(self, spec: ModelSpec, prof: Profile, settings: dict, lora: LoraSums, warnings: list,
+                 registry: Registry | None = None):
         self.spec, self.profile, self.settings, self.lora = spec, prof, settings, lora
+        self.registry = registry  # where the same run is estimated again on another number of GPUs (strategies)
         names = {k: v for k, v in settings.items() if k != "target_modules"}
         self.env, self.layer_envs = prof.static_env(spec, names, lora, warnings)
         self.warnings = tuple(warnings)
@@ -357,14 +359,16 @@ class Estimate:
             got = self._memo["env"] = self._stage.full_env(self._batch, self._seq, self._results)
         return got
 
+    def _rerun(self, **changes) -> "Estimate":
+        """The same model, profile and settings, with ``changes``."""
+        values = dict(self._stage.settings, batch_size=self._batch, seq_len=self._seq, **changes)
+        return estimate(self._stage.spec, profile=self._stage.profile.name, registry=self._stage.registry, **values)
+
     def at_world_size(self, n: int) -> "Estimate":
         """The same run under the same strategy on ``n`` GPUs (this estimate when ``n`` is its world size)."""
         if self.strategy is None:
             raise SettingsError("at_world_size needs an estimate with a multi-GPU strategy")
-        if n == self.world_size:
-            return self
-        values = dict(self._stage.settings, batch_size=self._batch, seq_len=self._seq, world_size=n)
-        return estimate(self._stage.spec, profile=self._stage.profile.name, registry=self._stage.registry, **values)
+        return self if n == self.world_size else self._rerun(world_size=n)
 
     def min_per_gpu(self, n: int = 1) -> int:
         """Least memory each of ``n`` GPUs needs when the model is split over them (profile formula).
@@ -374,10 +378,7 @@ class Estimate:
         if self.strategy is not None:
             least = self._stage.registry.strategy_info(self.strategy).get("min_world_size", 1)
             if n < least:  # fewer GPUs than the strategy spreads over: the whole run on each of them
-                values = dict(self._stage.settings, batch_size=self._batch, seq_len=self._seq, strategy="none",
-                              world_size=1, offload="none")
-                return estimate(self._stage.spec, profile=self._stage.profile.name, registry=self._stage.registry,
-                                **values).total
+                return self._rerun(strategy="none", world_size=1, offload="none").total
             return self.at_world_size(n).total
         prof = self._stage.profile
         if n == 1:
@@ -545,8 +546,7 @@ def _stage(reg: Registry, spec: ModelSpec, prof: Profile, static: dict) -> Stage
         if not lora.matched:
             warnings.append("no LoRA target matches a module of this model: the adapter is empty")
     settings = {k: v for k, v in static.items() if k != "_key"}
-    stage = Stage(spec, prof, settings, lora, warnings)
-    stage.registry = reg  # to estimate the same run on another number of GPUs (strategies)
+    stage = Stage(spec, prof, settings, lora, warnings, reg)
     reg.stages.put(key, stage)
     return stage
 
