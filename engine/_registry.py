@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Iterable, Iterator
 
 import yaml
@@ -163,7 +164,9 @@ class Registry:
         self._profiles: dict[str, Profile] = {}
         self._profile_parts: dict[str, tuple] = {}  # profile -> (manifest, formula files), to add a strategy's
         self._strategies: DataFile | None = None  # formulas/strategies/strategies.yaml, once read
+        self._strategy_texts: dict[str, str] = {}  # display path -> text of each file of formulas/strategies
         self._strategy_files: dict[str, DataFile] = {}
+        self._strategy_infos: dict[str, Mapping] = {}
         self._with_strategy: dict[tuple, Profile] = {}  # (profile, strategy) -> compiled
         self._by_type: dict[str, str] = {}
         self._fallback: str | None = None
@@ -381,29 +384,42 @@ class Registry:
         return prof
 
     # -- strategies -------------------------------------------------------------------------
+    def _strategy_folder(self) -> tuple[Any, str | None]:
+        """(the strategies folder, its display path or None)."""
+        disp = f"{self._formulas_display}/strategies" if self._formulas_display else None
+        return self._formulas.joinpath("strategies"), disp
+
     def _strategy_manifest(self) -> DataFile:
+        """formulas/strategies/strategies.yaml, and the texts of its folder, read once (with the limits
+        every data file is read under)."""
         if self._strategies is None:
-            folder = self._formulas.joinpath("strategies")
-            disp = f"{self._formulas_display}/strategies" if self._formulas_display else None
-            path = f"{disp}/strategies.yaml" if disp else str(folder.joinpath("strategies.yaml"))
+            folder, disp = self._strategy_folder()
             if not folder.joinpath("strategies.yaml").is_file():
-                raise SettingsError(f"{path}: no multi-GPU strategies in this formulas folder")
-            text = folder.joinpath("strategies.yaml").read_text(encoding="utf-8")
-            self._strategies = load_data_file(text, path, "strategies-1.schema.json", validate=self.validate)
+                shown = f"{disp}/strategies.yaml" if disp else str(folder.joinpath("strategies.yaml"))
+                raise SettingsError(f"{shown}: no multi-GPU strategies in this formulas folder")
+            self._strategy_texts = dict(_entries(folder, disp))
+            path = f"{disp}/strategies.yaml" if disp else str(folder.joinpath("strategies.yaml"))
+            self._strategies = load_data_file(self._strategy_texts[path], path, "strategies-1.schema.json",
+                                              validate=self.validate)
         return self._strategies
 
     def strategy_names(self) -> list[str]:
         """The multi-GPU strategies of the formulas folder (none when it has no strategies manifest)."""
-        if not self._formulas.joinpath("strategies").joinpath("strategies.yaml").is_file():
+        if not self._strategy_folder()[0].joinpath("strategies.yaml").is_file():
             return []
         return list(self._strategy_manifest().data["strategies"])
 
-    def strategy_info(self, strategy: str) -> dict:
-        """The manifest entry of ``strategy`` (summary, source, files, offload settings), and the profiles it serves."""
-        man = self._strategy_manifest().data
-        if strategy not in man["strategies"]:
-            raise SettingsError(f"unknown strategy {strategy!r} (available: none, {', '.join(man['strategies'])})")
-        return dict(man["strategies"][strategy], profiles=list(man["profiles"]))
+    def strategy_info(self, strategy: str) -> Mapping[str, Any]:
+        """The manifest entry of ``strategy`` (summary, source, files, offload settings) and the profiles it
+        serves (read-only, built once)."""
+        got = self._strategy_infos.get(strategy)
+        if got is None:
+            man = self._strategy_manifest().data
+            if strategy not in man["strategies"]:
+                raise SettingsError(f"unknown strategy {strategy!r} (available: none, {', '.join(man['strategies'])})")
+            got = self._strategy_infos[strategy] = MappingProxyType(
+                dict(man["strategies"][strategy], profiles=tuple(man["profiles"])))
+        return got
 
     def _strategy_profile(self, name: str, strategy: str) -> Profile:
         key = (name, strategy)
@@ -418,22 +434,21 @@ class Registry:
         self.profile(name)
         manifest, files = self._profile_parts[name]
         man = self._strategy_manifest()
-        folder = self._formulas.joinpath("strategies")
-        disp = f"{self._formulas_display}/strategies" if self._formulas_display else None
+        folder, disp = self._strategy_folder()
         problems, extra = [], []
         for fname in info["files"]:
             shown = f"{disp}/{fname}" if disp else str(folder.joinpath(fname))
-            if not folder.joinpath(fname).is_file():
+            if shown not in self._strategy_texts:
                 problems.append(man.problem(("strategies", strategy, "files"), f"listed file {fname!r} does not exist"))
                 continue
-            try:
-                extra.append(self._strategy_files.get(shown) or load_data_file(
-                    folder.joinpath(fname).read_text(encoding="utf-8"), shown, "formulas-1.schema.json",
-                    validate=self.validate))
-            except FileFormatError as e:
-                problems.extend(e.problems)
-                continue
-            self._strategy_files[shown] = extra[-1]
+            if shown not in self._strategy_files:
+                try:
+                    self._strategy_files[shown] = load_data_file(self._strategy_texts[shown], shown,
+                                                                 "formulas-1.schema.json", validate=self.validate)
+                except FileFormatError as e:
+                    problems.extend(e.problems)
+                    continue
+            extra.append(self._strategy_files[shown])
         if problems:
             raise FileFormatError(problems)
         entry = man.data["strategies"][strategy]

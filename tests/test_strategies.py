@@ -327,3 +327,18 @@ def test_none_stands_for_no_strategy_and_no_offload():
     e = estimate(TINY, method="full", strategy="fsdp", world_size=8, offload=None, **RUN)
     assert e.settings.offload == "none" and e.host_bytes == 0
     assert estimate(TINY, method="full", strategy=None, **RUN).strategy is None
+
+
+def test_a_strategy_file_that_is_not_utf8_is_a_file_error(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from vramwise import FileFormatError
+
+    formulas = tmp_path / "formulas"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "formulas", formulas)
+    with open(formulas / "strategies" / "ddp.yaml", "ab") as f:
+        f.write(b"\xff\xfe")
+    reg = Registry(formulas_dir=formulas)
+    with pytest.raises(FileFormatError, match="ddp.yaml:1:1: .*not UTF-8"):
+        estimate(TINY, method="full", strategy="ddp", world_size=2, registry=reg, **RUN)
