@@ -178,7 +178,7 @@ class Measurement:
     reserved_peak: int | None = None
     process_bytes: int | None = None  # NVML: the process's device memory, CUDA context included
     notes: tuple = ()
-    strategy: str | None = None  # ddp or fsdp when world_size processes ran the step
+    strategy: str | None = None  # ddp, fsdp or fsdp_shard_grad_op when world_size processes ran the step
     world_size: int | None = None
     per_rank: tuple | None = None  # RankFigures of each process (peak and phases are then the highest rank's)
 
@@ -278,7 +278,7 @@ def measure(
     ``loss_chunks``, ``activation_offloading`` and ``optimizer_in_bwd`` are settings those stacks
     expose.
 
-    ``strategy`` (``ddp`` or ``fsdp``, on the CPU) runs the step in ``world_size`` processes (2 to 8,
+    ``strategy`` (``ddp``, ``fsdp`` or ``fsdp_shard_grad_op``, on the CPU) runs the step in ``world_size`` processes (2 to 8,
     default 2) joined by torch.distributed's gloo backend, each on its own batch; ``per_rank`` of the
     result holds each process's figures (see :mod:`vramwise._measure_dist`).
     """
