@@ -108,7 +108,7 @@ def render_stacks(stacks) -> str:
 
 def layer_rows():
     from vramwise import estimate
-    from vramwise._measure import measure
+    from vramwise.measuring.steps import measure
 
     rows = []
     for name in vm.CONFIGS:
@@ -134,7 +134,7 @@ LARGE = [
 
 def large_rows():
     from vramwise import estimate
-    from vramwise._measure import measure
+    from vramwise.measuring.steps import measure
 
     rows = []
     for path, method, gc, b, s in LARGE:
@@ -151,7 +151,7 @@ def gpu_rows():
     import torch
 
     from vramwise import estimate
-    from vramwise._measure import measure
+    from vramwise.measuring.steps import measure
 
     name = torch.cuda.get_device_name(0)
     rows = []

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import vramwise
 from bench_estimate import _median_us  # same folder: the one timing helper
-from vramwise._fit import DEFAULT_FRONTIER
+from vramwise.answers.fit import DEFAULT_FRONTIER
 
 HERE = Path(__file__).resolve().parent
 DEFAULT = HERE.parent / "examples" / "llama-3.1-8b.json"
@@ -56,7 +56,7 @@ def main() -> None:
         t0 = time.perf_counter()
         proc = subprocess.run(
             [sys.executable, "-c",
-             "import sys; from vramwise.cli import main; rc = main(sys.argv[1:]);"
+             "import sys; from vramwise.surfaces.cli.main import main; rc = main(sys.argv[1:]);"
              "sys.exit(rc if 'torch' not in sys.modules else 99)", "fit", str(path), "--gpu", "RTX 4090"],
             capture_output=True, text=True, env=env,
         )

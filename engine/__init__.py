@@ -12,34 +12,39 @@ Public surface::
     vramwise.fit(model, gpu="RTX 4090", ...) -> Fit  # what fits: methods, largest batch/seq/rank, fewest GPUs, frontier
     vramwise.compare(model, methods=..., profiles=...) / vramwise.sweep(model, batch_size=[...], ...)
 
-Errors all derive from :class:`VramwiseError` (see ``vramwise._errors`` for the tree).
+Errors all derive from :class:`VramwiseError` (see ``vramwise.core.errors`` for the tree).
 """
 
-from ._errors import (
+from vramwise.core.errors import (
     ConfigError,
     EvaluationError,
     ExpressionError,
     FileFormatError,
     GpuSelectionError,
     InternalError,
+    MeasurementError,
+    MissingDependencyError,
     SettingsError,
+    StackUnsupportedError,
+    UnknownFamilyError,
+    UsageError,
     VramwiseError,
 )
-from ._estimate import COMPONENTS, Estimate, RankEstimate, TraceEntry, estimate, estimate_from_size, load_model
-from ._model import LayerClass, ModelSpec, Module
-from ._registry import Registry
-from ._settings import SETTINGS, Setting, TrainingSettings
+from vramwise.core.estimate import COMPONENTS, Estimate, RankEstimate, TraceEntry, estimate, estimate_from_size, load_model
+from vramwise.core.model import LayerClass, ModelSpec, Module
+from vramwise.core.registry import Registry
+from vramwise.core.settings import SETTINGS, Setting, TrainingSettings
 
 # GPU discovery and measurement are imported when first used: an estimate needs neither.
 _LAZY = {
-    "GpuDiscovery": "_gpus", "GpuInfo": "_gpus", "GpuSelection": "_gpus", "PynvmlBackend": "_gpus",
-    "child_env": "_gpus", "device_map": "_gpus", "discover_gpus": "_gpus", "select_gpus": "_gpus",
-    "Measurement": "_measure", "PhaseFigures": "_measure", "RankFigures": "_measure", "measure": "_measure",
-    "check": "_check",
-    "GpuSpec": "_hardware", "gpu_spec": "_hardware", "list_gpus": "_hardware",
-    "fit": "_fit", "compare": "_fit", "sweep": "_fit", "Fit": "_fit", "MethodFit": "_fit", "Comparison": "_fit",
-    "Sweep": "_fit", "GpuTarget": "_fit",
-    "plot_estimate": "_plot", "plot_compare": "_plot", "plot_fit": "_plot", "plot_sweep": "_plot",
+    "GpuDiscovery": "gpus.discovery", "GpuInfo": "gpus.discovery", "GpuSelection": "gpus.discovery", "PynvmlBackend": "gpus.discovery",
+    "child_env": "gpus.discovery", "device_map": "gpus.discovery", "discover_gpus": "gpus.discovery", "select_gpus": "gpus.discovery",
+    "Measurement": "measuring.steps", "PhaseFigures": "measuring.steps", "RankFigures": "measuring.steps", "measure": "measuring.steps",
+    "check": "core.check",
+    "GpuSpec": "gpus.catalog", "gpu_spec": "gpus.catalog", "list_gpus": "gpus.catalog",
+    "fit": "answers.fit", "compare": "answers.fit", "sweep": "answers.fit", "Fit": "answers.fit", "MethodFit": "answers.fit", "Comparison": "answers.fit",
+    "Sweep": "answers.fit", "GpuTarget": "answers.fit",
+    "plot_estimate": "answers.plots", "plot_compare": "answers.plots", "plot_fit": "answers.plots", "plot_sweep": "answers.plots",
 }
 
 
@@ -110,5 +115,10 @@ __all__ = [
     "SettingsError",
     "GpuSelectionError",
     "InternalError",
+    "UnknownFamilyError",
+    "UsageError",
+    "MissingDependencyError",
+    "MeasurementError",
+    "StackUnsupportedError",
     "__version__",
 ]

@@ -81,7 +81,7 @@ def alias_paths(reg) -> list[tuple[bool, tuple]]:
 
 def prune(root: dict, paths) -> dict:
     """The fields of ``root`` the families read, at the same places."""
-    from vramwise._source import text_view
+    from vramwise.inputs.config import text_view
 
     text = text_view(root)
     has_text = text is not root

@@ -9,7 +9,7 @@ import time
 
 @contextlib.contextmanager
 def live_server(host: str = "127.0.0.1"):
-    from vramwise._serve import make_server
+    from vramwise.surfaces.serve import make_server
 
     server, sock, url = make_server(host, 0)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

@@ -14,7 +14,7 @@ import pytest
 
 import vramwise
 from vramwise import ConfigError
-from vramwise._source import MAX_CONFIG_BYTES, MAX_JSON_DEPTH, checkpoint_size, read_config
+from vramwise.inputs.config import MAX_CONFIG_BYTES, MAX_JSON_DEPTH, checkpoint_size, read_config
 
 SMALL = {"model_type": "llama", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 512,
          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}
@@ -159,7 +159,7 @@ def test_unreadable_folder_and_file(tmp_path):
 def test_permission_errors_are_config_errors(tmp_path, monkeypatch):
     """The same as above for any user: the OS refusing a stat or an open is one ConfigError."""
     p = _write(tmp_path, GOOD)
-    import vramwise._source as src
+    import vramwise.inputs.config as src
 
     real_stat = os.stat
 
@@ -319,7 +319,7 @@ def test_offline_without_cache_is_one_line(tmp_path):
 def test_hub_probe_leaves_the_environment_alone(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
     before = dict(os.environ)
-    import vramwise._source as src
+    import vramwise.inputs.config as src
 
     monkeypatch.setattr(src, "_hub_reachable", lambda repo: False)
     monkeypatch.setattr(src, "_cached_config", lambda repo: False)

@@ -11,8 +11,9 @@ from importlib import resources
 import pytest
 
 import vramwise
-from vramwise import _source, cli
-from vramwise._catalog import find_model, list_models
+from vramwise.inputs import config as _source
+from vramwise.surfaces.cli import main as cli
+from vramwise.inputs.catalog import find_model, list_models
 
 from helpers import SHARED
 

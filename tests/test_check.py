@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import vramwise
-from vramwise.cli import main
+from vramwise.surfaces.cli.main import main
 
 FAMILY = """\
 schema_version: 1

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import vramwise
-from vramwise.cli import main
+from vramwise.surfaces.cli.main import main
 
 SMALL = {"model_type": "llama", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 512,
          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}
@@ -111,7 +111,7 @@ def test_invalid_json_and_missing_fields(tmp_path, capsys):
 
 def test_console_script_does_not_import_torch(cfg):
     code = (
-        "import sys; from vramwise.cli import main; rc = main(['estimate', sys.argv[1], '--json']);"
+        "import sys; from vramwise.surfaces.cli.main import main; rc = main(['estimate', sys.argv[1], '--json']);"
         "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; print(bad, file=sys.stderr); sys.exit(rc or len(bad))"
     )
     proc = subprocess.run([sys.executable, "-c", code, cfg], capture_output=True, text=True, timeout=120)
@@ -207,7 +207,7 @@ def test_select_missing_file_exits_2(capsys):
 
 
 def test_unexpected_exception_is_one_line_with_its_own_code(cfg, capsys, monkeypatch):
-    import vramwise.cli as cli
+    import vramwise.surfaces.cli.main as cli
 
     def boom(*a, **k):
         raise KeyError("surprise")

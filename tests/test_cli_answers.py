@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import vramwise
-from vramwise.cli import _installed, main
+from vramwise.surfaces.cli.main import _installed, main
 
 LLAMA = str(Path(__file__).resolve().parent.parent / "examples" / "llama-3.1-8b.json")
 from test_cli import SMALL, cfg  # noqa: F401 - the same small config and its fixture
@@ -174,7 +174,7 @@ def test_summary_and_other_profile_note(capsys):
 
 
 def test_no_note_when_profiles_agree(cfg, capsys, monkeypatch):
-    import vramwise.cli as cli
+    import vramwise.surfaces.cli.main as cli
 
     monkeypatch.setattr(cli, "_NOTE_RATIO", 1e9)
     rc, out, _ = _run(["estimate", LLAMA], capsys)
@@ -292,7 +292,7 @@ def test_bars_in_tables(cfg, capsys):
 
 
 def test_bars_fall_back_to_ascii():
-    from vramwise.cli import _bar
+    from vramwise.surfaces.cli.main import _bar
 
     class Latin1(io.StringIO):
         encoding = "latin-1"
@@ -305,7 +305,7 @@ def test_bars_fall_back_to_ascii():
     ("sweep", ["--batch-size", "1,2", "--seq-len", "128,256"]),
 ])
 def test_plot_flag(cfg, capsys, tmp_path, cmd, extra):
-    pytest.importorskip("vramwise._plot")
+    pytest.importorskip("vramwise.answers.plots")
     pytest.importorskip("matplotlib")
     path = tmp_path / "out.svg"
     rc, out, err = _run([cmd, cfg, *extra, "--plot", str(path)], capsys)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vramwise import EvaluationError, ExpressionError
-from vramwise._expr import LayerValues, compile_expression
+from vramwise.core.expr.language import LayerValues, compile_expression
 
 NAMES = {"a", "b", "xs", "layer_x"}
 
@@ -76,7 +76,7 @@ def test_rejections(text, needle):
 
 
 def test_rejection_points_at_the_column(tmp_path):
-    from vramwise._yamlio import DataFile
+    from vramwise.core.datafiles import DataFile
     import yaml
 
     text = "formula: a + unknown_thing\n"

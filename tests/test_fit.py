@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import vramwise
-from vramwise._fit import _fits, fit
+from vramwise.answers.fit import _fits, fit
 from helpers import CONFIGS
 
 GIB = 2**30

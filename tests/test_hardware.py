@@ -11,7 +11,7 @@ from jsonschema import Draft202012Validator
 
 import vramwise
 from vramwise import FileFormatError, SettingsError
-from vramwise._hardware import CATALOG_PATH, build_catalog, normalize
+from vramwise.gpus.catalog import CATALOG_PATH, build_catalog, normalize
 
 
 def _text() -> str:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 import vramwise
-from vramwise.cli import main
+from vramwise.surfaces.cli.main import main
 
 GIB = 2**30
 LLAMA_8B = {"model_type": "llama", "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336,

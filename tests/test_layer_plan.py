@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import vramwise
-from vramwise._model import _hashable
-from vramwise._plan import IndexSet, analyse
+from vramwise.core.model import _hashable
+from vramwise.core.plan import IndexSet, analyse
 from helpers import shared_configs
 
 REG = vramwise.Registry()
@@ -127,8 +127,8 @@ def test_index_set():
 
 
 def test_index_used_otherwise_visits_every_layer():
-    from vramwise._family import AttributeRule
-    from vramwise._expr import compile_expression
+    from vramwise.core.family import AttributeRule
+    from vramwise.core.expr.language import compile_expression
 
     rule = AttributeRule("x", compile_expression("i * 2", allowed={"i"}), True, "")
     assert analyse([rule]) is None

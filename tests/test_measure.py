@@ -8,8 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from vramwise._measure import StorageTracker, measure  # noqa: E402
-from vramwise.cli import main  # noqa: E402
+from vramwise.measuring.steps import StorageTracker, measure  # noqa: E402
+from vramwise.surfaces.cli.main import main  # noqa: E402
 
 TINY = {"model_type": "llama", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128,
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": False}
@@ -219,7 +219,7 @@ class _ComparedTracker(StorageTracker):
 def test_tracker_matches_a_full_sweep_after_every_operator(monkeypatch, cfg, method, gc, fake):
     """Deaths reported by weak-reference callbacks give the same live bytes, at every operator,
     as checking every live storage."""
-    import vramwise._measure as vm
+    import vramwise.measuring.steps as vm
 
     made = []
 

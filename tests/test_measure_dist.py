@@ -14,8 +14,8 @@ if not (dist.is_available() and dist.is_gloo_available()):
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
 from vramwise import SettingsError, VramwiseError  # noqa: E402
-from vramwise import _measure_dist  # noqa: E402
-from vramwise._measure import measure  # noqa: E402
+from vramwise.measuring import distributed as _measure_dist  # noqa: E402
+from vramwise.measuring.steps import measure  # noqa: E402
 
 TINY = {"model_type": "llama", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
         "num_hidden_layers": 2, "num_attention_heads": 4, "tie_word_embeddings": False}
@@ -180,7 +180,7 @@ def test_bad_requests_fail_before_any_process_starts(monkeypatch, kwargs, messag
 
 
 def test_cli_rejects_a_bad_world_size(tmp_path, capsys):
-    from vramwise.cli import main
+    from vramwise.surfaces.cli.main import main
 
     cfg = tmp_path / "config.json"
     cfg.write_text('{"model_type": "llama"}')
@@ -208,7 +208,7 @@ def test_an_error_in_a_child_comes_back_as_one_message(monkeypatch):
 
 
 def test_a_run_past_its_deadline_is_stopped(monkeypatch):
-    from vramwise._settings import normalise_settings
+    from vramwise.core.settings import normalise_settings
 
     started = _recording_popen(monkeypatch)
     settings = normalise_settings(method="full", batch_size=1, seq_len=32)

@@ -14,7 +14,7 @@ import pytest
 
 import vramwise
 from vramwise import COMPONENTS, SettingsError
-from vramwise._plot import MISSING, plot_compare, plot_estimate, plot_fit, plot_sweep
+from vramwise.answers.plots import MISSING, plot_compare, plot_estimate, plot_fit, plot_sweep
 
 GIB = 2**30
 REPO = Path(__file__).resolve().parents[1]
@@ -285,7 +285,7 @@ def _run(code: str, **env) -> subprocess.CompletedProcess:
 
 
 def test_import_never_imports_matplotlib():
-    r = _run("import sys, vramwise, vramwise._plot\n"
+    r = _run("import sys, vramwise, vramwise.answers.plots\n"
              f"vramwise.estimate({EXAMPLE!r})\n"
              "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))")
     assert r.returncode == 0, r.stderr
@@ -297,7 +297,7 @@ def test_no_pyplot_and_no_display(tmp_path):
     # an interactive backend asked for in the environment and no display: the plot still works on
     # Agg, without pyplot (the user's figures and backend are left alone)
     out = tmp_path / "x.png"
-    r = _run("import sys, vramwise\nfrom vramwise._plot import plot_estimate\n"
+    r = _run("import sys, vramwise\nfrom vramwise.answers.plots import plot_estimate\n"
              f"plot_estimate(vramwise.estimate({EXAMPLE!r}), {str(out)!r})\n"
              "print('matplotlib.pyplot' in sys.modules)", MPLBACKEND="TkAgg")
     assert r.returncode == 0, r.stderr

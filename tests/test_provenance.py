@@ -51,7 +51,7 @@ def test_table_entries_and_constants():
 def test_explain_prints_the_inputs(capsys, tmp_path):
     import json
 
-    from vramwise.cli import main
+    from vramwise.surfaces.cli.main import main
 
     p = tmp_path / "config.json"
     p.write_text(json.dumps(CFG))

@@ -15,7 +15,9 @@ pytest.importorskip("httpx")
 from starlette.testclient import TestClient  # noqa: E402
 
 import vramwise  # noqa: E402
-from vramwise import _serve, _source, cli  # noqa: E402
+from vramwise.inputs import config as _source
+from vramwise.surfaces import serve as _serve
+from vramwise.surfaces.cli import main as cli  # noqa: E402
 
 MODEL = "meta-llama/Llama-3.1-8B"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import vramwise
-from vramwise import _source
+from vramwise.inputs import config as _source
 
 from serve_live import live_server
 

@@ -17,7 +17,7 @@ pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 
 import vramwise  # noqa: E402
-from vramwise import _serve  # noqa: E402
+from vramwise.surfaces import serve as _serve  # noqa: E402
 
 from serve_live import live_server  # noqa: E402
 

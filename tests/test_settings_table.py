@@ -7,7 +7,7 @@ import inspect
 import pytest
 
 import vramwise
-from vramwise.cli import build_parser
+from vramwise.surfaces.cli.main import build_parser
 
 
 def test_estimate_signature_is_the_table():

@@ -250,7 +250,7 @@ FSDP8 = ["--profile", "hf", "--method", "full", "--strategy", "fsdp", "--world-s
 
 
 def test_cli_estimate_prints_the_ranks_and_host_memory(capsys):
-    from vramwise.cli import main
+    from vramwise.surfaces.cli.main import main
 
     assert main(["estimate", LLAMA8B, *FSDP8]) == 0
     out = capsys.readouterr().out
@@ -265,7 +265,7 @@ def test_cli_estimate_prints_the_ranks_and_host_memory(capsys):
 
 
 def test_cli_fit_uses_the_per_rank_figure(capsys):
-    from vramwise.cli import main
+    from vramwise.surfaces.cli.main import main
 
     assert main(["fit", LLAMA8B, "--gpu", "24GiB", "--gpus", "4", "--profile", "hf", "--method", "full",
                  "--strategy", "fsdp"]) == 0
@@ -282,7 +282,7 @@ def test_cli_fit_uses_the_per_rank_figure(capsys):
 
 
 def test_cli_errors_for_strategies_are_one_line(capsys):
-    from vramwise.cli import main
+    from vramwise.surfaces.cli.main import main
 
     assert main(["estimate", LLAMA8B, "--strategy", "fsdp", "--world-size", "8"]) == 2  # the unsloth profile
     err = capsys.readouterr().err

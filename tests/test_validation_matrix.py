@@ -24,7 +24,7 @@ from helpers import matrix_checks  # noqa: E402
 import validation_matrix as vm  # noqa: E402
 
 from vramwise import estimate  # noqa: E402
-from vramwise._measure import measure  # noqa: E402
+from vramwise.measuring.steps import measure  # noqa: E402
 
 test_cell_within_ten_percent, test_median_within_five_percent = matrix_checks(vm)
 

@@ -25,7 +25,7 @@ import validation_matrix_litgpt as vm  # noqa: E402
 pytestmark = pytest.mark.filterwarnings("ignore:Paged optimizers are not supported on CPU")
 
 from vramwise import SettingsError, VramwiseError, estimate  # noqa: E402
-from vramwise._measure import measure  # noqa: E402
+from vramwise.measuring.steps import measure  # noqa: E402
 
 test_cell_within_ten_percent, test_median_within_five_percent = matrix_checks(vm)
 

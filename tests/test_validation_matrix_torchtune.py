@@ -22,8 +22,8 @@ from helpers import matrix_checks  # noqa: E402
 import validation_matrix_torchtune as vm  # noqa: E402
 
 from vramwise import estimate  # noqa: E402
-from vramwise._errors import SettingsError  # noqa: E402
-from vramwise._measure import measure  # noqa: E402
+from vramwise.core.errors import SettingsError  # noqa: E402
+from vramwise.measuring.steps import measure  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")
 

@@ -54,7 +54,7 @@ def settings(cell) -> dict:
 def run_cell(cell, fake: bool = True) -> dict:
     """Measure the cell with LitGPT's stack and estimate it with the litgpt profile."""
     from vramwise import estimate
-    from vramwise._measure import measure
+    from vramwise.measuring.steps import measure
 
     cfg = CONFIGS[cell[0]]
     kw = settings(cell)

@@ -65,7 +65,7 @@ def settings(cell) -> dict:
 def run_cell(cell) -> dict:
     """Measure the cell in world_size processes and estimate it with the strategy on the hf profile."""
     from vramwise import estimate
-    from vramwise._measure import measure
+    from vramwise.measuring.steps import measure
 
     cfg = CONFIGS[cell[0]]
     kw = settings(cell)

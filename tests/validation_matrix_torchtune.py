@@ -68,7 +68,7 @@ def settings(cell) -> dict:
 def run_cell(cell) -> dict:
     """Measure the cell (fake tensors for full and LoRA, real torchao NF4 storage for QLoRA) and estimate it."""
     from vramwise import estimate
-    from vramwise._measure import measure
+    from vramwise.measuring.steps import measure
 
     cfg = CONFIGS[cell[0]]
     kw = settings(cell)

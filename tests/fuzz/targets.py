@@ -218,17 +218,17 @@ def make_file(spec: dict, path: Path) -> None:
 
 def _guard_measure() -> None:
     """Make ``vramwise measure`` fail loudly instead of building a model, should an argv ever get that far."""
-    mod = types.ModuleType("vramwise._measure")
+    mod = types.ModuleType("vramwise.measuring.steps")
 
     def measure(*a, **k):
         raise RuntimeError("fuzz harness: measure reached (argv must fail before a model is built)")
 
     mod.measure = measure
-    sys.modules["vramwise._measure"] = mod
+    sys.modules["vramwise.measuring.steps"] = mod
 
 
 def run_cli(case: dict, workdir: Path) -> Outcome:
-    from vramwise.cli import main
+    from vramwise.surfaces.cli.main import main
 
     if workdir.exists():
         _rmtree(workdir)
@@ -322,7 +322,7 @@ def warm_up() -> None:
         except vramwise.VramwiseError:
             pass
     vramwise.estimate_from_size(params=8e9)
-    importlib.import_module("vramwise.cli")
+    importlib.import_module("vramwise.surfaces.cli.main")
     vramwise.Registry.default().families
     # what a hub id or a file's first read imports: paid once per process, not by a case
     for mod in ("jsonschema", "huggingface_hub", "transformers"):

@@ -8,7 +8,7 @@ and model type, the parameter count vramwise computes, where the config came fro
 ``config``: only the config fields some family reads (every alias path of every family, plus
 ``model_type``), so an estimate from the entry equals the estimate from the full config.
 
-How a model argument that is a string is read (:func:`vramwise._source.read_config`):
+How a model argument that is a string is read (:func:`vramwise.inputs.config.read_config`):
 
 1. ``hub:ORG/NAME`` always goes to the Hugging Face hub (or its cache); ``catalog:NAME`` always
    to the catalog (an error when it is not there);
@@ -28,7 +28,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Mapping
 
-from ._errors import ConfigError
+from vramwise.core.errors import ConfigError
 
 __all__ = ["CatalogModel", "catalog_model", "list_models", "find_model", "CATALOG_FILE", "HUB_PREFIX", "CATALOG_PREFIX"]
 

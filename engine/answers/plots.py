@@ -18,8 +18,8 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from ._errors import SettingsError
-from ._estimate import COMPONENTS
+from vramwise.core.errors import SettingsError
+from vramwise.core.estimate import COMPONENTS
 
 __all__ = ["plot_estimate", "plot_compare", "plot_fit", "plot_sweep", "PLOT_FORMATS"]
 

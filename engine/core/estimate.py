@@ -1,6 +1,6 @@
 """The estimate: settings + resolved model + profile -> a frozen breakdown in bytes.
 
-An estimate is computed in two stages (see :mod:`vramwise._program`): everything that
+An estimate is computed in two stages (see :mod:`vramwise.core.expr.codegen`): everything that
 does not depend on batch and sequence is evaluated once per model, profile and other
 settings and kept on the registry (a :class:`Stage`); the rest is one call of the
 profile's compiled program. Models are resolved once per config (see
@@ -15,13 +15,13 @@ import math
 from dataclasses import FrozenInstanceError, dataclass
 from typing import Any, Mapping
 
-from ._errors import InternalError, SettingsError
-from ._expr import LayerValues, render, round_bytes
-from ._model import INVENTORY_DOCS, NO_ADAPTERS, LoraSums, ModelSpec
-from ._program import MAX_FIGURE, static_tuple
-from ._profile import Profile
-from ._registry import Registry
-from ._settings import DEFAULTS, LIMITS, SETTINGS, TrainingSettings, normalise_static, positive_int, unmodelled_settings, unused_settings
+from vramwise.core.errors import InternalError, SettingsError
+from vramwise.core.expr.language import LayerValues, render, round_bytes
+from vramwise.core.model import INVENTORY_DOCS, NO_ADAPTERS, LoraSums, ModelSpec
+from vramwise.core.expr.codegen import MAX_FIGURE, static_tuple
+from vramwise.core.profile import Profile
+from vramwise.core.registry import Registry
+from vramwise.core.settings import DEFAULTS, LIMITS, SETTINGS, TrainingSettings, normalise_static, positive_int, unmodelled_settings, unused_settings
 
 _MAX_BATCH, _MAX_SEQ = LIMITS["batch_size"], LIMITS["seq_len"]
 

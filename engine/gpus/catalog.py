@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-from ._errors import FileFormatError, SettingsError
+from vramwise.core.errors import FileFormatError, SettingsError
 
 __all__ = ["GpuSpec", "gpu_spec", "list_gpus", "CATALOG_PATH"]
 
@@ -100,7 +100,7 @@ def _load_text() -> str:
 
 def build_catalog(text: str, path: str = CATALOG_PATH, *, validate: bool = True) -> _Catalog:
     """Parse, validate and index a catalog file; problems raise :class:`FileFormatError`."""
-    from ._yamlio import load_data_file
+    from vramwise.core.datafiles import load_data_file
 
     df = load_data_file(text, path, _SCHEMA, validate=validate)
     data = df.data

@@ -19,10 +19,10 @@ from typing import Any, Iterable, Iterator
 
 import yaml
 
-from ._errors import ConfigError, FileFormatError, SettingsError, VramwiseError
-from ._family import Family, compile_family
-from ._profile import Overlay, Profile, build_profile, check_inputs
-from ._yamlio import MAX_FILE_BYTES, DataFile, load_data_file
+from vramwise.core.errors import ConfigError, FileFormatError, SettingsError, VramwiseError
+from vramwise.core.family import Family, compile_family
+from vramwise.core.profile import Overlay, Profile, build_profile, check_inputs
+from vramwise.core.datafiles import MAX_FILE_BYTES, DataFile, load_data_file
 
 __all__ = ["Registry"]
 
@@ -270,7 +270,7 @@ class Registry:
         A mapping is resolved once per content, a local file once per version (its size and
         modification time, and those of the weights' index and folder); hub ids are read each time.
         """
-        from ._source import read_config
+        from vramwise.inputs.config import read_config
 
         key = _source_key(source)
         if key is not None:
@@ -293,8 +293,8 @@ class Registry:
     def resolve(self, root: Mapping, *, family: str | None = None, origin: str = "mapping", source: Any = None,
                 warnings: Iterable[str] = (), checkpoint_bytes: int | None = None):
         """Resolve a config mapping against its family (chosen by model type unless ``family`` names one)."""
-        from ._model import resolve_model
-        from ._source import checkpoint_size, text_view
+        from vramwise.core.model import resolve_model
+        from vramwise.inputs.config import checkpoint_size, text_view
 
         text = text_view(root)
         types = [text.get("model_type"), root.get("model_type")]
@@ -498,7 +498,7 @@ def _source_key(source: Any) -> tuple | None:
         text = os.path.expanduser(os.fspath(source))
         here = _stat(text)
         if here is None:  # a catalog name is resolved once; a hub id or a missing file each time
-            from ._catalog import CATALOG_PREFIX, HUB_PREFIX, find_model
+            from vramwise.inputs.catalog import CATALOG_PREFIX, HUB_PREFIX, find_model
 
             if not isinstance(source, str) or source.startswith(HUB_PREFIX):
                 return None

@@ -25,8 +25,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from ._errors import SettingsError, VramwiseError
-from ._measure import Prepared, _need, _optimizer  # the optimizers measure builds for every stack
+from vramwise.core.errors import SettingsError, VramwiseError
+from vramwise.measuring.steps import Prepared, _need, _optimizer  # the optimizers measure builds for every stack
 
 #: model_type -> (torchtune builder module, full builder, LoRA builder, ties the embedding)
 _BUILDERS = {
@@ -138,7 +138,7 @@ def _removed(name: str):
 
 
 def _default_targets() -> tuple:
-    from ._registry import Registry
+    from vramwise.core.registry import Registry
 
     return tuple(Registry.default().profile("torchtune").default_targets)
 

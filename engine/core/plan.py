@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
-from ._expr import GLOBALS, emit
+from vramwise.core.expr.language import GLOBALS, emit
 
 __all__ = ["IndexSet", "Analysis", "analyse", "plan_layers", "Unplannable"]
 

@@ -5,9 +5,17 @@
     │   └── ExpressionError       an expression in a file is rejected (unknown name, forbidden syntax)
     ├── EvaluationError           an expression failed while it was evaluated (division by zero, bad index)
     ├── ConfigError               a model config cannot be read or lacks a field a family needs
+    │   └── UnknownFamilyError    no family serves the config's model type, or a family name is unknown
     ├── SettingsError             a training setting is invalid (method, sizes, checkpointing mode)
+    ├── UsageError                a path or argument names nothing vramwise can read (no such file, nothing to check)
+    ├── MissingDependencyError    an optional dependency is not installed; ``extra`` names the extra to install
+    ├── MeasurementError          a measured step could not be run or did not finish (`vramwise measure`)
+    │   └── StackUnsupportedError a training stack cannot build this model or these settings
     ├── GpuSelectionError         GPUs cannot be selected as asked
     └── InternalError             a result broke an invariant (negative, non-finite): a bug, never a result
+
+Every error vramwise raises on purpose is an instance of one of the leaf classes above; the
+root is never raised bare, so a caller can catch by kind.
 
 Messages about a file start with ``path:line:col:`` and name the JSON path of the
 offending node; messages about a config name the field and the aliases tried.
@@ -22,6 +30,11 @@ __all__ = [
     "EvaluationError",
     "ConfigError",
     "SettingsError",
+    "UnknownFamilyError",
+    "UsageError",
+    "MissingDependencyError",
+    "MeasurementError",
+    "StackUnsupportedError",
     "GpuSelectionError",
     "InternalError",
 ]
@@ -58,6 +71,35 @@ class ConfigError(VramwiseError):
 
 class SettingsError(VramwiseError):
     """A training setting is out of range or unknown."""
+
+
+class UnknownFamilyError(ConfigError):
+    """No family serves the config's model type (and none is marked fallback), or a family name
+    given by the caller is not in the registry."""
+
+
+class UsageError(VramwiseError):
+    """A path or argument names nothing vramwise can use: a missing file or folder, a folder of the
+    wrong kind, nothing to check."""
+
+
+class MissingDependencyError(VramwiseError):
+    """An optional dependency is not installed. ``extra`` is the vramwise extra that brings it
+    (``pip install 'vramwise[extra]'``); the message names it."""
+
+    def __init__(self, message: str, *, extra: str | None = None):
+        self.extra = extra
+        super().__init__(message)
+
+
+class MeasurementError(VramwiseError):
+    """A measured training step could not be run or did not finish: no CUDA device, a child process
+    that failed or ran past its deadline."""
+
+
+class StackUnsupportedError(MeasurementError):
+    """A training stack (transformers, torchtune, LitGPT) cannot build this model or run these
+    settings; the message says what to change."""
 
 
 class GpuSelectionError(VramwiseError):

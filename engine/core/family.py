@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from ._errors import FileFormatError
-from ._expr import Expression, compile_expression, template_problem
-from ._graph import dependency_order
-from ._plan import analyse
-from ._yamlio import DataFile
+from vramwise.core.errors import FileFormatError
+from vramwise.core.expr.language import Expression, compile_expression, template_problem
+from vramwise.core.graph import dependency_order
+from vramwise.core.plan import analyse
+from vramwise.core.datafiles import DataFile
 
 __all__ = ["Family", "FactRule", "AttributeRule", "ModuleRule", "LoraPart", "WarningRule", "compile_family", "describe_alias_list"]
 

@@ -39,7 +39,7 @@ import sys
 from importlib import resources
 from typing import Any, Callable
 
-from ._errors import ConfigError, InternalError, SettingsError, VramwiseError
+from vramwise.core.errors import ConfigError, InternalError, SettingsError, VramwiseError
 
 __all__ = ["create_app", "make_server", "serve", "MAX_BODY_BYTES", "BODY_TIMEOUT", "COMPUTE_TIMEOUT"]
 
@@ -91,14 +91,14 @@ def is_loopback(host: str) -> bool:
 # -- reading requests ------------------------------------------------------------------------
 
 def _settings_names() -> dict:
-    from ._settings import SETTINGS
+    from vramwise.core.settings import SETTINGS
 
     return {s.name: s for s in SETTINGS}
 
 
 def _model_of(body: dict):
     """The model a request names: a catalog entry (never a path or a hub id) or an uploaded config."""
-    from ._source import parse_json_bytes
+    from vramwise.inputs.config import parse_json_bytes
 
     given = [k for k in ("model", "config", "config_text") if body.get(k) is not None]
     if len(given) != 1:
@@ -109,7 +109,7 @@ def _model_of(body: dict):
     if key == "model":
         if not isinstance(value, str) or not value.strip():
             raise _Bad(400, "model must be a name in the model catalog (GET /api/catalog lists them)")
-        from ._catalog import CATALOG_PREFIX, catalog_model
+        from vramwise.inputs.catalog import CATALOG_PREFIX, catalog_model
 
         return CATALOG_PREFIX + catalog_model(value.strip()).id  # ConfigError (400) when it is not there
     if key == "config":
@@ -194,8 +194,8 @@ def _gpu_field(body: dict, required: bool):
 # -- the answers (run in worker threads) -----------------------------------------------------
 
 def api_estimate(body: dict) -> dict:
-    from . import cli
-    from ._estimate import estimate
+    from vramwise.surfaces.cli import main as cli
+    from vramwise.core.estimate import estimate
 
     gpus = _int_list(body, "gpus", [1, 2, 4, 8], 1, 1 << 20)
     settings, profile = _settings_of(body, ("gpus",))
@@ -204,15 +204,15 @@ def api_estimate(body: dict) -> dict:
 
 
 def api_explain(body: dict) -> dict:
-    from . import cli
-    from ._estimate import estimate
+    from vramwise.surfaces.cli import main as cli
+    from vramwise.core.estimate import estimate
 
     settings, profile = _settings_of(body, ())
     return cli._explain_json(estimate(_model_of(body), profile=profile, **settings))
 
 
 def api_fit(body: dict) -> dict:
-    from ._fit import fit
+    from vramwise.answers.fit import fit
 
     settings, profile = _settings_of(body, ("gpu", "gpus", "headroom", "seq_lens"))
     headroom = body.get("headroom", 0.0)
@@ -225,7 +225,7 @@ def api_fit(body: dict) -> dict:
 
 
 def api_compare(body: dict) -> dict:
-    from ._fit import compare
+    from vramwise.answers.fit import compare
 
     settings, profile = _settings_of(body, ("gpu", "gpus", "methods", "profiles"))
     settings.pop("method", None)
@@ -239,14 +239,14 @@ def api_compare(body: dict) -> dict:
 
 
 def api_families(_query: dict) -> dict:
-    from . import cli
+    from vramwise.surfaces.cli import main as cli
 
     return cli._families_json()
 
 
 def api_gpus(_query: dict) -> dict:
-    from ._gpus import discover_gpus
-    from ._hardware import list_gpus
+    from vramwise.gpus.discovery import discover_gpus
+    from vramwise.gpus.catalog import list_gpus
 
     catalog = [{"id": g.id, "name": g.name, "vendor": g.vendor, "memory_bytes": g.memory_bytes, "source": g.source,
                 "aliases": list(g.aliases)} for g in list_gpus()]
@@ -254,7 +254,7 @@ def api_gpus(_query: dict) -> dict:
 
 
 def api_catalog(query: dict) -> dict:
-    from ._catalog import list_models
+    from vramwise.inputs.catalog import list_models
 
     q = query.get("q", "")
     if len(q) > 200:
@@ -263,7 +263,7 @@ def api_catalog(query: dict) -> dict:
 
 
 def api_settings(_query: dict) -> dict:
-    from ._settings import SETTINGS
+    from vramwise.core.settings import SETTINGS
 
     return {"settings": [{"name": s.name, "default": s.default, "type": s.cli_type, "choices": list(s.choices),
                           "applies_to": list(s.applies_to), "help": s.help} for s in SETTINGS]}
@@ -276,7 +276,7 @@ _GET = {"families": api_families, "gpus": api_gpus, "catalog": api_catalog, "set
 # -- the application ---------------------------------------------------------------------------
 
 def _web(name: str) -> bytes:
-    return resources.files("vramwise").joinpath("web", name).read_bytes()
+    return resources.files("vramwise.surfaces").joinpath("web", name).read_bytes()
 
 
 def create_app(*, allowed_hosts: tuple | None = _LOOPBACK_NAMES):
@@ -340,7 +340,7 @@ def create_app(*, allowed_hosts: tuple | None = _LOOPBACK_NAMES):
                     chunks.append(chunk)
         except TimeoutError:
             raise _Bad(408, f"the request body did not arrive within {BODY_TIMEOUT:g} s") from None
-        from ._source import parse_json_bytes
+        from vramwise.inputs.config import parse_json_bytes
 
         raw = b"".join(chunks)
         if not raw.strip():

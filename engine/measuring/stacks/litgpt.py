@@ -40,8 +40,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._errors import SettingsError, VramwiseError
-from ._measure import Prepared, _need
+from vramwise.core.errors import SettingsError, VramwiseError
+from vramwise.measuring.steps import Prepared, _need
 
 #: model_type -> the litgpt.Config fields that make LitGPT's model of that layout
 #: (litgpt/config.py: the Llama-3, Mistral, Qwen2.5 and Qwen3 entries).
@@ -75,7 +75,7 @@ def supported_model_types() -> tuple:
 def litgpt_config_fields(cfg: dict, seq_len: int) -> dict:
     """The ``litgpt.Config`` keyword arguments for the Hugging Face config ``cfg`` (facts resolved by
     vramwise's own family files, so defaults such as Qwen3's head_dim 128 agree with the estimate)."""
-    from ._estimate import load_model
+    from vramwise.core.estimate import load_model
 
     mt = cfg.get("model_type")
     if mt not in _LAYOUTS:
@@ -120,7 +120,7 @@ def litgpt_config_fields(cfg: dict, seq_len: int) -> dict:
 
 def lora_switches(settings) -> dict:
     """LitGPT's lora_* switches for the settings' targets (the litgpt profile's defaults and keywords)."""
-    from ._registry import Registry
+    from vramwise.core.registry import Registry
 
     targets, _ = Registry.default().profile(PROFILE).expand_targets(settings.target_modules)
     switches = {k: False for k in _SWITCHES}

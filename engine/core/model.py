@@ -16,11 +16,11 @@ from math import prod
 from types import MappingProxyType
 from typing import Any, Iterable, Iterator, Mapping
 
-from ._errors import ConfigError, EvaluationError
-from ._expr import render
+from vramwise.core.errors import ConfigError, EvaluationError
+from vramwise.core.expr.language import render
 
-from ._family import Family, FactRule, ModuleRule, describe_alias_list
-from ._plan import IndexSet, Unplannable, _progressions, plan_layers
+from vramwise.core.family import Family, FactRule, ModuleRule, describe_alias_list
+from vramwise.core.plan import IndexSet, Unplannable, _progressions, plan_layers
 
 __all__ = ["Module", "LayerClass", "ModelSpec", "Inventory", "LoraSums", "FactOrigin", "resolve_model",
            "AGGREGATE_NAMES", "INVENTORY_NAMES", "LORA_NAMES"]

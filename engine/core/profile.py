@@ -13,13 +13,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ._errors import FileFormatError, SettingsError
-from ._expr import _FIELD, Expression, LayerValues, compile_expression, render, round_bytes, template_problem, type_tag
-from ._graph import dependency_order
-from ._model import AGGREGATE_NAMES
-from ._program import Program, build_program, dynamic_ids
-from ._settings import SETTING_NAMES
-from ._yamlio import DataFile
+from vramwise.core.errors import FileFormatError, SettingsError
+from vramwise.core.expr.language import _FIELD, Expression, LayerValues, compile_expression, render, round_bytes, template_problem, type_tag
+from vramwise.core.graph import dependency_order
+from vramwise.core.model import AGGREGATE_NAMES
+from vramwise.core.expr.codegen import Program, build_program, dynamic_ids
+from vramwise.core.settings import SETTING_NAMES
+from vramwise.core.datafiles import DataFile
 
 __all__ = ["Profile", "Formula", "Table", "Overlay", "build_profile", "check_inputs", "AGGREGATE_NAMES", "round_bytes"]
 

@@ -18,8 +18,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from ._errors import SettingsError, VramwiseError
-from ._settings import STACKS
+from vramwise.core.errors import SettingsError, VramwiseError
+from vramwise.core.settings import STACKS
 
 __all__ = ["Measurement", "PhaseFigures", "RankFigures", "Prepared", "measure", "StorageTracker", "MEASURE_OPTIMIZERS",
            "STACKS"]
@@ -280,10 +280,10 @@ def measure(
 
     ``strategy`` (``ddp``, ``fsdp`` or ``fsdp_shard_grad_op``, on the CPU) runs the step in ``world_size`` processes (2 to 8,
     default 2) joined by torch.distributed's gloo backend, each on its own batch; ``per_rank`` of the
-    result holds each process's figures (see :mod:`vramwise._measure_dist`).
+    result holds each process's figures (see :mod:`vramwise.measuring.distributed`).
     """
-    from ._settings import normalise_settings
-    from ._source import read_config
+    from vramwise.core.settings import normalise_settings
+    from vramwise.inputs.config import read_config
 
     _need("torch")
     _need("transformers")
@@ -298,7 +298,7 @@ def measure(
     if stack not in STACKS:
         raise SettingsError(f"unknown stack {stack!r} (choose one of: {', '.join(STACKS)})")
     if strategy is not None or world_size is not None:
-        from ._measure_dist import check_distributed
+        from vramwise.measuring.distributed import check_distributed
 
         world_size = check_distributed(strategy, world_size, device=device, fake=fake, stack=stack,
                                        method=settings.method, optimizer=settings.optimizer)
@@ -333,7 +333,7 @@ def measure(
     if fake:
         return _measure_fake(cfg, settings, steps, dtype)
     if strategy is not None:
-        from ._measure_dist import measure_distributed
+        from vramwise.measuring.distributed import measure_distributed
 
         return measure_distributed(cfg, settings, steps, strategy, world_size)
     net = _build(cfg, settings.attention, dtype)
@@ -382,7 +382,7 @@ def _apply_lora(net, settings):
     if settings.target_modules:
         targets = list(settings.target_modules)
     else:  # the default of the profile that models this stack (formulas/hf/profile.yaml)
-        from ._registry import Registry
+        from vramwise.core.registry import Registry
 
         targets = list(Registry.default().profile(MEASURED_PROFILE).default_targets)
     if len(targets) == 1 and targets[0].lower() in ("all-linear", "all_linear"):
@@ -469,7 +469,7 @@ def _measure_stack(model, stack: str, settings, steps: int, device: str, fake: b
 
     import torch
 
-    from ._source import read_config
+    from vramwise.inputs.config import read_config
 
     if settings.method == "inference":
         raise SettingsError("measure runs training steps: choose qlora, lora or full")
@@ -480,7 +480,7 @@ def _measure_stack(model, stack: str, settings, steps: int, device: str, fake: b
     cfg, _ = read_config(model)
     if isinstance(cfg.get("text_config"), dict) and "model_type" in cfg["text_config"]:
         cfg = dict(cfg["text_config"])
-    mod = importlib.import_module(f"vramwise._stack_{stack}")
+    mod = importlib.import_module(f"vramwise.measuring.stacks.{stack}")
     prepared = mod.prepare(cfg, settings, torch.bfloat16, fake)
     with prepared.context():
         return _track_cpu(prepared.net, prepared.opt, prepared.ids, steps, settings, prepared.params_total,

@@ -18,11 +18,11 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from ._errors import SettingsError, VramwiseError
-from ._estimate import COMPONENTS, Estimate, estimate, load_model
-from ._model import ModelSpec
-from ._registry import Registry
-from ._settings import DEFAULTS, LIMITS, METHODS
+from vramwise.core.errors import SettingsError, VramwiseError
+from vramwise.core.estimate import COMPONENTS, Estimate, estimate, load_model
+from vramwise.core.model import ModelSpec
+from vramwise.core.registry import Registry
+from vramwise.core.settings import DEFAULTS, LIMITS, METHODS
 
 __all__ = ["fit", "Fit", "MethodFit", "GpuTarget", "compare", "Comparison", "sweep", "Sweep", "DEFAULT_FRONTIER"]
 
@@ -59,7 +59,7 @@ def gpu_target(gpu: Any, count: int | None = None) -> GpuTarget:
     if not isinstance(gpu, str):
         raise SettingsError(f"gpu must be a GPU name, a size or 'local', got {type(gpu).__name__}")
     if gpu.strip().lower() == "local":
-        from ._gpus import discover_gpus
+        from vramwise.gpus.discovery import discover_gpus
 
         disc = discover_gpus()
         visible = [disc.gpu(i) for i in disc.visible]
@@ -68,7 +68,7 @@ def gpu_target(gpu: Any, count: int | None = None) -> GpuTarget:
         smallest = min(visible, key=lambda g: g.free)
         return GpuTarget(f"local ({len(visible)} x {smallest.name})", smallest.free,
                          "NVML: the smallest free memory among the visible GPUs", count or len(visible))
-    from ._hardware import gpu_spec
+    from vramwise.gpus.catalog import gpu_spec
 
     spec = gpu_spec(gpu)
     return GpuTarget(spec.name, spec.memory_bytes, spec.source, count or 1)

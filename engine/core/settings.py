@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, make_dataclass
 from typing import Any, Callable
 
-from ._errors import SettingsError
+from vramwise.core.errors import SettingsError
 
 __all__ = [
     "Setting", "SETTINGS", "SETTING_NAMES", "PER_CALL", "TrainingSettings", "METHODS", "CHECKPOINTING_MODES",

@@ -27,8 +27,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from ._errors import EvaluationError, ExpressionError
-from ._yamlio import DataFile, json_path
+from vramwise.core.errors import EvaluationError, ExpressionError
+from vramwise.core.datafiles import DataFile, json_path
 
 __all__ = [
     "Expression", "LayerValues", "FUNCTIONS", "compile_expression", "emit", "GLOBALS", "ANY", "type_tag",

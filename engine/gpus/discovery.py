@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
-from ._errors import GpuSelectionError
+from vramwise.core.errors import GpuSelectionError
 
 __all__ = [
     "GpuInfo", "GpuDiscovery", "GpuSelection", "NvmlBackend", "PynvmlBackend",
@@ -211,7 +211,7 @@ def _further_gpu_share(est: Any) -> float:
     """The profile's share of a further GPU's free memory (the estimate's, else the default profile's)."""
     share = getattr(est, "further_gpu_share", None)
     if share is None:
-        from ._registry import Registry
+        from vramwise.core.registry import Registry
 
         share = Registry.default().profile("unsloth").further_gpu_share
     return share
@@ -262,8 +262,8 @@ def select_gpus(
     ``min_per_gpu(n)``, and optionally ``further_gpu_share``), a model source for
     :func:`~vramwise.estimate` (with ``estimate_kwargs``), or None when no estimate can be made.
     """
-    from ._errors import VramwiseError
-    from ._estimate import estimate
+    from vramwise.core.errors import VramwiseError
+    from vramwise.core.estimate import estimate
 
     disc = discovery if discovery is not None else discover_gpus(nvml=nvml, env=env)
     est = None

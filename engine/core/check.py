@@ -29,7 +29,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ._errors import VramwiseError
+from vramwise.core.errors import VramwiseError
 
 __all__ = ["check"]
 
@@ -291,8 +291,8 @@ def check(paths: Sequence[str | os.PathLike] | str | os.PathLike) -> list[str]:
     ``paths``: family files, profile folders, or files of a profile folder (see the module's doc).
     Raises :class:`VramwiseError` for a path that is neither (missing, not YAML).
     """
-    from ._registry import Registry
-    from ._yamlio import load_data_file
+    from vramwise.core.registry import Registry
+    from vramwise.core.datafiles import load_data_file
 
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -340,7 +340,7 @@ def _check_registry(reg, given: dict[str, _Source], user_profiles: set[str], loa
                     reg.profile(pname, sname)
     except VramwiseError as e:
         problems.extend(_problems_of(e))
-    from ._profile import check_inputs
+    from vramwise.core.profile import check_inputs
 
     for pname, prof in prof_objs.items():
         for fname, fam in compiled.items():

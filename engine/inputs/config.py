@@ -37,7 +37,7 @@ import stat
 from pathlib import Path
 from typing import Any, Mapping
 
-from ._errors import ConfigError
+from vramwise.core.errors import ConfigError
 
 __all__ = ["read_config", "parse_json_bytes", "text_view", "checkpoint_size", "MAX_CONFIG_BYTES", "MAX_INDEX_BYTES", "MAX_JSON_DEPTH"]
 
@@ -246,7 +246,7 @@ def read_config(source: Any, *, trust_remote_code: bool = False) -> tuple[dict, 
     text, path = _local_path(source)
     if not text:
         raise ConfigError("no model given: the path is empty")
-    from ._catalog import CATALOG_PREFIX, HUB_PREFIX, catalog_model, find_model
+    from vramwise.inputs.catalog import CATALOG_PREFIX, HUB_PREFIX, catalog_model, find_model
 
     if isinstance(source, str) and text.startswith(HUB_PREFIX):  # the hub even when the catalog has it
         repo = text[len(HUB_PREFIX):]

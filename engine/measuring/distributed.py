@@ -4,7 +4,7 @@
 data (the config dict, the normalised settings as a dict, the step count) to a temporary folder and
 starts ``world_size`` Python processes on it. Each one builds the model exactly as the single-process
 CPU path does (``_build``, ``_apply_lora``, ``_apply_checkpointing``), wraps it as a training stack
-would, and runs the same steps under the same :class:`~vramwise._measure.StorageTracker`:
+would, and runs the same steps under the same :class:`~vramwise.measuring.steps.StorageTracker`:
 
 - ``ddp``: ``DistributedDataParallel`` with its default arguments. Its reducer keeps gradient buckets
   (flat copies of the trainable parameters' gradients, in their dtype) beside ``.grad``; they are
@@ -32,8 +32,8 @@ import tempfile
 import time
 from typing import Any
 
-from ._errors import SettingsError, VramwiseError
-from ._measure import Measurement, PhaseFigures, RankFigures, StorageTracker
+from vramwise.core.errors import SettingsError, VramwiseError
+from vramwise.measuring.steps import Measurement, PhaseFigures, RankFigures, StorageTracker
 
 __all__ = ["STRATEGIES", "WORLD_SIZES", "check_distributed", "measure_distributed"]
 
@@ -106,7 +106,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-_CHILD = "import sys; from vramwise._measure_dist import _child_main; _child_main(sys.argv[1], int(sys.argv[2]))"
+_CHILD = "import sys; from vramwise.measuring.distributed import _child_main; _child_main(sys.argv[1], int(sys.argv[2]))"
 
 
 def _run_ranks(folder: str, world_size: int, timeout: float) -> list[dict]:
@@ -273,8 +273,8 @@ def _run_rank(job: dict, rank: int) -> dict:
     import torch
     import torch.distributed as dist
 
-    from ._measure import _apply_checkpointing, _apply_lora, _build, _optimizer, _track_cpu
-    from ._settings import normalise_settings
+    from vramwise.measuring.steps import _apply_checkpointing, _apply_lora, _build, _optimizer, _track_cpu
+    from vramwise.core.settings import normalise_settings
 
     warnings.simplefilter("ignore")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
