@@ -1,11 +1,59 @@
+"""Test tiers, the shared-corpus switch and the session fixtures.
+
+The folders are the tiers; each test is marked by its folder:
+
+- ``tests/unit/``: the engine, answers, surfaces and data files, with hand-derived figures (marker ``unit``);
+- ``tests/conformance/``: exactness against transformers and PEFT, the regression oracle, the seed's
+  figures (marker ``conformance``);
+- ``tests/measured/``: real and fake CPU training steps against the estimates (marker ``measured``);
+- ``tests/external/``: checks that need a program beside Python: the page in Chromium, DeepSpeed's
+  estimators (marker ``external``; tests elsewhere that need such a program carry the marker too).
+
+``python -m pytest -q`` runs the fast tiers (unit and conformance: ``pyproject.toml`` deselects
+``measured`` and ``external`` by default); ``python -m pytest -q -m "measured or external"`` runs the rest.
+
+Tests that read the shared config corpus (``../shared/configs``) skip with a reason naming it when it is
+absent; with ``VRAMWISE_REQUIRE_SHARED=1`` (set by ``.ci/run``) its absence fails the run instead, so no
+test vanishes silently.
+"""
+
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 
 import vramwise  # noqa: E402
+from helpers import SHARED_MISSING, shared_present  # noqa: E402
+
+TIERS = ("unit", "conformance", "measured", "external")
+
+
+def pytest_configure(config):
+    if os.environ.get("VRAMWISE_REQUIRE_SHARED") == "1" and not shared_present():
+        raise pytest.UsageError(f"VRAMWISE_REQUIRE_SHARED=1 but {SHARED_MISSING}")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        parts = Path(str(item.fspath)).resolve().relative_to(HERE).parts
+        if len(parts) > 1 and parts[0] in TIERS:
+            item.add_marker(getattr(pytest.mark, parts[0]))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under VRAMWISE_REQUIRE_SHARED=1 a skip for want of the shared corpus is a failure."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get("VRAMWISE_REQUIRE_SHARED") == "1":
+        reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        if "../shared" in reason:
+            report.outcome = "failed"
+            report.longrepr = f"skipped for want of the shared corpus under VRAMWISE_REQUIRE_SHARED=1: {reason}"
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 CONFIGS = SHARED / "configs"
+# the words every skip for want of the corpus uses, so that VRAMWISE_REQUIRE_SHARED=1 can find them
+SHARED_MISSING = "the shared config corpus ../shared/configs is absent"
+
+
+def shared_present() -> bool:
+    return (CONFIGS / "INDEX.tsv").is_file()
 
 
 def shared_configs(model_types) -> list[tuple[str, Path]]:

@@ -13,6 +13,7 @@ import json
 
 import pytest
 
+from helpers import SHARED_MISSING
 from oracle.generate import HF, OUT, SHARED, SIZE_ONLY, UNSLOTH, cases, compute, config_paths
 
 RECORDED = json.loads(gzip.open(OUT, "rt", encoding="utf-8").read())
@@ -21,7 +22,7 @@ CASES = dict(cases())
 
 def test_every_recorded_case_is_still_generated():
     if not (SHARED / "configs").is_dir():
-        pytest.skip("../shared/configs is absent")
+        pytest.skip(SHARED_MISSING)
     assert sorted(CASES) == sorted(RECORDED)
 
 

@@ -167,7 +167,7 @@ def test_catalog_file_is_what_the_script_generates_now():
 
     if not (SHARED / "configs" / "INDEX.tsv").is_file():
         pytest.skip("the shared config corpus (../shared) is not here")
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     spec = importlib.util.spec_from_file_location("vramwise_build_catalog", repo / "scripts" / "build_catalog.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)

@@ -162,6 +162,7 @@ def _params_of(model):
     return total, largest
 
 
+@pytest.mark.external  # needs deepspeed beside torch: run with -m external (.ci/run does)
 @pytest.mark.parametrize("offload", ["none", "optimizer", "parameters"])
 @pytest.mark.parametrize("ws,gpn", [(8, 8), (16, 8)])
 def test_zero_against_deepspeeds_own_estimators(offload, ws, gpn):
@@ -244,7 +245,7 @@ def test_device_map_with_a_tied_head_computes_the_logits_on_the_first_gpu():
 
 # -- the command line ----------------------------------------------------------------------------
 
-LLAMA8B = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "examples" / "llama-3.1-8b.json")
+LLAMA8B = str(__import__("pathlib").Path(__file__).resolve().parents[2] / "examples" / "llama-3.1-8b.json")
 FSDP8 = ["--profile", "hf", "--method", "full", "--strategy", "fsdp", "--world-size", "8", "--batch-size", "1",
          "--seq-len", "2048", "--gradient-checkpointing", "true"]
 
@@ -336,7 +337,7 @@ def test_a_strategy_file_that_is_not_utf8_is_a_file_error(tmp_path):
     from vramwise import FileFormatError
 
     formulas = tmp_path / "formulas"
-    shutil.copytree(Path(__file__).resolve().parent.parent / "formulas", formulas)
+    shutil.copytree(Path(__file__).resolve().parents[2] / "formulas", formulas)
     with open(formulas / "strategies" / "ddp.yaml", "ab") as f:
         f.write(b"\xff\xfe")
     reg = Registry(formulas_dir=formulas)

@@ -17,7 +17,7 @@ from vramwise import COMPONENTS, SettingsError
 from vramwise.answers.plots import MISSING, plot_compare, plot_estimate, plot_fit, plot_sweep
 
 GIB = 2**30
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = str(REPO / "examples" / "llama-3.1-8b.json")
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -90,7 +90,7 @@ def test_hand_derived_reference_exists(family):
     """A family that cannot be built names a test file that exists and derives its counts."""
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / _hand_derived(CONCRETE[family])
+    path = Path(__file__).resolve().parents[2] / _hand_derived(CONCRETE[family])
     assert path.is_file(), f"{family}: {path} is missing"
     text = path.read_text(encoding="utf-8")
     assert "def test_" in text and CONCRETE[family].reference["model_type"] in text

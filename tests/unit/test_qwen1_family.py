@@ -24,7 +24,7 @@ import json
 import pytest
 
 import vramwise
-from helpers import SHARED
+from helpers import SHARED, SHARED_MISSING
 
 _CONFIGS = SHARED / "configs_extra"
 
@@ -63,7 +63,7 @@ CASES = [
 def test_qwen1_published_configs(name, dims, total):
     path = _CONFIGS / name
     if not path.is_file():
-        pytest.skip(f"{path} is absent")
+        pytest.skip(f"{path} is absent ({SHARED_MISSING})")
     cfg = json.loads(path.read_text())
     spec = vramwise.load_model(cfg)
     assert spec.family == "qwen"

@@ -13,7 +13,7 @@ from vramwise.answers.fit import _fits, fit
 from helpers import CONFIGS
 
 GIB = 2**30
-EXAMPLE = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "examples" / "llama-3.1-8b.json")
+EXAMPLE = str(__import__("pathlib").Path(__file__).resolve().parents[2] / "examples" / "llama-3.1-8b.json")
 NAMES = ["meta-llama__Llama-3.1-8B.json", "Qwen__Qwen3-0.6B.json", "google__gemma-2-2b-it.json",
          "mistralai__Mixtral-8x7B-v0.1.json", "Qwen__Qwen3-30B-A3B.json", "deepseek-ai__DeepSeek-V2-Lite.json",
          "microsoft__phi-4.json", "google__gemma-3-1b-it.json", "HuggingFaceTB__SmolLM2-360M-Instruct.json",

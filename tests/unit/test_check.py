@@ -57,7 +57,7 @@ def test_a_new_family_that_extends_a_bundled_one(tmp_path, capsys):
 
 
 def test_bundled_files_are_fine():
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     assert vramwise.check([root / "families", root / "formulas" / "hf", root / "formulas" / "unsloth",
                            root / "formulas" / "size_only" / "profile.yaml"]) == []
 

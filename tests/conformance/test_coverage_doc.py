@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "coverage.md"
 
 

@@ -14,7 +14,7 @@ import pytest
 import vramwise
 from vramwise.surfaces.cli.main import _installed, main
 
-LLAMA = str(Path(__file__).resolve().parent.parent / "examples" / "llama-3.1-8b.json")
+LLAMA = str(Path(__file__).resolve().parents[2] / "examples" / "llama-3.1-8b.json")
 from test_cli import SMALL, cfg  # noqa: F401 - the same small config and its fixture
 
 

@@ -24,7 +24,7 @@ from serve_live import live_server
 CHROMIUM = os.environ.get("VRAMWISE_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 MODEL = "meta-llama/Llama-3.1-8B"
 
 
