@@ -21,7 +21,7 @@ from vramwise.core.model import INVENTORY_DOCS, NO_ADAPTERS, LoraSums, ModelSpec
 from vramwise.core.expr.codegen import MAX_FIGURE, static_tuple
 from vramwise.core.profile import Profile
 from vramwise.core.registry import Registry
-from vramwise.core.settings import DEFAULTS, LIMITS, SETTINGS, TrainingSettings, normalise_static, positive_int, unmodelled_settings, unused_settings
+from vramwise.core.settings import DEFAULT_PROFILE, DEFAULTS, LIMITS, SETTINGS, TrainingSettings, normalise_static, positive_int, unmodelled_settings, unused_settings
 
 _MAX_BATCH, _MAX_SEQ = LIMITS["batch_size"], LIMITS["seq_len"]
 
@@ -581,7 +581,7 @@ def _strategy_profile(reg: Registry, profile: str, static: dict) -> Profile:
     return reg.profile(profile, static["strategy"])
 
 
-def estimate(model: Any, *, profile: str = "unsloth", trust_remote_code: bool = False,
+def estimate(model: Any, *, profile: str = DEFAULT_PROFILE, trust_remote_code: bool = False,
              registry: Registry | None = None, **settings: Any) -> Estimate:
     """Estimate the GPU memory of fine-tuning ``model``.
 
@@ -622,7 +622,7 @@ def estimate(model: Any, *, profile: str = "unsloth", trust_remote_code: bool = 
 estimate.__signature__ = inspect.Signature(
     [inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     + [inspect.Parameter(s.name, inspect.Parameter.KEYWORD_ONLY, default=s.default) for s in SETTINGS]
-    + [inspect.Parameter("profile", inspect.Parameter.KEYWORD_ONLY, default="unsloth"),
+    + [inspect.Parameter("profile", inspect.Parameter.KEYWORD_ONLY, default=DEFAULT_PROFILE),
        inspect.Parameter("trust_remote_code", inspect.Parameter.KEYWORD_ONLY, default=False),
        inspect.Parameter("registry", inspect.Parameter.KEYWORD_ONLY, default=None)],
     return_annotation=Estimate,

@@ -14,10 +14,12 @@ from typing import Any, Callable
 from vramwise.core.errors import SettingsError
 
 __all__ = [
-    "Setting", "SETTINGS", "SETTING_NAMES", "PER_CALL", "TrainingSettings", "METHODS", "CHECKPOINTING_MODES",
+    "DEFAULT_PROFILE", "Setting", "SETTINGS", "SETTING_NAMES", "PER_CALL", "TrainingSettings", "METHODS", "CHECKPOINTING_MODES",
     "LOSS_MODES", "ATTENTION_KINDS", "EXPERTS_LAYOUTS", "STACKS", "STRATEGIES", "OFFLOAD_MODES", "LIMITS", "normalise_settings", "normalise_static", "positive_int", "DEFAULTS",
 ]
 
+#: The profile an estimate uses when none is named.
+DEFAULT_PROFILE = "unsloth"
 METHODS = ("qlora", "lora", "full", "inference")
 CHECKPOINTING_MODES = ("none", "true", "unsloth")
 #: How the loss is computed: from the full logits tensor, or chunked / fused so that it never exists whole.
