@@ -25,6 +25,7 @@ import ast
 import math
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable, Iterable, Mapping
 
 from vramwise.core.errors import EvaluationError, ExpressionError
@@ -300,6 +301,45 @@ class Expression:
             return eval(self.code, GLOBALS, env)  # noqa: S307 - code emitted from a checked tree, no builtins
         except Exception as exc:  # noqa: BLE001 - every failure is reported with its place
             raise self.failure(exc, env) from None
+
+    def names_read(self, env: Mapping[str, Any]) -> frozenset:
+        """The names evaluating this expression over ``env`` reads: of each ``a if c else b``, the names
+        of ``c`` and of the branch ``c`` takes over ``env`` (of both branches when ``c`` cannot be
+        evaluated over ``env``). Each condition runs as compiled code, with the guards of any expression."""
+        if self.node is None:
+            return frozenset()
+        conditions = self._conditions
+        if not conditions:
+            return self.names
+        names: set[str] = set()
+        stack = [self.node]
+        while stack:
+            n = stack.pop()
+            if isinstance(n, ast.IfExp):
+                stack.append(n.test)
+                try:
+                    taken = eval(conditions[id(n)], GLOBALS, env)  # noqa: S307 - emitted from a checked tree, no builtins
+                except Exception:  # noqa: BLE001 - a condition that cannot be decided: either branch may be read
+                    stack += [n.body, n.orelse]
+                    continue
+                stack.append(n.body if taken else n.orelse)
+                continue
+            if isinstance(n, ast.Call):
+                stack.extend(n.args)  # the function's name is not a name the expression reads
+                continue
+            if isinstance(n, ast.Name):
+                names.add(n.id)
+            stack.extend(ast.iter_child_nodes(n))
+        return frozenset(names)
+
+    @cached_property
+    def _conditions(self) -> dict:
+        """The compiled condition of each ``a if c else b`` of the tree, by the id of its node."""
+        out = {}
+        for n in ast.walk(self.node):
+            if isinstance(n, ast.IfExp):
+                out[id(n)] = compile(emit(n.test)[0], self.where, "eval")
+        return out
 
     def failure(self, exc: BaseException, env: Mapping[str, Any]) -> EvaluationError:
         if isinstance(exc, NameError):
