@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
-from vramwise.core.expr.language import GLOBALS, emit
+from vramwise.core.expr.language import compile_fragment, evaluate_fragment
 
 __all__ = ["IndexSet", "Analysis", "analyse", "plan_layers", "Unplannable"]
 
@@ -153,8 +153,7 @@ class Analysis:
 
 
 def _compile(node: ast.AST) -> Any:
-    source, _ = emit(node)
-    return compile(source, "<layer plan>", "eval")
+    return compile_fragment(node, "<layer plan>")
 
 
 def _uses(node: ast.AST, names: frozenset) -> bool:
@@ -259,14 +258,14 @@ def _key(value: Any) -> Any:
 def _value(code, env: dict, i: int) -> Any:
     env["i"] = i
     try:
-        return _key(eval(code, GLOBALS, env))  # noqa: S307 - emitted from a checked tree
+        return _key(evaluate_fragment(code, env))
     except Exception as exc:  # noqa: BLE001 - an atom that fails fails the same way on every layer of its segment
         return ("error", type(exc).__name__, str(exc))
 
 
 def _eval(code, env: Mapping) -> tuple[bool, Any]:
     try:
-        return True, eval(code, GLOBALS, env)  # noqa: S307
+        return True, evaluate_fragment(code, env)
     except Exception:  # noqa: BLE001 - the atom then raises alike on every layer
         return False, None
 

@@ -26,6 +26,7 @@ import math
 import re
 from dataclasses import dataclass
 from functools import cached_property
+from types import CodeType
 from typing import Any, Callable, Iterable, Mapping
 
 from vramwise.core.errors import EvaluationError, ExpressionError
@@ -33,7 +34,7 @@ from vramwise.core.datafiles import DataFile, json_path
 
 __all__ = [
     "Expression", "LayerValues", "FUNCTIONS", "compile_expression", "emit", "GLOBALS", "ANY", "type_tag",
-    "MAX_POWER", "MAX_STRING_LENGTH", "template_problem", "render",
+    "MAX_POWER", "MAX_STRING_LENGTH", "template_problem", "render", "compile_fragment", "evaluate_fragment",
 ]
 
 #: Largest base or exponent of ``**`` (simpleeval's limit).
@@ -121,6 +122,16 @@ def _mod(a, b):
     if isinstance(a, str):
         raise TypeError("% does not format strings here")
     return a % b
+
+
+def compile_fragment(node: ast.AST, where: str = "<fragment>") -> CodeType:
+    """Code evaluating ``node``, a sub-tree of a checked expression (emitted by :func:`emit`, with every guard)."""
+    return compile(emit(node)[0], where, "eval")
+
+
+def evaluate_fragment(code: CodeType, env: Mapping[str, Any]) -> Any:
+    """The value of code from :func:`compile_fragment` over ``env`` (no builtins; failures are the caller's)."""
+    return eval(code, GLOBALS, env)  # noqa: S307 - emitted from a checked tree, no builtins
 
 
 def round_bytes(value: float) -> int:
@@ -318,7 +329,7 @@ class Expression:
             if isinstance(n, ast.IfExp):
                 stack.append(n.test)
                 try:
-                    taken = eval(conditions[id(n)], GLOBALS, env)  # noqa: S307 - emitted from a checked tree, no builtins
+                    taken = evaluate_fragment(conditions[id(n)], env)
                 except Exception:  # noqa: BLE001 - a condition that cannot be decided: either branch may be read
                     stack += [n.body, n.orelse]
                     continue
@@ -335,11 +346,7 @@ class Expression:
     @cached_property
     def _conditions(self) -> dict:
         """The compiled condition of each ``a if c else b`` of the tree, by the id of its node."""
-        out = {}
-        for n in ast.walk(self.node):
-            if isinstance(n, ast.IfExp):
-                out[id(n)] = compile(emit(n.test)[0], self.where, "eval")
-        return out
+        return {id(n): compile_fragment(n.test, self.where) for n in ast.walk(self.node) if isinstance(n, ast.IfExp)}
 
     def failure(self, exc: BaseException, env: Mapping[str, Any]) -> EvaluationError:
         if isinstance(exc, NameError):
