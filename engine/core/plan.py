@@ -29,9 +29,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
+from vramwise.core.errors import ConfigError, EvaluationError
 from vramwise.core.expr.language import compile_fragment, evaluate_fragment
 
-__all__ = ["IndexSet", "Analysis", "analyse", "plan_layers", "Unplannable"]
+__all__ = ["IndexSet", "Analysis", "analyse", "plan_layers", "layer_classes", "Unplannable"]
 
 #: Longest period a list is searched for before it is treated as irregular.
 _MAX_LIST_PERIOD = 256
@@ -379,3 +380,53 @@ def plan_layers(analysis: Analysis, env: Mapping, n: int) -> list[tuple[int, Ind
     out = [(first, IndexSet(_progressions(runs))) for first, runs in groups.values()]
     out.sort(key=lambda item: item[0])
     return out
+
+
+# -- layer classes (once per config) -------------------------------------------------------
+
+
+def layer_classes(family, env: dict, n_layers: int) -> list[tuple[IndexSet, dict]]:
+    """The distinct layers of a model of ``family`` (a compiled Family) over its facts ``env``: (their
+    indices, their attributes), in order of first index. Layers with equal attributes are one class."""
+    fixed: dict[str, Any] = {}
+    for a in family.attributes:
+        if not a.per_layer:
+            try:
+                fixed[a.name] = a.expr.evaluate({**env, **fixed})
+            except EvaluationError as e:
+                raise ConfigError(f"the config's values do not fit the family's rule for {a.name}: {e}") from None
+    varying = [a for a in family.attributes if a.per_layer]
+    if n_layers == 0:
+        return []
+    if not varying:
+        return [(IndexSet([range(n_layers)]), fixed)]
+    scope = {**env, **fixed}
+    try:
+        if family.layer_atoms is None:
+            raise Unplannable("the family uses the layer index outside the planned forms")
+        probes = plan_layers(family.layer_atoms, scope, n_layers)
+    except Unplannable:
+        probes = [(i, IndexSet([range(i, i + 1)])) for i in range(n_layers)]
+    groups: dict[tuple, tuple[dict, list]] = {}
+    for first, indices in probes:
+        values = dict(fixed)
+        layer_env = {**scope, "i": first}
+        for a in varying:
+            try:
+                values[a.name] = layer_env[a.name] = a.expr.evaluate(layer_env)
+            except EvaluationError as e:
+                raise ConfigError(f"layer {first}: {e}") from None
+        key = tuple(_hashable(values[a.name]) for a in family.attributes)
+        if key in groups:
+            groups[key][1].extend(indices.runs)
+        else:
+            groups[key] = (values, list(indices.runs))
+    return [(IndexSet(_progressions(runs)), values) for values, runs in groups.values()]
+
+
+def _hashable(v: Any) -> Any:
+    if isinstance(v, list):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
+    return v

@@ -139,7 +139,8 @@ class Registry:
     """Families and profiles from the bundled data (default) or from folders given explicitly.
 
     ``families_dir`` holds ``<family>.yaml`` files; ``formulas_dir`` holds one folder per
-    profile with its ``profile.yaml``. Everything loaded is kept on this object.
+    profile with its ``profile.yaml``, and folders of formula files several profiles list
+    (``shared/``). Everything loaded is kept on this object.
     """
 
     _default: "Registry | None" = None
@@ -293,7 +294,7 @@ class Registry:
     def resolve(self, root: Mapping, *, family: str | None = None, origin: str = "mapping", source: Any = None,
                 warnings: Iterable[str] = (), checkpoint_bytes: int | None = None):
         """Resolve a config mapping against its family (chosen by model type unless ``family`` names one)."""
-        from vramwise.core.model import resolve_model
+        from vramwise.core.resolve import resolve_model
         from vramwise.inputs.config import checkpoint_size, text_view
 
         text = text_view(root)
@@ -344,20 +345,21 @@ class Registry:
         files = []
         problems = []
         listed = manifest.data["files"]
-        shared: dict[str, dict] = {}  # sibling profile -> {file name: (shown path, text)}
-        for fname in listed:
-            if "/" in fname:  # a file of a sibling profile, shared unchanged
-                sibling, leaf = fname.split("/", 1)
-                if sibling == name or sibling not in names:
-                    problems.append(manifest.problem(("files",), f"listed file {fname!r}: {sibling!r} is not another profile"))
+        shared: dict[str, dict] = {}  # other folder -> {file name: (shown path, text)}
+        for k, fname in enumerate(listed):
+            if "/" in fname:  # a file of another folder of the formulas root (formulas/shared, or a profile's)
+                other, leaf = fname.split("/", 1)
+                if other == name or not self._formulas.joinpath(other).is_dir():
+                    problems.append(manifest.problem(("files", k), f"listed file {fname!r}: {other!r} is not another "
+                                                                   "profile nor a folder of shared formula files"))
                     continue
-                if sibling not in shared:
-                    sdisp = f"{self._formulas_display}/{sibling}" if self._formulas_display else None
-                    shared[sibling] = {p.rsplit("/", 1)[-1]: (p, t) for p, t in _entries(self._formulas.joinpath(sibling), sdisp)}
-                if leaf not in shared[sibling] or leaf == "profile.yaml":
-                    problems.append(manifest.problem(("files",), f"listed file {fname!r} does not exist"))
+                if other not in shared:
+                    sdisp = f"{self._formulas_display}/{other}" if self._formulas_display else None
+                    shared[other] = {p.rsplit("/", 1)[-1]: (p, t) for p, t in _entries(self._formulas.joinpath(other), sdisp)}
+                if leaf not in shared[other] or leaf in ("profile.yaml", "strategies.yaml"):
+                    problems.append(manifest.problem(("files", k), f"listed file {fname!r} does not exist"))
                     continue
-                shown, text = shared[sibling][leaf]
+                shown, text = shared[other][leaf]
                 try:
                     files.append(load_data_file(text, shown, "formulas-1.schema.json", validate=self.validate))
                 except FileFormatError as e:
@@ -365,7 +367,7 @@ class Registry:
                 continue
             shown = f"{disp}/{fname}" if disp else str(folder.joinpath(fname))
             if shown not in texts:
-                problems.append(manifest.problem(("files",), f"listed file {fname!r} does not exist"))
+                problems.append(manifest.problem(("files", k), f"listed file {fname!r} does not exist"))
                 continue
             try:
                 files.append(load_data_file(texts[shown], shown, "formulas-1.schema.json", validate=self.validate))

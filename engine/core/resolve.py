@@ -1,0 +1,68 @@
+"""From a config mapping and a family to a resolved model: facts, layer plan, modules, inventory.
+
+The result, :class:`~vramwise.core.model.ModelSpec`, is what every profile is evaluated on.
+Each step has its module: :mod:`~vramwise.core.facts` (the values read from the config),
+:mod:`~vramwise.core.plan` (which layers are alike), :mod:`~vramwise.core.inventory` (modules
+and totals, with :mod:`~vramwise.core.skiplists`).
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Iterable, Mapping
+
+from vramwise.core.errors import ConfigError
+from vramwise.core.expr.language import render
+from vramwise.core.facts import FactOrigin, resolve_facts, short_repr
+from vramwise.core.family import Family
+from vramwise.core.inventory import build_modules, take_inventory
+from vramwise.core.model import ModelSpec
+from vramwise.core.plan import layer_classes
+
+__all__ = ["resolve_model"]
+
+
+def resolve_model(
+    family: Family,
+    root: Mapping,
+    text: Mapping,
+    *,
+    model_type: str | None,
+    warnings: Iterable[str] = (),
+    source: str = "",
+    checkpoint_bytes: int | None = None,
+    checkpoint_origin: str | None = None,
+) -> ModelSpec:
+    """Resolve ``family`` on a config (``root``: whole config, ``text``: its text view)."""
+    warns = list(warnings)
+    origins: dict[str, FactOrigin] = {}
+    facts = resolve_facts(family, root, text, warns, origins)
+    n_layers = facts.get(family.layer_count)
+    least = next((r.min for r in family.facts if r.name == family.layer_count and r.min is not None), 1)
+    if not isinstance(n_layers, int) or isinstance(n_layers, bool) or n_layers < least:
+        raise ConfigError(f"{family.layer_count} must be a positive integer, got {n_layers!r}")
+
+    env = dict(facts)
+    classes, model_mods = build_modules(family, env, layer_classes(family, env, n_layers))
+    inventory, by_group = take_inventory(family, facts, classes, model_mods, n_layers, checkpoint_bytes)
+    for rule in family.warning_rules:
+        if rule.when.evaluate(facts):
+            warns.append(render(rule.message, facts))
+    if checkpoint_bytes is not None and not 0 <= checkpoint_bytes <= 2**60:
+        raise ConfigError(f"the checkpoint's size {short_repr(checkpoint_bytes)} bytes is not plausible (from {checkpoint_origin})")
+    total = inventory.params_total
+    if checkpoint_bytes is not None and checkpoint_bytes > 2 * total:
+        extra = checkpoint_bytes - 2 * total
+        warns.append(
+            f"the checkpoint holds {extra / 2**30:.2f} GiB more than the text tower's 16-bit weights "
+            f"(vision/audio towers or modules the family does not model), from {checkpoint_origin}; "
+            "they are added to the weights"
+        )
+    return ModelSpec(
+        family=family.name, family_file=family.file, model_type=model_type, facts=MappingProxyType(facts),
+        num_layers=n_layers, layer_classes=classes, model_modules=model_mods,
+        warnings=tuple(warns), source=source,
+        peft_target_parameters=family.peft_target_parameters.get(model_type, MappingProxyType({})),
+        rules=family, fact_origins=MappingProxyType(origins), inventory=inventory,
+        params_by_group=MappingProxyType(dict(sorted(by_group.items()))),
+    )
