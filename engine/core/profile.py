@@ -1,7 +1,7 @@
 """Memory profiles: a folder of formula files evaluated on a resolved model.
 
-``formulas/<profile>/profile.yaml`` names the formula files, the facts and layer
-attributes the profile needs from every family, the LoRA target conventions and
+``formulas/<profile>/profile.yaml`` names the formula files in order (its own, and those of
+``formulas/shared`` that several profiles use), the facts and layer attributes the profile needs from every family, the LoRA target conventions and
 which formulas are the reported components. Formulas are checked and ordered
 by their dependencies when the profile is loaded; an estimate evaluates each
 one once (layer-scope formulas once per layer class).
@@ -329,7 +329,7 @@ def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | 
                     problems.append(df.problem(("tables", name, "unknown_warning"), problem))
             tables.append(Table(name, t["key"], dict(t["entries"]), t.get("default"), t.get("unknown_warning"), where,
                                 t.get("unit", ""), t.get("description", "")))
-        for k, f in enumerate(df.data["formulas"]):
+        for k, f in enumerate(df.data.get("formulas") or ()):
             declare(f["id"], df.where(("formulas", k, "id")))
             raw_formulas.append((df, k, f))
     for name in declared:
