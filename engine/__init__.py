@@ -37,8 +37,9 @@ from vramwise.core.settings import SETTINGS, Setting, TrainingSettings
 
 # GPU discovery and measurement are imported when first used: an estimate needs neither.
 _LAZY = {
-    "GpuDiscovery": "gpus.discovery", "GpuInfo": "gpus.discovery", "GpuSelection": "gpus.discovery", "PynvmlBackend": "gpus.discovery",
-    "child_env": "gpus.discovery", "device_map": "gpus.discovery", "discover_gpus": "gpus.discovery", "select_gpus": "gpus.discovery",
+    "GpuDiscovery": "gpus.discovery", "GpuInfo": "gpus.discovery", "PynvmlBackend": "gpus.discovery", "discover_gpus": "gpus.discovery",
+    "GpuSelection": "answers.selection", "child_env": "answers.selection", "device_map": "answers.selection",
+    "select_gpus": "answers.selection",
     "Measurement": "measuring.steps", "PhaseFigures": "measuring.steps", "RankFigures": "measuring.steps", "measure": "measuring.steps",
     "check": "core.check",
     "GpuSpec": "gpus.catalog", "gpu_spec": "gpus.catalog", "list_gpus": "gpus.catalog",

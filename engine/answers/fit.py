@@ -1,10 +1,10 @@
 """Answers built on the estimate: what fits on a GPU, side-by-side comparisons, sweeps.
 
 Nothing here re-derives memory: every figure is an :func:`~vramwise.estimate` (or its
-``min_per_gpu``). A setting "fits" on ``n`` GPUs of ``M`` usable bytes each when the per-GPU
-minimum for ``n`` is at most ``M`` and, on several GPUs, the selection rule's usable memory
-(the first GPU in full, each further one the profile's share) covers the total; this is
-the rule ``select_gpus`` applies.
+``min_per_gpu``). Whether a setting "fits" on ``n`` GPUs of ``M`` usable bytes each is the one
+rule of :mod:`vramwise.answers.placement` (the per-GPU minimum for ``n`` is at most ``M`` and, on
+several GPUs without a strategy, the first GPU in full plus the profile's share of each further
+one covers the total), the rule ``select_gpus`` applies too.
 
 The searches assume that more batch, sequence, rank or GPUs never need less memory
 (monotone), and check the answer: the largest value found fits and the next one does not
@@ -18,11 +18,12 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
+from vramwise.answers.placement import GpuSet, fits as _fits_on, rule_text
 from vramwise.core.errors import SettingsError, VramwiseError
 from vramwise.core.estimate import COMPONENTS, Estimate, estimate, load_model
 from vramwise.core.model import ModelSpec
 from vramwise.core.registry import Registry
-from vramwise.core.settings import DEFAULTS, LIMITS, METHODS
+from vramwise.core.settings import DEFAULT_PROFILE, DEFAULTS, LIMITS, METHODS
 
 __all__ = ["fit", "Fit", "MethodFit", "GpuTarget", "compare", "Comparison", "sweep", "Sweep", "DEFAULT_FRONTIER"]
 
@@ -124,11 +125,8 @@ class Fit:
 
 
 def _fits(est: Estimate, n: int, usable: int, share: float) -> bool:
-    if est.min_per_gpu(n) > usable:
-        return False
-    if est.strategy is not None:  # the strategy places the model: each GPU needs what its rank holds
-        return True
-    return est.total <= usable * (1 + share * (n - 1))
+    """The placement rule on ``n`` GPUs of ``usable`` bytes each."""
+    return _fits_on(est, GpuSet.alike(usable, n), share)
 
 
 def _largest(pred: Callable[[int], bool], hi: int) -> int | None:
@@ -176,7 +174,7 @@ def fit(
     gpus: int | None = None,
     headroom: float = 0.0,
     seq_lens: Iterable[int] | None = None,
-    profile: str = "unsloth",
+    profile: str = DEFAULT_PROFILE,
     registry: Registry | None = None,
     trust_remote_code: bool = False,
     **settings: Any,
@@ -231,11 +229,7 @@ def fit(
         (s, _largest(lambda b, s=s: _fits(est(seq_len=s, batch_size=b), n, usable, share), LIMITS["batch_size"]))
         for s in grid
     )
-    if here.strategy is not None:
-        rule = f"fits when each of the {n} rank(s) of strategy {here.strategy} needs at most {usable:,} bytes"
-    else:
-        rule = (f"fits when the per-GPU minimum for {n} GPU(s) is at most {usable:,} bytes"
-                + (f" and {usable:,} x (1 + {share} x {n - 1}) covers the total" if n > 1 else " and the total fits"))
+    rule = rule_text(here.strategy, n, usable, share)
     return Fit(
         gpu=target, gpus=n, headroom=float(headroom), usable_bytes=usable, further_gpu_share=share, profile=prof.name,
         settings=here.settings.to_dict(), estimate=here, fits=_fits(here, n, usable, share), methods=tuple(methods),
@@ -262,7 +256,7 @@ class Comparison:
         return {"gpu": self.gpu.to_dict() if self.gpu else None, "cells": out}
 
 
-def compare(model: Any, *, methods: Iterable[str] = ("qlora", "lora", "full"), profiles: Iterable[str] = ("unsloth",),
+def compare(model: Any, *, methods: Iterable[str] = ("qlora", "lora", "full"), profiles: Iterable[str] = (DEFAULT_PROFILE,),
             gpu: Any = None, gpus: int | None = None, registry: Registry | None = None, trust_remote_code: bool = False,
             **settings: Any) -> Comparison:
     """One estimate per (profile, method) at the same settings; with ``gpu``, whether each fits."""
@@ -315,7 +309,7 @@ class Sweep:
         }
 
 
-def sweep(model: Any, *, profile: str = "unsloth", registry: Registry | None = None, trust_remote_code: bool = False,
+def sweep(model: Any, *, profile: str = DEFAULT_PROFILE, registry: Registry | None = None, trust_remote_code: bool = False,
           **settings: Any) -> Sweep:
     """Estimates over every combination of the settings given as lists (among :data:`SWEEPABLE`)."""
     reg = registry or Registry.default()

@@ -1142,7 +1142,7 @@ def _gpus(as_json: bool, out) -> None:
 
 
 def _select(args, out) -> None:
-    from vramwise.gpus.discovery import select_gpus
+    from vramwise.answers.selection import select_gpus
 
     ids = None
     if args.gpu_ids is not None:
