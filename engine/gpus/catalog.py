@@ -14,9 +14,11 @@ Lookup rules of :func:`gpu_spec`:
   ``"RTX 6000"``) resolve to the default the catalog documents for them; the result's
   ``matched_by`` is ``"ambiguous"`` and ``alternatives`` lists the other candidates.
 * **Sizes**: a number with a unit, ``24GiB``, ``24 GiB``, ``80GB``, ``80 GB``, ``0.5TB``,
-  ``16384MiB``. ``GB``/``MB``/``TB`` are decimal (10**9, 10**6, 10**12 bytes), ``GiB``/``MiB``/
-  ``TiB`` binary (2**30, 2**20, 2**40); the unit used is in ``size_unit``. A bare ``G``, ``M``
-  or ``T`` (``24g``) is rejected as ambiguous, as is a number with no unit.
+  ``16384MiB``, read by the one size parser, :func:`vramwise.gpus.sizes.parse_size`:
+  ``GB``/``MB``/``TB`` are decimal (10**9, 10**6, 10**12 bytes), ``GiB``/``MiB``/``TiB`` binary
+  (2**30, 2**20, 2**40); the unit used is in ``size_unit``. A GPU size needs its unit: a number
+  with none (``24``, unless the catalog has it as a name) is rejected as ambiguous, as is a bare
+  ``G``, ``M`` or ``T`` (``24g``).
 * Anything else raises :class:`~vramwise.SettingsError` naming the closest catalog names.
 """
 
@@ -29,6 +31,7 @@ from functools import lru_cache
 from importlib import resources
 
 from vramwise.core.errors import FileFormatError, SettingsError
+from vramwise.gpus.sizes import UNIT_BASES, parse_size, split_number
 
 __all__ = ["GpuSpec", "gpu_spec", "list_gpus", "CATALOG_PATH"]
 
@@ -38,12 +41,6 @@ _SCHEMA = "hardware-1.schema.json"
 
 _DROP_WORDS = ("nvidia", "geforce", "tesla", "amd", "instinct")
 _SEPARATORS = re.compile(r"[\s\-_./]+")
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-zA-Z]+)?\s*$")
-_UNITS = {
-    "gb": 10**9, "mb": 10**6, "tb": 10**12,
-    "gib": 2**30, "mib": 2**20, "tib": 2**40,
-}
-_UNIT_NAMES = {"gb": "GB", "mb": "MB", "tb": "TB", "gib": "GiB", "mib": "MiB", "tib": "TiB"}
 
 
 @dataclass(frozen=True)
@@ -167,32 +164,27 @@ def list_gpus() -> tuple[GpuSpec, ...]:
     return _catalog().gpus
 
 
-_BASES = {"gb": "10**9", "mb": "10**6", "tb": "10**12", "gib": "2**30", "mib": "2**20", "tib": "2**40"}
-
-
 def _parse_size(query: str) -> GpuSpec | None:
     """A GPU of the size ``query`` gives with an explicit unit; None if it is not such a size."""
-    m = _SIZE.match(query)
-    if m is None or (m.group(2) or "").lower() not in _UNITS:
+    size = parse_size(query)
+    if size is None or size.unit is None:
         return None
-    number, u = m.group(1), m.group(2).lower()
-    total = int(round(float(number) * _UNITS[u]))
+    total, number, unit_name = size.bytes, size.number, size.unit
     if total <= 0:
         raise SettingsError(f"GPU size {query.strip()!r} must be positive")
-    unit_name = _UNIT_NAMES[u]
     return GpuSpec(
         id=f"size-{total}", name=f"{number} {unit_name} GPU", vendor="unknown", memory_bytes=total,
-        source=f"given as a size: {number} {unit_name}, 1 {unit_name} = {_BASES[u]} bytes",
+        source=f"given as a size: {number} {unit_name}, 1 {unit_name} = {UNIT_BASES[unit_name]} bytes",
         nvml_visible=False, memory_reading="given", matched_by="size", query=query, size_unit=unit_name,
     )
 
 
 def _size_problem(query: str) -> str | None:
-    """Why ``query`` is not a usable size, when it looks like one (a number, maybe with a unit)."""
-    m = _SIZE.match(query)
-    if m is None:
+    """Why ``query`` is not a usable GPU size, when it looks like one (a number, maybe with letters)."""
+    parts = split_number(query)
+    if parts is None:
         return None
-    number, unit = m.group(1), (m.group(2) or "")
+    number, unit = parts
     u = unit.lower()
     if u in ("", "g", "gi"):
         return (f"GPU size {query.strip()!r} is ambiguous: write {number}GB ({number} x 10**9 bytes) "
