@@ -23,7 +23,8 @@ try:  # libyaml keeps marks too and is several times faster
 except AttributeError:  # pragma: no cover - PyYAML without libyaml
     _Loader = yaml.SafeLoader
 
-__all__ = ["DataFile", "load_data_file", "json_path", "load_schema", "MAX_FILE_BYTES", "MAX_DEPTH", "MAX_NODES"]
+__all__ = ["DataFile", "load_data_file", "read_data_text", "read_folder", "json_path", "load_schema", "MAX_FILE_BYTES",
+           "MAX_DEPTH", "MAX_NODES"]
 
 
 def json_path(parts: tuple) -> str:
@@ -136,9 +137,44 @@ def _schema_problem(df: DataFile, err) -> str:
 
 
 #: Limits of a data file (they are untrusted input): size, nesting depth and number of YAML nodes.
+#: The size limit holds wherever a data file is read (a registry, ``vramwise check``).
 MAX_FILE_BYTES = 1 << 20
 MAX_DEPTH = 32
 MAX_NODES = 100_000
+
+
+def read_data_text(item, shown: str) -> str:
+    """The text of one data file (a path or a package resource), read under the limits every data file
+    is read under: at most :data:`MAX_FILE_BYTES`, UTF-8. :class:`FileFormatError` names ``shown``."""
+    try:
+        size = item.stat().st_size if hasattr(item, "stat") else 0
+        if size > MAX_FILE_BYTES:
+            raise FileFormatError(f"{shown}:1:1: $: the file has {size:,} bytes; data files hold at most {MAX_FILE_BYTES:,}")
+        raw = item.read_bytes()
+    except OSError as e:
+        raise FileFormatError(f"{shown}:1:1: $: cannot be read ({e.strerror or e})") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise FileFormatError(f"{shown}:1:1: $: the file has {len(raw):,} bytes; data files hold at most {MAX_FILE_BYTES:,}")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FileFormatError(f"{shown}:1:1: $: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}): "
+                              "data files are UTF-8 YAML") from None
+
+
+def read_folder(location, display: str | None) -> list[tuple[str, str]]:
+    """(display path, text) of each ``*.yaml`` in a folder or package resource folder, in name order,
+    each read by :func:`read_data_text` (``display``: the folder as shown, else its path)."""
+    try:
+        items = sorted(location.iterdir(), key=lambda p: p.name)
+    except OSError as e:
+        raise FileFormatError(f"{display or location}: cannot list the folder ({e.strerror or e})") from None
+    out = []
+    for item in items:
+        if item.name.endswith(".yaml") and item.is_file():
+            shown = f"{display}/{item.name}" if display else str(item)
+            out.append((shown, read_data_text(item, shown)))
+    return out
 
 
 def _check_tree(root: yaml.Node, path: str) -> None:

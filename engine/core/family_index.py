@@ -1,0 +1,146 @@
+"""The family files of a registry, and the index of the model types they serve.
+
+A registry reads every family file once when it is created; a file is composed, checked and
+compiled only when a model needs its family (:class:`FamilyFiles`). Which family serves which
+``model_type``, and which one is the fallback, must be known before that: :func:`build_index`
+reads the top-level ``model_types`` and ``fallback`` entries of each file with a YAML parser,
+whatever style they are written in, without composing the rest of the file (the examples and
+module rules that make up most of it). A file whose top level cannot be split into its entries
+that way (a flow mapping, a directive, a key the split does not recognise) is parsed whole.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Iterator
+
+import yaml
+
+from vramwise.core.datafiles import DataFile, load_data_file
+from vramwise.core.errors import FileFormatError
+
+__all__ = ["FamilyFiles", "build_index", "read_head"]
+
+try:
+    _FastLoader = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover - PyYAML without libyaml
+    _FastLoader = yaml.SafeLoader
+
+_SCHEMA = "family-1.schema.json"
+
+
+class FamilyFiles(Mapping):
+    """Family name -> DataFile, loading (and validating, if asked) each file on first access."""
+
+    def __init__(self, texts: dict[str, tuple[str, str]], validate: bool):
+        self._texts = texts
+        self._validate = validate
+        self._loaded: dict[str, DataFile] = {}
+
+    def __getitem__(self, name: str) -> DataFile:
+        if name not in self._loaded:
+            shown, text = self._texts[name]
+            df = load_data_file(text, shown, _SCHEMA, validate=self._validate)
+            if df.data["family"] != name:
+                raise FileFormatError(df.problem(("family",), f"family name {df.data['family']!r} differs from the file name {name!r}"))
+            self._loaded[name] = df
+        return self._loaded[name]
+
+    def shown(self, name: str) -> str:
+        """The display path of a family's file."""
+        return self._texts[name][0]
+
+    def text(self, name: str) -> str:
+        return self._texts[name][1]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._texts)
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._texts
+
+
+#: A line at column 0 that starts a top-level entry: not blank, not a comment, not a "- " item of a
+#: sequence written at the key's indentation (a "---" or "..." marker counts, and stops the split).
+_ENTRY = re.compile(r"^(?:[^\s#-]|-\S)[^\n]*", re.M)
+#: The key of a top-level entry in block style (a plain key followed by ": " or the end of the line).
+_KEY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*):(?=[ \t]|\r?$)", re.M)
+_HEAD_KEYS = ("model_types", "fallback")
+
+
+def _split_head(text: str) -> dict | None:
+    """``model_types`` and ``fallback`` of a family file from its top-level entries alone; None when the
+    top level is not a block mapping of plain keys at column 0 (then the whole file is parsed)."""
+    starts = [m.start() for m in _ENTRY.finditer(text)]
+    chunks: dict[str, str] = {}
+    for k, start in enumerate(starts):
+        key = _KEY.match(text, start)
+        if key is None:
+            return None
+        name = key.group(1)
+        if name in _HEAD_KEYS:
+            if name in chunks:
+                return None  # a duplicate key: the whole parse reports it
+            chunks[name] = text[start:starts[k + 1] if k + 1 < len(starts) else len(text)]
+    head: dict = {}
+    for name, chunk in chunks.items():
+        try:
+            data = yaml.load(chunk, Loader=_FastLoader)
+        except (yaml.YAMLError, RecursionError, ValueError):
+            return None
+        if not isinstance(data, dict) or list(data) != [name]:
+            return None
+        head[name] = data[name]
+    return head
+
+
+def read_head(text: str, shown: str, whole: bool = False) -> dict | None:
+    """The top-level ``model_types`` and ``fallback`` of a family file (a mapping with those of the two
+    it has); None when the file cannot be parsed (its problem is reported, with its position, when it
+    is loaded). ``whole``: parse the whole file even when its top-level entries can be split."""
+    head = None if whole else _split_head(text)
+    if head is not None:
+        return head
+    try:
+        data = load_data_file(text, shown, _SCHEMA, validate=False).data
+    except FileFormatError:
+        return None
+    return {k: data[k] for k in _HEAD_KEYS if k in data} if isinstance(data, dict) else None
+
+
+def build_index(files: FamilyFiles, whole: bool = False) -> tuple[dict[str, str], str | None]:
+    """(model type -> the family serving it, the fallback family or None) of the family files
+    (``whole``: each file parsed whole, as for files that are validated anyway).
+
+    Raises :class:`FileFormatError` when a file cannot be read, ``model_types`` is not a list of
+    names, a model type is served twice, or more than one family is the fallback.
+    """
+    problems: list[str] = []
+    owners: dict[str, str] = {}
+    fallbacks = []
+    for name in files:
+        head = read_head(files.text(name), files.shown(name), whole)
+        if head is None:  # report it properly, with its position
+            files[name]
+            continue
+        types = head.get("model_types") or []
+        if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+            files[name]  # the schema names the problem with its position
+            raise FileFormatError(f"{files.shown(name)}:1:1: $.model_types: a list of model type names")
+        for mt in types:
+            if mt in owners:
+                problems.append(
+                    files[name].problem(("model_types",), f"model type {mt!r} is already served by family {owners[mt]!r}")
+                )
+            owners[mt] = name
+        if head.get("fallback") is True:
+            fallbacks.append(name)
+    if len(fallbacks) > 1:
+        problems.append(f"families {', '.join(fallbacks)} are all marked fallback: only one may be")
+    if problems:
+        raise FileFormatError(problems)
+    return owners, (fallbacks[0] if fallbacks else None)

@@ -1,0 +1,90 @@
+"""The multi-GPU strategies folder (``formulas/strategies``): its manifest and formula files.
+
+``strategies.yaml`` names each strategy with its summary, source, formula files and offload
+settings, the profiles the strategies are modelled on, and the formulas that become the
+reported figures. A strategy's files are evaluated on top of a profile's formulas
+(:class:`~vramwise.core.profile.Overlay`). Everything is read once, through the data-file
+reader (its size and UTF-8 limits), and kept.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from vramwise.core.datafiles import DataFile, load_data_file, read_folder
+from vramwise.core.errors import FileFormatError, SettingsError
+from vramwise.core.profile import Overlay
+
+__all__ = ["StrategyFolder"]
+
+
+class StrategyFolder:
+    """The strategies folder of a formulas root (``display``: the root as shown, else by its path)."""
+
+    def __init__(self, formulas: Any, display: str | None, validate: bool):
+        self.folder = formulas.joinpath("strategies")
+        self.display = f"{display}/strategies" if display else None
+        self.validate = validate
+        self._manifest: DataFile | None = None
+        self._texts: dict[str, str] = {}  # display path -> text of each file of the folder
+        self._files: dict[str, DataFile] = {}
+        self._infos: dict[str, Mapping] = {}
+
+    def _shown(self, fname: str) -> str:
+        return f"{self.display}/{fname}" if self.display else str(self.folder.joinpath(fname))
+
+    def present(self) -> bool:
+        """Whether the formulas root has a strategies manifest."""
+        return self.folder.joinpath("strategies.yaml").is_file()
+
+    def manifest(self) -> DataFile:
+        """strategies.yaml, and the texts of its folder, read once."""
+        if self._manifest is None:
+            path = self._shown("strategies.yaml")
+            if not self.present():
+                raise SettingsError(f"{path}: no multi-GPU strategies in this formulas folder")
+            self._texts = dict(read_folder(self.folder, self.display))
+            self._manifest = load_data_file(self._texts[path], path, "strategies-1.schema.json", validate=self.validate)
+        return self._manifest
+
+    def names(self) -> list[str]:
+        """The strategies of the manifest (none without one)."""
+        return list(self.manifest().data["strategies"]) if self.present() else []
+
+    def info(self, strategy: str) -> Mapping[str, Any]:
+        """The manifest entry of ``strategy`` (summary, source, files, offload settings) and the profiles it
+        serves (read-only, built once)."""
+        got = self._infos.get(strategy)
+        if got is None:
+            man = self.manifest().data
+            if strategy not in man["strategies"]:
+                raise SettingsError(f"unknown strategy {strategy!r} (available: none, {', '.join(man['strategies'])})")
+            got = self._infos[strategy] = MappingProxyType(
+                dict(man["strategies"][strategy], profiles=tuple(man["profiles"])))
+        return got
+
+    def overlay(self, strategy: str) -> Overlay:
+        """What ``strategy`` adds to a profile: its formula files (each loaded once) and its outputs."""
+        info = self.info(strategy)
+        man = self.manifest()
+        problems, extra = [], []
+        for fname in info["files"]:
+            shown = self._shown(fname)
+            if shown not in self._texts:
+                problems.append(man.problem(("strategies", strategy, "files"), f"listed file {fname!r} does not exist"))
+                continue
+            if shown not in self._files:
+                try:
+                    self._files[shown] = load_data_file(self._texts[shown], shown, "formulas-1.schema.json",
+                                                        validate=self.validate)
+                except FileFormatError as e:
+                    problems.extend(e.problems)
+                    continue
+            extra.append(self._files[shown])
+        if problems:
+            raise FileFormatError(problems)
+        entry = man.data["strategies"][strategy]
+        outputs, parts = (entry["outputs"], ("strategies", strategy, "outputs")) if "outputs" in entry else (
+            man.data["outputs"], ("outputs",))
+        return Overlay(strategy, tuple(extra), man, parts, outputs, tuple(entry.get("ranks", ())))
