@@ -40,7 +40,7 @@ _LAZY = {
     "GpuDiscovery": "gpus.discovery", "GpuInfo": "gpus.discovery", "PynvmlBackend": "gpus.discovery", "discover_gpus": "gpus.discovery",
     "GpuSelection": "answers.selection", "child_env": "answers.selection", "device_map": "answers.selection",
     "select_gpus": "answers.selection",
-    "Measurement": "measuring.steps", "PhaseFigures": "measuring.steps", "RankFigures": "measuring.steps", "measure": "measuring.steps",
+    "Measurement": "measuring.results", "PhaseFigures": "measuring.results", "RankFigures": "measuring.results", "measure": "measuring.steps",
     "check": "core.check",
     "GpuSpec": "gpus.catalog", "gpu_spec": "gpus.catalog", "list_gpus": "gpus.catalog",
     "fit": "answers.fit", "compare": "answers.fit", "sweep": "answers.fit", "Fit": "answers.fit", "MethodFit": "answers.fit", "Comparison": "answers.fit",

@@ -3,8 +3,9 @@
 ``measure(..., strategy="ddp"|"fsdp"|"fsdp_shard_grad_op", world_size=N)`` lands here. The parent writes a job of plain
 data (the config dict, the normalised settings as a dict, the step count) to a temporary folder and
 starts ``world_size`` Python processes on it. Each one builds the model exactly as the single-process
-CPU path does (``_build``, ``_apply_lora``, ``_apply_checkpointing``), wraps it as a training stack
-would, and runs the same steps under the same :class:`~vramwise.measuring.steps.StorageTracker`:
+CPU path does (:mod:`vramwise.measuring.stacks.hf`: ``random_model``, ``apply_lora``,
+``apply_checkpointing``), wraps it as a training stack would, and runs the same steps under the same
+tracker (:mod:`vramwise.measuring.tracker`):
 
 - ``ddp``: ``DistributedDataParallel`` with its default arguments. Its reducer keeps gradient buckets
   (flat copies of the trainable parameters' gradients, in their dtype) beside ``.grad``; they are
@@ -16,7 +17,9 @@ would, and runs the same steps under the same :class:`~vramwise.measuring.steps.
 
 Each process writes its figures (or its error) to a file of its own; the parent waits for all of
 them under a deadline, stops the others as soon as one fails, and turns a failure into one
-:class:`VramwiseError` (a :class:`SettingsError` when the child raised one).
+error: of the child's class when it raised one of vramwise's (a :class:`SettingsError`, a
+:class:`StackUnsupportedError`, ...), else a :class:`MeasurementError`, which a run past its deadline
+raises too.
 """
 
 from __future__ import annotations
@@ -32,13 +35,36 @@ import tempfile
 import time
 from typing import Any
 
-from vramwise.core.errors import SettingsError, VramwiseError
-from vramwise.measuring.steps import Measurement, PhaseFigures, RankFigures, StorageTracker
+from vramwise.core import errors
+from vramwise.core.errors import MeasurementError, SettingsError, StackUnsupportedError
+from vramwise.core.settings import STRATEGIES as ALL_STRATEGIES
+from vramwise.measuring.build import build_optimizer, require
+from vramwise.measuring.results import Measurement, PhaseFigures, RankFigures
+from vramwise.measuring.runner import track_cpu
+from vramwise.measuring.stacks.hf import apply_checkpointing, apply_lora, random_model
+from vramwise.measuring.tracker import ResizeAwareTracker, rounded
 
 __all__ = ["STRATEGIES", "WORLD_SIZES", "check_distributed", "measure_distributed"]
 
-#: Data-parallel wrappings measure can run.
-STRATEGIES = ("ddp", "fsdp", "fsdp_shard_grad_op")
+
+def _ddp(net):
+    import torch
+
+    return torch.nn.parallel.DistributedDataParallel(net)
+
+
+def _fsdp_full_shard(net):
+    return _fully_shard(net, reshard_after_forward=True)
+
+
+def _fsdp_shard_grad_op(net):  # SHARD_GRAD_OP: the layers stay gathered from the forward to the backward
+    return _fully_shard(net, reshard_after_forward=False)
+
+
+#: How each strategy measure can run wraps the model (the strategies' names: core's settings).
+_WRAPPINGS = {"ddp": _ddp, "fsdp": _fsdp_full_shard, "fsdp_shard_grad_op": _fsdp_shard_grad_op}
+#: The strategies measure can run, in the order of core's list.
+STRATEGIES = tuple(s for s in ALL_STRATEGIES if s in _WRAPPINGS)
 #: Process counts measure can start (each is a CPU process of this machine).
 WORLD_SIZES = range(2, 9)
 #: Seconds the whole distributed run may take before its processes are stopped.
@@ -77,8 +103,8 @@ def check_distributed(strategy: Any, world_size: Any, *, device: str, fake: bool
     import torch.distributed as dist
 
     if not dist.is_available() or not dist.is_gloo_available():
-        raise VramwiseError(f"strategy {strategy} needs torch.distributed with the gloo backend, "
-                            "which this torch lacks")
+        raise MeasurementError(f"strategy {strategy} needs torch.distributed with the gloo backend, "
+                               "which this torch lacks")
     return world_size
 
 
@@ -88,6 +114,7 @@ def check_distributed(strategy: Any, world_size: Any, *, device: str, fake: bool
 def measure_distributed(cfg: dict, settings, steps: int, strategy: str, world_size: int,
                         timeout: float = DEFAULT_TIMEOUT) -> Measurement:
     """Run the step in ``world_size`` processes and gather each rank's figures."""
+    require("transformers")
     with tempfile.TemporaryDirectory(prefix="vramwise-dist-") as folder:
         job = {
             "cfg": dict(cfg), "settings": settings.to_dict(), "steps": steps, "strategy": strategy,
@@ -106,7 +133,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-_CHILD = "import sys; from vramwise.measuring.distributed import _child_main; _child_main(sys.argv[1], int(sys.argv[2]))"
+_CHILD = "import sys; from vramwise.measuring.distributed import child_main; child_main(sys.argv[1], int(sys.argv[2]))"
 
 
 def _run_ranks(folder: str, world_size: int, timeout: float) -> list[dict]:
@@ -140,8 +167,8 @@ def _run_ranks(folder: str, world_size: int, timeout: float) -> list[dict]:
             if len(results) < world_size:
                 if time.monotonic() > deadline:
                     waiting = [r for r in range(world_size) if r not in results]
-                    raise VramwiseError(f"the distributed measurement did not finish within {timeout:g} s "
-                                        f"(rank(s) {', '.join(map(str, waiting))} still running); stopped them")
+                    raise MeasurementError(f"the distributed measurement did not finish within {timeout:g} s "
+                                           f"(rank(s) {', '.join(map(str, waiting))} still running); stopped them")
                 time.sleep(0.05)
         return [results[r] for r in range(world_size)]
     finally:
@@ -171,16 +198,17 @@ def _read_result(folder: str, rank: int, returncode: int | None) -> dict:
             return pickle.load(f)
     with open(os.path.join(folder, f"rank{rank}.log"), "rb") as f:
         tail = [ln for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()][-5:]
-    return {"error": "VramwiseError",
+    return {"error": "MeasurementError",
             "message": f"the process exited with status {returncode} without a result" + (
                 ": " + " | ".join(tail) if tail else "")}
 
 
 def _raise(result: dict, rank: int):
-    kind = SettingsError if result["error"] == "SettingsError" else VramwiseError
-    if result["error"] in ("SettingsError", "VramwiseError"):
-        raise kind(f"rank {rank}: {result['message']}")
-    raise VramwiseError(f"rank {rank}: {result['error']}: {result['message']}")
+    """Raise a child's error in this process: as the class of the tree it raised, else a MeasurementError."""
+    kind = getattr(errors, result["error"]) if result["error"] in errors.__all__ else None
+    if kind is None:  # not one of vramwise's errors: its class is named in the message
+        raise MeasurementError(f"rank {rank}: {result['error']}: {result['message']}")
+    raise (MeasurementError if kind is errors.VramwiseError else kind)(f"rank {rank}: {result['message']}")
 
 
 def _phases(data: dict) -> dict:
@@ -214,41 +242,7 @@ def _combine(results: list[dict], settings, strategy: str, world_size: int) -> M
 # --------------------------------------------------------------------------- child side
 
 
-class _ResizeAwareTracker(StorageTracker):
-    """A StorageTracker that also follows storages resized in place (FSDP2 frees gathered parameters
-    with ``storage.resize_(0)`` and re-allocates them with ``resize_(n)``; no operator reports it)."""
-
-    def resized(self, storage) -> None:
-        self.sweep()
-        ref = self._live.get(storage._cdata)
-        if ref is None:
-            return
-        size = -(-storage.nbytes() // self.granularity) * self.granularity
-        self.current += size - ref.size
-        ref.size = size
-        if self.current > self.peak:
-            self.peak = self.current
-
-    @contextlib.contextmanager
-    def follow_resizes(self):
-        import torch
-
-        original = torch.UntypedStorage.resize_
-        tracker = self
-
-        def resize_(storage, size):
-            out = original(storage, size)
-            tracker.resized(storage)
-            return out
-
-        torch.UntypedStorage.resize_ = resize_
-        try:
-            yield self
-        finally:
-            torch.UntypedStorage.resize_ = original
-
-
-def _child_main(folder: str, rank: int) -> None:
+def child_main(folder: str, rank: int) -> None:
     """Entry point of one rank: run the job, write the figures or the error, never raise."""
     out = os.path.join(folder, f"rank{rank}.pkl")
     try:
@@ -273,7 +267,6 @@ def _run_rank(job: dict, rank: int) -> dict:
     import torch
     import torch.distributed as dist
 
-    from vramwise.measuring.steps import _apply_checkpointing, _apply_lora, _build, _optimizer, _track_cpu
     from vramwise.core.settings import normalise_settings
 
     warnings.simplefilter("ignore")
@@ -285,20 +278,20 @@ def _run_rank(job: dict, rank: int) -> dict:
     # On an error the process exits without tearing the group down: its peers may be blocked in a
     # collective waiting for it, and the parent stops them as soon as it reads the error.
     dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=job["timeout"]))
-    net = _build(job["cfg"], settings.attention, torch.bfloat16)
-    net = _apply_lora(net, settings)
-    _apply_checkpointing(net, settings)
+    net = random_model(job["cfg"], settings.attention, torch.bfloat16)
+    net = apply_lora(net, settings)
+    apply_checkpointing(net, settings)
     net.train()
     params_total = sum(p.numel() for p in net.parameters())
     params_trainable = sum(p.numel() for p in net.parameters() if p.requires_grad)
     vocab = int(net.get_output_embeddings().weight.shape[0])
-    tracker = _ResizeAwareTracker()
+    tracker = ResizeAwareTracker()
     for t in list(net.parameters()) + list(net.buffers()):
         tracker.add(t)
     notes: list = []
     with tracker.follow_resizes():
         with tracker.mode():  # what the wrapping allocates and keeps (DDP's buckets, FSDP's shards) counts
-            model = _wrap(net, strategy)
+            model = _WRAPPINGS[strategy](net)
         del net
         # the wrapping's start-up collectives (DDP broadcasts every parameter from rank 0) hand their
         # flat buffers to gloo's worker threads: once every rank is past them, collect what they dropped,
@@ -307,10 +300,10 @@ def _run_rank(job: dict, rank: int) -> dict:
         gc.collect()
         tracker.sweep()
         trainable = [p for p in model.parameters() if p.requires_grad]
-        opt = _optimizer(trainable, settings, notes)
+        opt = build_optimizer(trainable, settings, notes)
         gen = torch.Generator().manual_seed(1 + rank)  # each rank its own batch
         ids = torch.randint(0, vocab, (settings.batch_size, settings.seq_len), generator=gen)
-        m = _track_cpu(model, opt, ids, job["steps"], settings, params_total, params_trainable, notes,
+        m = track_cpu(model, opt, ids, job["steps"], settings, params_total, params_trainable, notes,
                        tracker=tracker)
     buckets = _ddp_bucket_bytes(model, tracker.granularity) if strategy == "ddp" else 0
     dist.barrier()  # every rank has finished its steps before any leaves the group
@@ -324,18 +317,14 @@ def _run_rank(job: dict, rank: int) -> dict:
     return data
 
 
-def _wrap(net, strategy: str):
-    import torch
-
-    if strategy == "ddp":
-        return torch.nn.parallel.DistributedDataParallel(net)
+def _fully_shard(net, reshard_after_forward: bool):
+    """FSDP2's ``fully_shard`` on every decoder layer, then on the root model."""
     from torch.distributed.fsdp import fully_shard
 
     layers = _decoder_layers(net)
-    keep = strategy == "fsdp_shard_grad_op"  # SHARD_GRAD_OP: the layers stay gathered from the forward to the backward
     for layer in layers:
-        fully_shard(layer, reshard_after_forward=not keep)
-    fully_shard(net, reshard_after_forward=not keep)
+        fully_shard(layer, reshard_after_forward=reshard_after_forward)
+    fully_shard(net, reshard_after_forward=reshard_after_forward)
     # On CUDA, FSDP2 issues the next layer's all-gather while the current layer runs (implicit
     # prefetching: the CPU thread runs ahead of the GPU), so two layers are gathered at once. The CPU
     # runs each collective to its end before going on, so the same prefetch is asked for explicitly:
@@ -362,11 +351,11 @@ def _decoder_layers(net) -> list:
         if lists:
             layers = list(max(lists, key=len))
     if not layers:
-        raise VramwiseError("fsdp: found no decoder layers to shard (no _no_split_modules class, no ModuleList)")
+        raise StackUnsupportedError("fsdp: found no decoder layers to shard (no _no_split_modules class, no ModuleList)")
     return layers
 
 
 def _ddp_bucket_bytes(ddp, granularity: int) -> int:
     """Bytes of DDP's gradient buckets as they stand now (each bucket one storage, rounded)."""
     buckets = ddp.reducer._get_zeros_like_grad_buckets()  # zero copies of the buckets: their sizes
-    return sum(-(-b.buffer().untyped_storage().nbytes() // granularity) * granularity for b in buckets)
+    return sum(rounded(b.buffer().untyped_storage().nbytes(), granularity) for b in buckets)

@@ -8,7 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from vramwise.measuring.steps import StorageTracker, measure  # noqa: E402
+from vramwise.measuring.steps import measure  # noqa: E402
+from vramwise.measuring.tracker import StorageTracker  # noqa: E402
 from vramwise.surfaces.cli.main import main  # noqa: E402
 
 TINY = {"model_type": "llama", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128,
@@ -219,7 +220,7 @@ class _ComparedTracker(StorageTracker):
 def test_tracker_matches_a_full_sweep_after_every_operator(monkeypatch, cfg, method, gc, fake):
     """Deaths reported by weak-reference callbacks give the same live bytes, at every operator,
     as checking every live storage."""
-    import vramwise.measuring.steps as vm
+    import vramwise.measuring.runner as runner
 
     made = []
 
@@ -227,7 +228,7 @@ def test_tracker_matches_a_full_sweep_after_every_operator(monkeypatch, cfg, met
         made.append(_ComparedTracker())
         return made[-1]
 
-    monkeypatch.setattr(vm, "StorageTracker", tracker)
+    monkeypatch.setattr(runner, "StorageTracker", tracker)
     measure(cfg, method=method, batch_size=2, seq_len=16, gradient_checkpointing=gc, fake=fake)
     assert len(made) == 1 and made[0].events > 1000  # every operator of the two steps was compared
 
@@ -246,3 +247,59 @@ def test_tracker_sees_frees_between_operators_and_views():
         del b, c
     tr.sweep()
     assert tr.current == 0 and tr.peak == 4096 + 512
+
+
+def test_every_stack_name_has_a_module_with_the_protocol():
+    from vramwise import Registry
+    from vramwise.core.settings import STACKS
+    from vramwise.measuring.stacks.registry import STACK_MODULES
+
+    assert set(STACK_MODULES) == set(STACKS)
+    for name, module in STACK_MODULES.items():
+        assert callable(module.check) and callable(module.prepare), name
+        assert module.DEVICES and set(module.DEVICES) <= {"cpu", "cuda"}, name
+        assert Registry.default().profile(module.PROFILE).name == module.PROFILE, name
+
+
+def test_an_unknown_stack_names_the_choices():
+    from vramwise import SettingsError
+
+    with pytest.raises(SettingsError, match=r"unknown stack 'nemo' \(choose one of: hf, torchtune, litgpt\)"):
+        measure(TINY, stack="nemo")
+
+
+def test_the_families_a_stack_builds_are_its_profiles():
+    from vramwise.measuring.build import served_family
+
+    # formulas/litgpt/profile.yaml: families [llama, mistral, qwen2, qwen3]; torchtune's: [llama, mistral, qwen2]
+    litgpt, torchtune = ("llama", "mistral", "qwen2", "qwen3"), ("llama", "mistral", "qwen2")
+    assert served_family({"model_type": "qwen3"}, "litgpt") == ("qwen3", litgpt)
+    assert served_family({"model_type": "qwen3"}, "torchtune") == (None, torchtune)
+    assert served_family({"model_type": "gemma3_text"}, "litgpt") == (None, litgpt)
+    assert served_family({}, "litgpt") == (None, litgpt)  # no model type: the generic family, served by none
+
+
+def test_a_missing_dependency_names_its_extra():
+    from vramwise import MissingDependencyError
+    from vramwise.measuring.build import require
+
+    with pytest.raises(MissingDependencyError, match=r"needs no_such_module_xyz, which is not installed: "
+                                                     r"pip install 'vramwise\[litgpt\]'") as info:
+        require("no_such_module_xyz", extra="litgpt")
+    assert info.value.extra == "litgpt"
+    assert require("torch") is torch
+
+
+def test_a_config_transformers_cannot_build_is_a_stack_error():
+    from vramwise import StackUnsupportedError
+
+    with pytest.raises(StackUnsupportedError, match="transformers cannot build a 'no_such_model' config"):
+        measure({"model_type": "no_such_model"}, method="full", seq_len=16, steps=1)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+def test_no_cuda_device_is_a_measurement_error():
+    from vramwise import MeasurementError
+
+    with pytest.raises(MeasurementError, match="torch sees no CUDA device here"):
+        measure(TINY, method="full", device="cuda")

@@ -13,7 +13,7 @@ dist = pytest.importorskip("torch.distributed")
 if not (dist.is_available() and dist.is_gloo_available()):
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
-from vramwise import SettingsError, VramwiseError  # noqa: E402
+from vramwise import MeasurementError, SettingsError, StackUnsupportedError  # noqa: E402
 from vramwise.measuring import distributed as _measure_dist  # noqa: E402
 from vramwise.measuring.steps import measure  # noqa: E402
 
@@ -202,7 +202,8 @@ def _recording_popen(monkeypatch) -> list:
 
 def test_an_error_in_a_child_comes_back_as_one_message(monkeypatch):
     started = _recording_popen(monkeypatch)
-    with pytest.raises(VramwiseError, match=r"rank \d: transformers cannot build a 'no_such_model' config"):
+    # the child's error comes back as its own class
+    with pytest.raises(StackUnsupportedError, match=r"rank \d: transformers cannot build a 'no_such_model' config"):
         measure({"model_type": "no_such_model"}, method="full", strategy="ddp", world_size=2, **RUN)
     assert len(started) == 2 and all(p.poll() is not None for p in started)  # none left running
 
@@ -212,6 +213,15 @@ def test_a_run_past_its_deadline_is_stopped(monkeypatch):
 
     started = _recording_popen(monkeypatch)
     settings = normalise_settings(method="full", batch_size=1, seq_len=32)
-    with pytest.raises(VramwiseError, match="did not finish within 0.2 s"):
+    with pytest.raises(MeasurementError, match="did not finish within 0.2 s"):
         _measure_dist.measure_distributed(TINY, settings, 1, "ddp", 2, timeout=0.2)
     assert len(started) == 2 and all(p.poll() is not None for p in started)
+
+
+def test_the_strategies_measured_are_strategies_of_the_settings():
+    from vramwise.core.settings import STRATEGIES
+
+    # DDP and FSDP2 (full shard, and shard_grad_op's reshard_after_forward=False) run here; ZeRO, HSDP and
+    # device_map need DeepSpeed, several nodes or GPUs
+    assert _measure_dist.STRATEGIES == ("ddp", "fsdp", "fsdp_shard_grad_op")
+    assert set(_measure_dist.STRATEGIES) <= set(STRATEGIES)

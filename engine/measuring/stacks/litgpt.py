@@ -3,9 +3,9 @@ optimizer, set up as its single-device fine-tuning scripts do (litgpt 0.5.9 ``fi
 ``finetune/lora.py`` under lightning Fabric).
 
 The model is ``litgpt.model.GPT`` (full) or ``litgpt.lora.GPT`` (LoRA, QLoRA) built from a
-``litgpt.Config`` mapped from the Hugging Face config (llama-style layouts: llama, mistral, qwen2,
-qwen3), randomly initialised, never downloaded. Precision is Fabric's ``bf16-true``
-(``HalfPrecision``): every parameter, the LoRA adapters included, is created in bf16 under its
+``litgpt.Config`` mapped from the Hugging Face config (llama-style layouts, for the families
+formulas/litgpt/profile.yaml names), randomly initialised, never downloaded. Precision is Fabric's
+``bf16-true`` (``HalfPrecision``): every parameter, the LoRA adapters included, is created in bf16 under its
 ``module_init_context``, the forward runs under its ``forward_context`` and, as ``_FabricModule.forward``
 does, the model's output goes through ``convert_output``, which casts the logits to the default
 dtype (float32) outside the forward context. QLoRA is ``--quantize bnb.nf4``: lightning's
@@ -40,14 +40,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from vramwise.core.errors import SettingsError, VramwiseError
-from vramwise.measuring.steps import Prepared, _need
+from vramwise.core.errors import SettingsError, StackUnsupportedError
+from vramwise.core.registry import Registry
+from vramwise.measuring.build import OPTIMIZERS, require, served_family
+from vramwise.measuring.stacks.protocol import Prepared
 
-#: model_type -> the litgpt.Config fields that make LitGPT's model of that layout
-#: (litgpt/config.py: the Llama-3, Mistral, Qwen2.5 and Qwen3 entries).
-_LAYOUTS = {
-    "llama": dict(),
-    "mistral": dict(),
+__all__ = ["PROFILE", "DEVICES", "check", "prepare", "litgpt_config_fields", "lora_switches"]
+
+#: The profile that models this stack; its ``families`` are the configs built here.
+PROFILE = "litgpt"
+DEVICES = ("cpu",)
+#: The litgpt.Config fields of the families whose layout differs from Llama's (litgpt/config.py: the
+#: Qwen2.5 and Qwen3 entries); a family without fields here is built as Llama-3 and Mistral are, with
+#: LitGPT's one ``bias`` switch for the attention output and the MLP.
+_OWN_FIELDS = {
     "qwen2": dict(attn_bias=True),  # bias on q, k and v (litgpt's Qwen2.5 configs), not on proj or the MLP
     "qwen3": dict(norm_qk=True),  # per-head RMSNorm of queries and keys (litgpt's Qwen3 configs)
 }
@@ -61,15 +67,8 @@ _SWITCHES = {
     "lora_mlp": ("gate_proj", "up_proj", "down_proj"),
     "lora_head": ("lm_head",),
 }
-#: Optimizers the stack builds (finetune scripts: ``optimizer="AdamW"`` or a class path).
-OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw_8bit", "sgd")
 #: lm_head_chunk_size and chunk_size of finetune/lora.py's fit (and chunked_cross_entropy's default).
 CHUNK = 128
-PROFILE = "litgpt"
-
-
-def supported_model_types() -> tuple:
-    return tuple(_LAYOUTS)
 
 
 def litgpt_config_fields(cfg: dict, seq_len: int) -> dict:
@@ -78,30 +77,31 @@ def litgpt_config_fields(cfg: dict, seq_len: int) -> dict:
     from vramwise.core.estimate import load_model
 
     mt = cfg.get("model_type")
-    if mt not in _LAYOUTS:
-        raise VramwiseError(
+    family, families = served_family(cfg, PROFILE)
+    if family is None:
+        raise StackUnsupportedError(
             f"--stack litgpt builds LitGPT's own llama-style model (LLaMAMLP, RMSNorm, rotary) for model types "
-            f"{', '.join(_LAYOUTS)}; model_type {mt!r} is not one of them"
+            f"{', '.join(families)}; model_type {mt!r} is not one of them"
         )
     spec = load_model(cfg)
     f = spec.facts
     if any(lc.attributes.get("moe") for lc in spec.layer_classes):
-        raise VramwiseError(f"--stack litgpt builds dense layers only; this {mt} config routes to experts")
+        raise StackUnsupportedError(f"--stack litgpt builds dense layers only; this {mt} config routes to experts")
     if any(lc.attributes.get("kv_window") is not None for lc in spec.layer_classes):
-        raise VramwiseError(
+        raise StackUnsupportedError(
             f"this {mt} config sets a sliding window; LitGPT applies it with an explicit T x T mask per layer, "
             "which the litgpt profile does not model: set sliding_window to null"
         )
     attn_bias, mlp_bias = bool(f.get("attention_bias")), bool(f.get("mlp_bias"))
-    fields = dict(_LAYOUTS[mt])
-    if mt in ("llama", "mistral"):
+    fields = dict(_OWN_FIELDS.get(family, {}))
+    if family not in _OWN_FIELDS:
         if attn_bias != mlp_bias:
-            raise VramwiseError("LitGPT's `bias` switch covers the attention output and the MLP together; "
-                                f"attention_bias={attn_bias} with mlp_bias={mlp_bias} cannot be built")
+            raise StackUnsupportedError("LitGPT's `bias` switch covers the attention output and the MLP together; "
+                                        f"attention_bias={attn_bias} with mlp_bias={mlp_bias} cannot be built")
         fields["bias"] = attn_bias
     else:
         if attn_bias or mlp_bias:
-            raise VramwiseError(f"LitGPT's {mt} layout has no attention_bias / mlp_bias switch; unset them")
+            raise StackUnsupportedError(f"LitGPT's {mt} layout has no attention_bias / mlp_bias switch; unset them")
         fields["bias"] = False
     vocab = int(f["vocab_size"])
     max_pos = f.get("max_position_embeddings")
@@ -120,8 +120,6 @@ def litgpt_config_fields(cfg: dict, seq_len: int) -> dict:
 
 def lora_switches(settings) -> dict:
     """LitGPT's lora_* switches for the settings' targets (the litgpt profile's defaults and keywords)."""
-    from vramwise.core.registry import Registry
-
     targets, _ = Registry.default().profile(PROFILE).expand_targets(settings.target_modules)
     switches = {k: False for k in _SWITCHES}
     known = set()
@@ -138,7 +136,8 @@ def lora_switches(settings) -> dict:
     return switches
 
 
-def _check(settings) -> None:
+def check(settings, *, device: str, fake: bool) -> None:
+    """Refuse what LitGPT's single-device fine-tuning does not offer (before litgpt is imported)."""
     if settings.gradient_checkpointing != "none":
         raise SettingsError("LitGPT's single-device fine-tuning has no gradient checkpointing (only its FSDP "
                             "strategy checkpoints each Block, on several devices): use gradient_checkpointing none")
@@ -157,11 +156,11 @@ def _optimizer(params, settings, notes: list):
     import torch
 
     if settings.method == "qlora":  # finetune/lora.py: instantiate_bnb_optimizer, whatever AdamW was named
-        bnb = _need("bitsandbytes")
+        bnb = require("bitsandbytes")
         notes.append("QLoRA: bitsandbytes PagedAdamW (32-bit states), as LitGPT's bnb precision builds it")
         return bnb.optim.PagedAdamW(params)
     if settings.optimizer == "adamw_8bit":
-        bnb = _need("bitsandbytes")
+        bnb = require("bitsandbytes")
         return bnb.optim.AdamW8bit(params)
     if settings.optimizer == "sgd":
         return torch.optim.SGD(params, lr=1e-3)
@@ -241,15 +240,14 @@ def _fake_parameters(model, mode) -> None:
                     module._buffers[name] = torch.zeros(b.shape, dtype=b.dtype)
 
 
-def prepare(cfg: dict, settings, dtype, fake: bool) -> Prepared:
+def prepare(cfg: dict, settings, *, dtype, device: str, fake: bool) -> Prepared:
     """LitGPT's model, optimizer and training-step loss for ``cfg`` at ``settings`` (see the module docstring)."""
-    _need("litgpt")
-    _need("lightning")
+    require("litgpt", extra="litgpt")
+    require("lightning", extra="litgpt")
     import contextlib
 
     import torch
 
-    _check(settings)
     if dtype != torch.bfloat16:
         raise SettingsError("LitGPT is measured in bf16-true")
     qlora, adapters = settings.method == "qlora", settings.method in ("lora", "qlora")
@@ -268,7 +266,7 @@ def prepare(cfg: dict, settings, dtype, fake: bool) -> Prepared:
         config = litmodel.Config(**fields)
         model_cls = litmodel.GPT
     if qlora:
-        _need("bitsandbytes")
+        require("bitsandbytes")
         from lightning.fabric.plugins import BitsandbytesPrecision
 
         precision = BitsandbytesPrecision("nf4", torch.bfloat16)

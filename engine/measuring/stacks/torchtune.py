@@ -17,18 +17,24 @@ so activation offloading is emulated by a port of its pack/unpack policy (``_Cpu
 saved tensors of at least 1 KiB leave the device, the five newest stay in the forward stash, each is
 brought back for its autograd node); bitsandbytes' paged optimizers need CUDA. Fake tensors (``fake``)
 run every method: torchao's NF4 quantizes fake weights too (the peaks equal real storage's,
-tests/test_validation_matrix_torchtune.py::test_qlora_fake_equals_real).
+tests/measured/test_validation_matrix_torchtune.py::test_qlora_fake_equals_real).
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
-from vramwise.core.errors import SettingsError, VramwiseError
-from vramwise.measuring.steps import Prepared, _need, _optimizer  # the optimizers measure builds for every stack
+from vramwise.core.errors import SettingsError, StackUnsupportedError
+from vramwise.core.registry import Registry
+from vramwise.measuring.build import OPTIMIZERS, build_optimizer, require, served_family
+from vramwise.measuring.stacks.protocol import Prepared
 
-#: model_type -> (torchtune builder module, full builder, LoRA builder, ties the embedding)
+__all__ = ["PROFILE", "DEVICES", "check", "prepare", "lora_arguments"]
+
+#: The profile that models this stack; its ``families`` are the configs built here.
+PROFILE = "torchtune"
+DEVICES = ("cpu",)
+#: family -> (torchtune builder module, full builder, LoRA builder, ties the embedding)
 _BUILDERS = {
     "llama": ("torchtune.models.llama3_2", "llama3_2", "lora_llama3_2", True),
     "mistral": ("torchtune.models.mistral", "mistral", "lora_mistral", False),
@@ -38,30 +44,32 @@ _BUILDERS = {
 _ATTN = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "o_proj": "output_proj", "output_proj": "output_proj"}
 _MLP = ("gate_proj", "up_proj", "down_proj")
 _HEAD = ("lm_head", "output")
-#: Optimizers this stack builds.
-OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw_8bit", "sgd")
 IGNORE_INDEX = -100  # CEWithChunkedOutputLoss / CrossEntropyLoss ignore_index
-
-
-def supported_model_types() -> tuple:
-    return tuple(_BUILDERS)
 
 
 def _int(cfg: dict, name: str, default=None) -> int:
     v = cfg.get(name, default)
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise VramwiseError(f"the config's {name} must be a positive integer for torchtune's builders, got {v!r}")
+        raise StackUnsupportedError(f"the config's {name} must be a positive integer for torchtune's builders, "
+                                    f"got {v!r}")
     return v
 
 
-def _dims(cfg: dict) -> dict:
+def _family(cfg: dict) -> str:
+    """The family of ``cfg``, one the torchtune profile serves and a builder is mapped for."""
+    family, families = served_family(cfg, PROFILE)
+    if family not in _BUILDERS:
+        raise SettingsError(
+            f"--stack torchtune builds {', '.join(families)} configs with torchtune's own component builders "
+            f"({', '.join(_BUILDERS[f][1] for f in families if f in _BUILDERS)}); "
+            f"model_type {cfg.get('model_type')!r} has no builder mapped here"
+        )
+    return family
+
+
+def _dims(cfg: dict, family: str) -> dict:
     """The builder arguments the config's dimensions give (torchtune's names)."""
     mt = cfg.get("model_type")
-    if mt not in _BUILDERS:
-        raise SettingsError(
-            f"--stack torchtune builds {', '.join(_BUILDERS)} configs with torchtune's own component builders "
-            f"(llama3_2, mistral, qwen2); model_type {mt!r} has no builder mapped here"
-        )
     heads = _int(cfg, "num_attention_heads")
     hidden = _int(cfg, "hidden_size")
     head_dim = cfg.get("head_dim")
@@ -71,7 +79,7 @@ def _dims(cfg: dict) -> dict:
             f"({hidden // heads}); the config's head_dim {head_dim} cannot be built"
         )
     tied = bool(cfg.get("tie_word_embeddings", False))
-    if tied and not _BUILDERS[mt][3]:
+    if tied and not _BUILDERS[family][3]:
         raise SettingsError(f"torchtune's {mt} builder has no tied output head; the config ties it")
     if cfg.get("mlp_bias") or cfg.get("attention_bias"):
         raise SettingsError(f"torchtune's {mt} builder has no attention_bias / mlp_bias option")
@@ -84,7 +92,7 @@ def _dims(cfg: dict) -> dict:
     )
     if "rope_theta" in cfg:
         d["rope_base"] = float(cfg["rope_theta"])
-    if _BUILDERS[mt][3]:
+    if _BUILDERS[family][3]:
         d["tie_word_embeddings"] = tied
     return d
 
@@ -130,20 +138,19 @@ def _training():
 
 def _removed(name: str):
     def stand_in(*args, **kwargs):
-        raise VramwiseError(f"torchao.quantization.{name} no longer exists in the installed torchao; "
-                            "torchtune's quantizers are not part of what --stack torchtune runs")
+        raise StackUnsupportedError(f"torchao.quantization.{name} no longer exists in the installed torchao; "
+                                    "torchtune's quantizers are not part of what --stack torchtune runs")
 
     stand_in.__name__ = name
     return stand_in
 
 
 def _default_targets() -> tuple:
-    from vramwise.core.registry import Registry
-
-    return tuple(Registry.default().profile("torchtune").default_targets)
+    return tuple(Registry.default().profile(PROFILE).default_targets)
 
 
-def _check(settings, fake: bool) -> None:
+def check(settings, *, device: str, fake: bool) -> None:
+    """Refuse what torchtune's single-device recipes do not run (before torchtune is imported)."""
     if settings.gradient_checkpointing == "unsloth":
         raise SettingsError("torchtune's activation checkpointing is on or off: gradient checkpointing none or true")
     if settings.loss == "fused":
@@ -305,16 +312,17 @@ def _to_fake(model, mode) -> None:
                     m._buffers[name] = torch.zeros(b.shape, dtype=b.dtype) if b.is_meta else mode.from_tensor(b)
 
 
-def prepare(cfg: dict, settings, dtype, fake: bool) -> Prepared:
+def prepare(cfg: dict, settings, *, dtype, device: str, fake: bool) -> Prepared:
     """torchtune's model, loss and optimizer for ``cfg`` (a Hugging Face config dict) and ``settings``."""
-    _need("torchtune")
+    require("torchtune", extra="torchtune")
+    require("torchao", extra="torchtune")
     import importlib
 
     import torch
 
-    _check(settings, fake)
-    dims = _dims(cfg)
-    module, full_name, lora_name, _ = _BUILDERS[cfg["model_type"]]
+    family = _family(cfg)
+    dims = _dims(cfg, family)
+    module, full_name, lora_name, _ = _BUILDERS[family]
     training = _training()
     from torchtune import modules
     from torchtune.modules.loss import CEWithChunkedOutputLoss
@@ -362,7 +370,7 @@ def prepare(cfg: dict, settings, dtype, fake: bool) -> Prepared:
         model.train()
         trainable = [p for p in model.parameters() if p.requires_grad]
         if settings.optimizer_in_bwd:
-            optim_dict = {p: _optimizer([p], settings, []) for p in trainable}
+            optim_dict = {p: build_optimizer([p], settings, []) for p in trainable}
             training.register_optim_in_bwd_hooks(model=model, optim_dict=optim_dict)
             opt = _InBackward(optim_dict)
         b, s = settings.batch_size, settings.seq_len
@@ -370,7 +378,7 @@ def prepare(cfg: dict, settings, dtype, fake: bool) -> Prepared:
         ignore_cache = torch.full((b, 1), IGNORE_INDEX)
         num_tokens = (ids != IGNORE_INDEX).sum()
         if not settings.optimizer_in_bwd:
-            opt = _Stepper(model, _optimizer(trainable, settings, []), 1 / num_tokens)
+            opt = _Stepper(model, build_optimizer(trainable, settings, []), 1 / num_tokens)
     if settings.optimizer == "adamw_torch":
         notes.append("AdamW runs its foreach implementation, torch's default on GPUs")
 

@@ -1,0 +1,48 @@
+"""What a training stack provides to ``measure``, and what it hands back.
+
+A stack is a module of :mod:`vramwise.measuring.stacks` with the attributes of :class:`Stack`;
+:mod:`vramwise.measuring.stacks.registry` maps each name of ``stack=`` to its module. ``measure``
+checks the settings every stack shares (a training method, a positive step count, a device the
+stack runs on), asks the stack's ``check`` about the rest before anything is imported or built,
+reads the config, calls ``prepare`` and runs the :class:`Prepared` step under the tracker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+__all__ = ["Prepared", "Stack"]
+
+
+@dataclass
+class Prepared:
+    """What a stack hands the tracker: the model, its optimizer (``step``, ``zero_grad`` and
+    ``state``; a no-op stepper when the stack steps inside the backward), the token ids, a
+    callable computing the loss (None: the transformers model's own loss from labels), the
+    counts, notes, and a context the step runs in (fake tensors)."""
+
+    net: Any
+    opt: Any
+    ids: Any
+    loss_fn: Callable[[], Any] | None
+    params_total: int
+    params_trainable: int
+    notes: list = field(default_factory=list)
+    context: Callable[[], Any] = contextlib.nullcontext
+
+
+class Stack(Protocol):
+    """A training stack ``measure`` can run."""
+
+    #: The profile that models this stack (its LoRA defaults and the families it serves apply).
+    PROFILE: str
+    #: The devices it is measured on.
+    DEVICES: tuple
+
+    def check(self, settings, *, device: str, fake: bool) -> None:
+        """Raise SettingsError for settings this stack does not run (nothing is imported or built)."""
+
+    def prepare(self, cfg: dict, settings, *, dtype: Any, device: str, fake: bool) -> Prepared:
+        """The model of ``cfg`` (a config dict) at ``settings``, its optimizer, a batch and the loss."""

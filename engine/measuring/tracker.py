@@ -1,0 +1,148 @@
+"""Counting the device memory of a step on the CPU: the live tensor storages and their peak.
+
+The CUDA caching allocator rounds every block up to 512 bytes; the trackers here round each
+storage the same way, so their figures are what ``torch.cuda.max_memory_allocated`` would read.
+torch is imported when a tracker is made, never at import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+
+__all__ = ["GRANULARITY", "rounded", "StorageTracker", "ResizeAwareTracker"]
+
+#: Bytes every storage is rounded up to (the CUDA caching allocator's smallest block).
+GRANULARITY = 512
+
+
+def rounded(nbytes: int, granularity: int = GRANULARITY) -> int:
+    """``nbytes`` rounded up to a multiple of ``granularity``."""
+    return -(-nbytes // granularity) * granularity
+
+
+class _StorageRef(weakref.ref):
+    """A weak reference to a storage's Python object that remembers the storage's key and size."""
+
+    __slots__ = ("key", "size")
+
+
+class StorageTracker:
+    """Live bytes of tensor storages and their peak, fed by a TorchDispatchMode.
+
+    Storages that exist before tracking starts are added with :meth:`add`; every tensor an
+    operator returns is added as it is created; a storage leaves the count when its last
+    reference dies. Sizes are rounded up to ``granularity`` bytes.
+
+    Deaths are reported, not searched for. Once a storage has a Python object, torch keeps that
+    object alive exactly as long as the storage (PyObject preservation), so a weak reference to
+    it calls back when the storage dies, whether an operator, the autograd engine or a Python
+    ``del`` between operators dropped the last reference. The callback only banks the freed
+    bytes; :meth:`sweep` (run before each operator's outputs are counted) takes them off
+    ``current``. ``current`` thus changes at the same moments and by the same amounts as if
+    every live storage were checked for death at each sweep, while an operator costs time in
+    proportion to the storages it returns and frees, not to all live ones.
+    """
+
+    def __init__(self, granularity: int = GRANULARITY):
+        import torch
+        from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+        from torch.utils._pytree import tree_leaves
+
+        self._tensor_type, self._tree_leaves = torch.Tensor, tree_leaves
+        self._is_wrapper = is_traceable_wrapper_subclass
+        self.granularity = granularity
+        self._live: dict[int, _StorageRef] = {}  # storage pointer -> weak reference to its Python object
+        self._freed = 0  # bytes of the storages that died since the last sweep
+        self.current = 0
+        self.peak = 0
+
+    def _died(self, ref: _StorageRef) -> None:
+        # Python calls this while the dying storage still holds its address, so no new storage
+        # can have taken the key yet; the identity check is only a guard.
+        if self._live.get(ref.key) is ref:
+            del self._live[ref.key]
+            self._freed += ref.size
+
+    def sweep(self) -> None:
+        """Take the storages that died since the last sweep off the live total."""
+        self.current -= self._freed
+        self._freed = 0
+
+    def add(self, tensor) -> None:
+        if not isinstance(tensor, self._tensor_type) or tensor.device.type == "meta":
+            return
+        if self._is_wrapper(tensor):  # a tensor subclass over inner tensors (torchao's NF4Tensor): count those
+            for name in tensor.__tensor_flatten__()[0]:
+                self.add(getattr(tensor, name))
+            return
+        try:
+            storage = tensor.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # tensor subclasses without a plain storage
+            return
+        key = storage._cdata
+        if key in self._live:
+            return
+        size = rounded(storage.nbytes(), self.granularity)
+        ref = _StorageRef(storage, self._died)
+        ref.key, ref.size = key, size
+        self._live[key] = ref
+        self.current += size
+
+    def after_op(self, outputs) -> None:
+        self.sweep()
+        for t in self._tree_leaves(outputs):
+            self.add(t)
+        if self.current > self.peak:
+            self.peak = self.current
+
+    def reset_peak(self) -> None:
+        self.sweep()
+        self.peak = self.current
+
+    def mode(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        tracker = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                tracker.after_op(out)
+                return out
+
+        return _Mode()
+
+
+class ResizeAwareTracker(StorageTracker):
+    """A StorageTracker that also follows storages resized in place (FSDP2 frees gathered parameters
+    with ``storage.resize_(0)`` and re-allocates them with ``resize_(n)``; no operator reports it)."""
+
+    def resized(self, storage) -> None:
+        self.sweep()
+        ref = self._live.get(storage._cdata)
+        if ref is None:
+            return
+        size = rounded(storage.nbytes(), self.granularity)
+        self.current += size - ref.size
+        ref.size = size
+        if self.current > self.peak:
+            self.peak = self.current
+
+    @contextlib.contextmanager
+    def follow_resizes(self):
+        import torch
+
+        original = torch.UntypedStorage.resize_
+        tracker = self
+
+        def resize_(storage, size):
+            out = original(storage, size)
+            tracker.resized(storage)
+            return out
+
+        torch.UntypedStorage.resize_ = resize_
+        try:
+            yield self
+        finally:
+            torch.UntypedStorage.resize_ = original
