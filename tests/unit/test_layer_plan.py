@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 
 import vramwise
 from vramwise.core.model import _hashable
-from vramwise.core.plan import IndexSet, analyse
+from vramwise.core.facts import resolve_facts
+from vramwise.core.plan import IndexSet, analyse, layer_classes
+from vramwise.inputs.config import text_view
 from helpers import shared_configs
 
 REG = vramwise.Registry()
@@ -43,20 +45,76 @@ def planned(spec):
     return [(tuple(lc.indices), dict(lc.attributes)) for lc in spec.layer_classes]
 
 
-def check(config):
+def check(config, reg=REG):
+    """None when the config loads and its plan is the definition's; else the load's error, after checking
+    that the planner failed only where visiting every layer fails too."""
     try:
-        spec = vramwise.load_model(config, registry=REG)
+        spec = vramwise.load_model(config, registry=reg)
     except vramwise.VramwiseError as e:
         spec, error = None, str(e)
-    family = REG.family_for([config.get("model_type")])[0]
-    if spec is None:
+    family = reg.family_for([config.get("model_type")])[0]
+    if spec is not None:
+        assert planned(spec) == brute_force(family, dict(spec.facts), spec.num_layers)
+        return None
+    # the load failed: resolve the facts as the load does; where they resolve, plan the layers on them
+    try:
+        facts = resolve_facts(family, config, text_view(config), [], {})
+    except vramwise.VramwiseError:
+        return error  # the facts fail before any layer is planned
+    n = facts[family.layer_count]
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        return error  # no layer count to plan
+    try:
+        plan = layer_classes(family, dict(facts), n)
+    except vramwise.VramwiseError:
+        plan = None
+    if plan is None:
         # the planner may only fail where visiting every layer fails too
         with pytest.raises(vramwise.VramwiseError):
-            facts = vramwise.load_model(dict(config, num_hidden_layers=1), registry=REG).facts
-            brute_force(family, {**facts, "num_hidden_layers": config["num_hidden_layers"]}, config["num_hidden_layers"])
-        return error
-    assert planned(spec) == brute_force(family, dict(spec.facts), spec.num_layers)
-    return None
+            brute_force(family, facts, n)
+    else:  # the load failed after the plan (modules, inventory): the plan itself is still the definition's
+        assert [(tuple(idx), dict(values)) for idx, values in plan] == brute_force(family, facts, n)
+    return error
+
+
+PLAN_FAILS = """\
+schema_version: 1
+family: planfails
+description: a llama whose layer kinds are read from a list without a bound
+source: none
+extends: llama
+model_types: [planfails]
+facts:
+  kinds: {description: the kind of each layer, unit: list, aliases: [kinds], type: list, items: string, default: null}
+layers:
+  attributes:
+    kind: {description: the layer's kind, unit: text, expr: "kinds[i]"}
+"""
+
+
+@pytest.fixture(scope="module")
+def plan_fails(tmp_path_factory):
+    """The bundled families and ``planfails``, whose plan fails at the first layer beyond its list."""
+    import shutil
+    from importlib import resources
+
+    folder = tmp_path_factory.mktemp("families")
+    for item in resources.files("vramwise.families").iterdir():
+        if item.name.endswith(".yaml"):
+            shutil.copyfile(item, folder / item.name)
+    (folder / "planfails.yaml").write_text(PLAN_FAILS)
+    return vramwise.Registry(folder)
+
+
+def test_a_plan_that_fails_fails_where_visiting_every_layer_fails(plan_fails):
+    config = dict(LLAMA, model_type="planfails", num_hidden_layers=4)
+    # kinds for every layer: planned as the definition groups them
+    assert check(dict(config, kinds=["a", "b", "a", "b"]), plan_fails) is None
+    spec = vramwise.load_model(dict(config, kinds=["a", "b", "a", "b"]), registry=plan_fails)
+    assert [tuple(lc.indices) for lc in spec.layer_classes] == [(0, 2), (1, 3)]
+    # two kinds for four layers: layer 2 reads beyond the list, for the planner and the definition alike
+    error = check(dict(config, kinds=["a", "b"]), plan_fails)
+    assert error is not None and "layer 2" in error
 
 
 def test_every_family_is_planned_from_atoms():
