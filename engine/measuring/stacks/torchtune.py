@@ -34,11 +34,31 @@ __all__ = ["PROFILE", "DEVICES", "check", "prepare", "lora_arguments"]
 #: The profile that models this stack; its ``families`` are the configs built here.
 PROFILE = "torchtune"
 DEVICES = ("cpu",)
-#: family -> (torchtune builder module, full builder, LoRA builder, ties the embedding)
+
+
+def _llama3_2():
+    from torchtune.models.llama3_2 import _component_builders
+
+    return _component_builders
+
+
+def _mistral():
+    from torchtune.models.mistral import _component_builders
+
+    return _component_builders
+
+
+def _qwen2():
+    from torchtune.models.qwen2 import _component_builders
+
+    return _component_builders
+
+
+#: family -> (its torchtune component builders, full builder, LoRA builder, ties the embedding)
 _BUILDERS = {
-    "llama": ("torchtune.models.llama3_2", "llama3_2", "lora_llama3_2", True),
-    "mistral": ("torchtune.models.mistral", "mistral", "lora_mistral", False),
-    "qwen2": ("torchtune.models.qwen2", "qwen2", "lora_qwen2", True),
+    "llama": (_llama3_2, "llama3_2", "lora_llama3_2", True),
+    "mistral": (_mistral, "mistral", "lora_mistral", False),
+    "qwen2": (_qwen2, "qwen2", "lora_qwen2", True),
 }
 #: The names vramwise (PEFT) gives the projections -> torchtune's names in its LoRA builders.
 _ATTN = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "o_proj": "output_proj", "output_proj": "output_proj"}
@@ -316,19 +336,17 @@ def prepare(cfg: dict, settings, *, dtype, device: str, fake: bool) -> Prepared:
     """torchtune's model, loss and optimizer for ``cfg`` (a Hugging Face config dict) and ``settings``."""
     require("torchtune", extra="torchtune")
     require("torchao", extra="torchtune")
-    import importlib
-
     import torch
 
     family = _family(cfg)
     dims = _dims(cfg, family)
-    module, full_name, lora_name, _ = _BUILDERS[family]
+    component_builders, full_name, lora_name, _ = _BUILDERS[family]
     training = _training()
     from torchtune import modules
     from torchtune.modules.loss import CEWithChunkedOutputLoss
     from torchtune.modules.peft import get_adapter_params, set_trainable_params
 
-    builders = importlib.import_module(module + "._component_builders")
+    builders = component_builders()
     notes: list = []
     method = settings.method
     if method == "full":
