@@ -3,7 +3,10 @@
 Start the server on a free loopback port, open the page, choose a model from the catalog and a GPU,
 change the batch size; the displayed total must equal /api/estimate (and vramwise.estimate) for the same
 settings, the charts must have bars, the address must hold the settings, and a bad upload must show the
-library's error message. The run saves docs/serve.png, the screenshot in the README.
+library's error message. The run takes a screenshot of the page in its temporary folder; to refresh
+docs/serve.png, the picture of the documentation, name it in VRAMWISE_SCREENSHOT:
+
+    VRAMWISE_SCREENSHOT=docs/serve.png python -m pytest -q -m external tests/external/test_serve_browser.py
 
 Skipped when Chromium or Playwright is missing, unless VRAMWISE_REQUIRE_BROWSER=1 (set by .ci/run).
 """
@@ -12,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -24,7 +26,8 @@ from serve_live import live_server
 CHROMIUM = os.environ.get("VRAMWISE_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+#: where a copy of the screenshot goes (docs/serve.png to refresh the documentation's picture); none by default
+SCREENSHOT = os.environ.get("VRAMWISE_SCREENSHOT")
 MODEL = "meta-llama/Llama-3.1-8B"
 
 
@@ -46,7 +49,7 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:,.2f} GiB"
 
 
-def test_page_in_headless_chromium(monkeypatch):
+def test_page_in_headless_chromium(monkeypatch, tmp_path):
     _require()
     import httpx
     from playwright.sync_api import sync_playwright
@@ -103,8 +106,7 @@ def test_page_in_headless_chromium(monkeypatch):
                                    timeout=15_000)
             page.click("#trace summary")
 
-            DOCS.mkdir(exist_ok=True)
-            page.screenshot(path=str(DOCS / "serve.png"), full_page=True)
+            page.screenshot(path=str(tmp_path / "serve.png"), full_page=True)
 
             # a bad upload shows the library's message
             page.click("#upload-box summary")
@@ -131,4 +133,6 @@ def test_page_in_headless_chromium(monkeypatch):
             assert not outside, outside  # nothing fetched from anywhere else
         finally:
             browser.close()
-    assert (DOCS / "serve.png").stat().st_size > 10_000
+    assert (tmp_path / "serve.png").stat().st_size > 10_000
+    if SCREENSHOT:
+        shutil.copyfile(tmp_path / "serve.png", SCREENSHOT)
