@@ -145,7 +145,7 @@ def test_not_utf8_and_several_files(tmp_path, capsys):
     bad.write_bytes(b"family: caf\xe9\n")
     good = _family(tmp_path)
     problems = vramwise.check([good, bad])
-    assert problems == [f"{bad}:1:1: not UTF-8 (byte 0xe9 at offset 11): data files are UTF-8 YAML"]
+    assert problems == [f"{bad}:1:1: $: not UTF-8 text (byte 0xe9 at offset 11): data files are UTF-8 YAML"]
     assert main(["check", str(good), str(bad)]) == 1
 
 
@@ -157,5 +157,13 @@ def test_bad_usage_exits_2(tmp_path, capsys):
     assert "no such file or folder" in capsys.readouterr().err
     (tmp_path / "x.txt").write_text("x")
     assert main(["check", str(tmp_path / "x.txt")]) == 2
-    with pytest.raises(vramwise.VramwiseError):
+    with pytest.raises(vramwise.UsageError, match="nothing to check"):
         vramwise.check([])
+    with pytest.raises(vramwise.UsageError, match="no such file or folder"):
+        vramwise.check([tmp_path / "missing.yaml"])
+
+
+def test_files_over_the_data_file_limit_are_refused(tmp_path):
+    big = _family(tmp_path, FAMILY + "#" + "x" * (1 << 20) + "\n")  # a comment past 1 MiB (1,048,576 bytes)
+    (problem,) = vramwise.check([big])
+    assert problem.startswith(f"{big}:1:1: ") and "data files hold at most 1,048,576" in problem

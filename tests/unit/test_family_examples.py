@@ -1,19 +1,15 @@
-"""Runs the ``examples:`` of every family file (hand-derived test vectors beside the rules)."""
+"""Runs the ``examples:`` of every family file (hand-derived test vectors beside the rules), with the
+runner ``vramwise check`` uses."""
 
 from __future__ import annotations
 
 import pytest
-from simpleeval import simple_eval
 
 import vramwise
+from vramwise.core.examples import expected_value, run_example
 
 _REG = vramwise.Registry.default()
 _CASES = [(f.name, ex) for f in _REG.families.values() for ex in f.examples]
-
-
-def _value(v):
-    """Expected values may be written as plain arithmetic (no names)."""
-    return simple_eval(v, functions={}, names={}) if isinstance(v, str) else v
 
 
 def test_every_family_has_examples():
@@ -23,24 +19,29 @@ def test_every_family_has_examples():
 
 @pytest.mark.parametrize("family,example", _CASES, ids=[f"{f}:{ex['name']}" for f, ex in _CASES])
 def test_example(family, example):
-    fam = _REG.family(family)
-    if fam.model_types or fam.fallback or fam.abstract:
-        spec = vramwise.load_model(example["config"], registry=_REG)  # chosen by model type, as users meet it
-    else:  # a family no model type selects (size_only) is asked for by name
-        spec = _REG.resolve(example["config"], family=family)
-    expect = example["expect"]
-    assert spec.family == expect.get("family", family)
-    for name, value in expect.get("facts", {}).items():
-        assert spec.facts[name] == value, name
-    for group, value in expect.get("params", {}).items():
-        got = spec.params_total if group == "total" else spec.params_by_group.get(group, 0)
-        assert got == _value(value), group
-    for attr, by_value in expect.get("layers", {}).items():
-        got: dict = {}
-        for lc in spec.layer_classes:
-            got.setdefault(lc.attributes[attr], []).extend(lc.indices)
-        assert {k: sorted(v) for k, v in got.items()} == {k: sorted(v) for k, v in by_value.items()}, attr
-    if "estimate" in expect:
-        est = vramwise.estimate(spec, registry=_REG, **example.get("settings", {}))
-        for fieldname, value in expect["estimate"].items():
-            assert getattr(est, fieldname) == _value(value), fieldname
+    assert "expect" in example
+    assert run_example(_REG, family, example) == []
+
+
+def test_a_failed_expectation_is_a_problem():
+    example = dict(next(ex for f, ex in _CASES if f == "llama"))
+    expect = dict(example["expect"])
+    expect["facts"] = dict(expect.get("facts") or {}, num_hidden_layers=-1)
+    (problem,) = run_example(_REG, "llama", dict(example, expect=expect))
+    assert "fact num_hidden_layers is" in problem and "expected -1" in problem
+
+
+@pytest.mark.parametrize("text,value", [
+    ("2 * 4096 * 128256", 1_050_673_152),  # 2 x 4096 = 8192; 8192 x 128256 = 1,050,673,152
+    ("(3 + 4) * 2 ** 10 // 7", 1024),
+    ("1 / 4", 0.25),
+    (12, 12),
+])
+def test_expected_values_are_arithmetic(text, value):
+    assert expected_value(text) == value
+
+
+@pytest.mark.parametrize("text", ["hidden_size * 2", "2 ** 99999999", "open('x')", "1 / 0"])
+def test_expected_values_reject_names_calls_and_failures(text):
+    with pytest.raises(vramwise.VramwiseError):
+        expected_value(text)
