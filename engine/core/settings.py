@@ -8,13 +8,15 @@ options all come from it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, make_dataclass
+from functools import lru_cache
 from typing import Any, Callable
 
 from vramwise.core.errors import SettingsError
 
 __all__ = [
-    "DEFAULT_PROFILE", "Setting", "SETTINGS", "SETTING_NAMES", "PER_CALL", "TrainingSettings", "METHODS", "CHECKPOINTING_MODES",
+    "DEFAULT_PROFILE", "Setting", "strategy_manifest_names", "SETTINGS", "SETTING_NAMES", "PER_CALL", "TrainingSettings", "METHODS", "CHECKPOINTING_MODES",
     "LOSS_MODES", "ATTENTION_KINDS", "EXPERTS_LAYOUTS", "STACKS", "STRATEGIES", "OFFLOAD_MODES", "LIMITS", "normalise_settings", "normalise_static", "positive_int", "DEFAULTS",
 ]
 
@@ -32,10 +34,65 @@ STACKS = ("hf", "torchtune", "litgpt")
 #: How a mixture-of-experts layer holds its experts: fused 3-D parameters (transformers >= 5), which
 #: bitsandbytes leaves unquantized, or one nn.Linear per expert (transformers 4.x), which it quantizes.
 EXPERTS_LAYOUTS = ("fused", "per_expert")
-#: Multi-GPU strategies (their formulas: formulas/strategies); "none" is one GPU.
-STRATEGIES = ("none", "ddp", "fsdp", "fsdp_shard_grad_op", "fsdp_hybrid", "zero1", "zero2", "zero3", "device_map")
-#: What a strategy moves to host memory: nothing, the optimizer states (and their step), or the parameters too.
-OFFLOAD_MODES = ("none", "optimizer", "parameters")
+
+
+@lru_cache(maxsize=1)
+def strategy_manifest_names() -> tuple[tuple, tuple]:
+    """(the strategies, the offload modes) of the bundled strategies manifest
+    (formulas/strategies/strategies.yaml), each with "none" first; read once, through the data-file
+    reader (``strategy_manifest_names.cache_clear()`` forgets them)."""
+    from importlib import resources
+
+    from vramwise.core.datafiles import load_data_file, read_data_text
+
+    shown = "formulas/strategies/strategies.yaml"
+    item = resources.files("vramwise.formulas").joinpath("strategies", "strategies.yaml")
+    data = load_data_file(read_data_text(item, shown), shown, "strategies-1.schema.json", validate=False).data
+    offload = ["none"]
+    for entry in data["strategies"].values():
+        offload += [mode for mode in entry.get("offload", ()) if mode not in offload]
+    return ("none",) + tuple(data["strategies"]), tuple(offload)
+
+
+class _ManifestNames(Sequence):
+    """A tuple of names from the strategies manifest, read when first used (importing the settings
+    reads no file, and an estimate without a strategy never needs them)."""
+
+    __slots__ = ("_index",)
+
+    def __init__(self, index: int):
+        self._index = index
+
+    def _names(self) -> tuple:
+        return strategy_manifest_names()[self._index]
+
+    def __getitem__(self, i):
+        return self._names()[i]
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __iter__(self):
+        return iter(self._names())
+
+    def __contains__(self, value) -> bool:
+        return value in self._names()
+
+    def __eq__(self, other) -> bool:
+        return self._names() == (tuple(other) if isinstance(other, Sequence) and not isinstance(other, str) else other)
+
+    def __hash__(self) -> int:
+        return hash(self._names())
+
+    def __repr__(self) -> str:
+        return repr(self._names())
+
+
+#: Multi-GPU strategies (their formulas: formulas/strategies, read from its strategies.yaml); "none" is one GPU.
+STRATEGIES = _ManifestNames(0)
+#: What a strategy moves to host memory (every offload setting of strategies.yaml): nothing, the optimizer
+#: states (and their step), or the parameters too.
+OFFLOAD_MODES = _ManifestNames(1)
 _GC_ALIASES = {"none": "none", "false": "none", "off": "none", "no": "none", "0": "none",
                "true": "true", "on": "true", "yes": "true", "1": "true", "unsloth": "unsloth"}
 
@@ -66,10 +123,11 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _choice(choices: tuple, default: str | None = None) -> Callable:
+def _choice(choices: Sequence, default: str | None = None) -> Callable:
     def parse(name: str, value: Any) -> str:
-        if value is None and default is not None:
-            value = default
+        if value is None or value == default:
+            if default is not None:
+                return default
         if not isinstance(value, str) or value.strip().lower() not in choices:
             raise SettingsError(f"unknown {name.replace('_', ' ')} {_short(value)} (choose one of: {', '.join(choices)})")
         return value.strip().lower()
