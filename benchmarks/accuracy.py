@@ -1,10 +1,11 @@
 """Regenerate docs/accuracy.md: the hf, torchtune and litgpt profiles' estimates against `vramwise measure`.
 
-    python benchmarks/accuracy.py            # every cell of tests/validation_matrix*.py and three 8B steps (about 15 minutes on 2 cores)
+    python benchmarks/accuracy.py            # every cell of the validation matrices and three 8B steps (about 15 minutes on 2 cores)
     python benchmarks/accuracy.py --part stacks   # only the torchtune, litgpt and strategies sections (the hf part of the page is kept)
     python benchmarks/accuracy.py --cuda     # also measure the GPU rows when torch sees a CUDA device
 
-CPU rows come from the storage tracker (full and LoRA under fake tensors, QLoRA with real
+The cells are those of vramwise.measuring.matrices, which tests/measured asserts. CPU rows come from the
+storage tracker (full and LoRA under fake tensors, QLoRA with real
 bitsandbytes storage). GPU rows run `measure --device cuda` on the GPU_MATRIX below and compare
 max_memory_allocated with the tensor peak, max_memory_reserved with the reserved figure and
 NVML's process memory with the device figure.
@@ -19,35 +20,33 @@ import sys
 import time
 import warnings
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "tests"))
+from vramwise.measuring.matrices import HF, MATRICES, METHODS, OPTIMIZER
 
-import validation_matrix as vm  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 #: where the sections of the training-stack profiles start in docs/accuracy.md
 STACK_MARKER = "<!-- training-stack profiles: python benchmarks/accuracy.py --part stacks -->"
 
-#: (section title, validation-matrix module, what the section says about its cells)
+#: (section title, validation matrix (a key of MATRICES), what the section says about its cells)
 STACKS = (
-    ("The `torchtune` profile (CPU)", "validation_matrix_torchtune",
+    ("The `torchtune` profile (CPU)", "torchtune",
      "torchtune 0.6.1's own model builders (llama3_2-, qwen2- and mistral-shaped, 256 wide, 2 layers, real "
      "vocabularies), its LoRA / QLoRA (torchao NF4) modules, chunked cross-entropy, activation offloading and "
      "optimizer_in_bwd, measured by `vramwise measure --stack torchtune` (fake tensors; torchao's NF4 runs "
-     "under FakeTensorMode) against `--profile torchtune`; asserted by tests/test_validation_matrix_torchtune.py."),
-    ("The `litgpt` profile (CPU)", "validation_matrix_litgpt",
+     "under FakeTensorMode) against `--profile torchtune`; asserted by tests/measured/test_validation_matrix_torchtune.py."),
+    ("The `litgpt` profile (CPU)", "litgpt",
      "LitGPT 0.5.9's own GPT model, its LoRA (bf16-true precision, fused qkv) and chunked cross-entropy, "
      "measured by `vramwise measure --stack litgpt` against `--profile litgpt`; asserted by "
-     "tests/test_validation_matrix_litgpt.py."),
-    ("Multi-GPU strategies of the `hf` profile (CPU processes)", "validation_matrix_strategies",
+     "tests/measured/test_validation_matrix_litgpt.py."),
+    ("Multi-GPU strategies of the `hf` profile (CPU processes)", "strategies",
      "DDP and FSDP2 (fully_shard on each decoder layer and the root) in 2 and 4 processes joined by gloo on the "
      "CPU, each rank's storage tracked (`vramwise measure --strategy`), against `--profile hf --strategy` "
      "(formulas/strategies): the busiest rank's peak against the per-rank tensor peak; llama (untied, 2 layers) "
      "and qwen2 (tied, 4 layers) x full / LoRA, batch 2 x 64 per rank, plus four cells with checkpointing and "
      "six of 8 tokens, where the model states and the gathered units outweigh the activations, and four of "
      "FSDP's shard_grad_op (reshard_after_forward=False) on 2 ranks; "
-     "asserted by tests/test_validation_matrix_strategies.py. ZeRO and device_map are not measured here "
-     "(tests/test_strategies.py checks ZeRO against DeepSpeed's own estimators)."),
+     "asserted by tests/measured/test_validation_matrix_strategies.py. ZeRO and device_map are not measured here "
+     "(tests/unit/test_strategies.py checks ZeRO against DeepSpeed's own estimators)."),
 )
 
 #: A short GPU matrix: a 0.5B Qwen2.5-shaped model, three methods, two shapes.
@@ -64,21 +63,21 @@ def _pct(x: float) -> str:
 
 def cpu_rows():
     rows = []
-    for cell in vm.cells():
+    for cell in HF.cells():
         t = time.perf_counter()
-        r = vm.run_cell(cell)
+        r = HF.run_cell(cell)
         r["seconds"] = time.perf_counter() - t
         rows.append((cell, r))
         print(f"{r['cell']:<45} {_pct(r['error'])}", file=sys.stderr, flush=True)
     return rows
 
 
-def stack_rows(module_name: str):
-    mod = __import__(module_name)
+def stack_rows(name: str):
+    matrix = MATRICES[name]
     rows = []
-    for cell in mod.cells():
-        r = mod.run_cell(cell)
-        rows.append((mod.cell_id(cell), r))
+    for cell in matrix.cells():
+        r = matrix.run_cell(cell)
+        rows.append((matrix.cell_id(cell), r))
         print(f"{r['cell']:<45} {_pct(r['error'])}", file=sys.stderr, flush=True)
     return rows
 
@@ -107,16 +106,15 @@ def render_stacks(stacks) -> str:
 
 
 def layer_rows():
-    from vramwise import estimate
-    from vramwise.measuring.steps import measure
+    from vramwise import estimate, measure
 
     rows = []
-    for name in vm.CONFIGS:
-        for method in vm.METHODS:
-            for att in vm.ATTENTION:
+    for name in HF.configs:
+        for method in METHODS:
+            for att in HF.attention:
                 kw = dict(method=method, batch_size=2, seq_len=512, gradient_checkpointing="none", attention=att,
-                          optimizer=vm.OPTIMIZER)
-                cfgs = {n: vm.small_vocab(name, n) for n in (2, 4)}
+                          optimizer=OPTIMIZER)
+                cfgs = {n: HF.small_vocab(name, n) for n in (2, 4)}
                 meas = {n: measure(cfgs[n], fake=method != "qlora", **kw).peak for n in (2, 4)}
                 est = {n: estimate(cfgs[n], profile="hf", **kw).figures["tensor_peak"] for n in (2, 4)}
                 gm, ge = meas[4] - meas[2], est[4] - est[2]
@@ -133,13 +131,12 @@ LARGE = [
 
 
 def large_rows():
-    from vramwise import estimate
-    from vramwise.measuring.steps import measure
+    from vramwise import estimate, measure
 
     rows = []
     for path, method, gc, b, s in LARGE:
         kw = dict(method=method, batch_size=b, seq_len=s, gradient_checkpointing=gc, attention="sdpa",
-                  optimizer=vm.OPTIMIZER)
+                  optimizer=OPTIMIZER)
         m = measure(path, fake=True, **kw)
         e = estimate(path, profile="hf", **kw)
         rows.append((os.path.basename(path), method, gc, b, s, m, e))
@@ -150,8 +147,7 @@ def large_rows():
 def gpu_rows():
     import torch
 
-    from vramwise import estimate
-    from vramwise.measuring.steps import measure
+    from vramwise import estimate, measure
 
     name = torch.cuda.get_device_name(0)
     rows = []
@@ -172,12 +168,12 @@ def render(cpu, layers, large, gpu) -> str:
         "# Accuracy of the `hf` profile",
         "",
         "Regenerated by `python benchmarks/accuracy.py`; the same cells are asserted by",
-        "`tests/test_validation_matrix.py` (every cell within 10 %, the median within 5 %).",
+        "`tests/measured/test_validation_matrix.py` (every cell within 10 %, the median within 5 %).",
         "",
         "**What is compared.** The estimate's `tensor_peak` figure (`vramwise estimate --profile hf`) against",
         "the highest live tensor bytes `vramwise measure` records over two optimizer steps on CPU",
         "(storages rounded up to 512 bytes, as the CUDA caching allocator rounds). Full fine-tuning and",
-        "LoRA run under fake tensors (equal to real tensors to the byte, see tests/test_measure.py); QLoRA",
+        "LoRA run under fake tensors (equal to real tensors to the byte, see tests/measured/test_measure.py); QLoRA",
         "runs real bitsandbytes 4-bit storage. Optimizer: torch AdamW, foreach implementation (`adamw_torch`).",
         "",
         "**Configs.** 256 wide, 2 layers, real vocabularies: llama (128,256, untied), qwen3 (151,936, tied,",

@@ -140,14 +140,15 @@ def reference_minimal_config(reference) -> dict | None:
     return merge_config({"model_type": reference["model_type"], **reference["minimal"]}, reference.get("default_fixes") or {})
 
 
-# -- the two checks every validation matrix makes (tests/test_validation_matrix*.py) --
+# -- the two checks every validation matrix makes (tests/measured/test_validation_matrix*.py) --
 
 
 def matrix_checks(vm):
-    """``test_cell_within_ten_percent`` and ``test_median_within_five_percent`` for a validation-matrix
-    module ``vm`` (``cells()``, ``cell_id()``, ``run_cell()``, ``CELL_LIMIT``, ``MEDIAN_LIMIT``,
-    ``median_abs_error()``); each cell is measured once and shared by both."""
+    """``test_cell_within_ten_percent`` and ``test_median_within_five_percent`` for a validation matrix
+    ``vm`` (a :class:`vramwise.measuring.matrices.Matrix`); each cell is measured once and shared by both."""
     import pytest
+
+    from vramwise.measuring.matrices import CELL_LIMIT, MEDIAN_LIMIT, median_abs_error
 
     cells = list(vm.cells())
     results: dict = {}
@@ -160,9 +161,9 @@ def matrix_checks(vm):
     @pytest.mark.parametrize("cell", cells, ids=[vm.cell_id(c) for c in cells])
     def test_cell_within_ten_percent(cell):
         r = result(cell)
-        assert abs(r["error"]) <= vm.CELL_LIMIT, r
+        assert abs(r["error"]) <= CELL_LIMIT, r
 
     def test_median_within_five_percent():
-        assert vm.median_abs_error([result(c) for c in cells]) <= vm.MEDIAN_LIMIT
+        assert median_abs_error([result(c) for c in cells]) <= MEDIAN_LIMIT
 
     return test_cell_within_ten_percent, test_median_within_five_percent

@@ -3,7 +3,7 @@
 Cells: llama, qwen3, gemma3_text, qwen3_moe (MoE) and deepseek_v3 (MLA) at 256 wide, 2 layers and
 their real vocabularies x full / LoRA / QLoRA x checkpointing off / on x sdpa / eager x two
 shapes (batch 1 x 128, batch 2 x 256): 120 cells. Expected values are measurements (CPU storage
-tracker; full and LoRA under fake tensors, which tests/test_measure.py shows equal real tensors to
+tracker; full and LoRA under fake tensors, which tests/measured/test_measure.py shows equal real tensors to
 the byte; QLoRA with real bitsandbytes storage). The estimate's tensor peak must be within 10 % of
 the measured peak in every cell and within 5 % in the median.
 
@@ -21,25 +21,24 @@ pytest.importorskip("peft")
 pytest.importorskip("bitsandbytes")
 
 from helpers import matrix_checks  # noqa: E402
-import validation_matrix as vm  # noqa: E402
 
-from vramwise import estimate  # noqa: E402
-from vramwise.measuring.steps import measure  # noqa: E402
+from vramwise import estimate, measure  # noqa: E402
+from vramwise.measuring.matrices import CELL_LIMIT, HF as vm, METHODS, OPTIMIZER  # noqa: E402
 
 test_cell_within_ten_percent, test_median_within_five_percent = matrix_checks(vm)
 
 
-@pytest.mark.parametrize("attention", vm.ATTENTION)
-@pytest.mark.parametrize("method", vm.METHODS)
-@pytest.mark.parametrize("name", sorted(vm.CONFIGS))
+@pytest.mark.parametrize("attention", vm.attention)
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("name", sorted(vm.configs))
 def test_two_more_layers_cost_what_the_estimate_says(name, method, attention):
     kw = dict(method=method, batch_size=2, seq_len=512, gradient_checkpointing="none", attention=attention,
-              optimizer=vm.OPTIMIZER)
+              optimizer=OPTIMIZER)
     measured = {n: measure(vm.small_vocab(name, n), fake=method != "qlora", **kw).peak for n in (2, 4)}
     estimated = {n: estimate(vm.small_vocab(name, n), profile="hf", **kw).figures["tensor_peak"] for n in (2, 4)}
     growth_measured = measured[4] - measured[2]
     growth_estimated = estimated[4] - estimated[2]
-    assert abs(growth_estimated / growth_measured - 1) <= vm.CELL_LIMIT, (growth_measured, growth_estimated)
+    assert abs(growth_estimated / growth_measured - 1) <= CELL_LIMIT, (growth_measured, growth_estimated)
 
 
 @pytest.mark.parametrize("method", ("lora", "qlora"))
@@ -53,16 +52,16 @@ def test_lora_dropout_masks(name, method):
     (q, k, v, o, gate, up: 256 each; down: 768), over 2 layers (4 in the grown model).
     """
     inputs_per_layer = 6 * 256 + 768
-    kw = dict(method=method, gradient_checkpointing="none", attention="sdpa", optimizer=vm.OPTIMIZER, lora_dropout=0.1)
+    kw = dict(method=method, gradient_checkpointing="none", attention="sdpa", optimizer=OPTIMIZER, lora_dropout=0.1)
     fake = method != "qlora"
     real_vocab = dict(kw, batch_size=2, seq_len=256)
-    m = measure(vm.CONFIGS[name], fake=fake, **real_vocab).peak
-    e = estimate(vm.CONFIGS[name], profile="hf", **real_vocab).figures["tensor_peak"]
+    m = measure(vm.configs[name], fake=fake, **real_vocab).peak
+    e = estimate(vm.configs[name], profile="hf", **real_vocab).figures["tensor_peak"]
     e_cpu = e + 3 * inputs_per_layer * 2 * 256 * 2
-    assert abs(e_cpu / m - 1) <= vm.CELL_LIMIT, (m, e_cpu)
+    assert abs(e_cpu / m - 1) <= CELL_LIMIT, (m, e_cpu)
     growth = dict(kw, batch_size=2, seq_len=512)
     measured = {n: measure(vm.small_vocab(name, n), fake=fake, **growth).peak for n in (2, 4)}
     estimated = {n: estimate(vm.small_vocab(name, n), profile="hf", **growth).figures["tensor_peak"]
                  + 3 * inputs_per_layer * 2 * 512 * n for n in (2, 4)}
     ratio = (estimated[4] - estimated[2]) / (measured[4] - measured[2])
-    assert abs(ratio - 1) <= vm.CELL_LIMIT, (measured, estimated)
+    assert abs(ratio - 1) <= CELL_LIMIT, (measured, estimated)

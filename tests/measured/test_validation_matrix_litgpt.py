@@ -1,7 +1,7 @@
 """The litgpt profile against `vramwise measure --stack litgpt` (LitGPT 0.5.9's own model, LoRA,
 bitsandbytes NF4, chunked_cross_entropy and optimizers), plus unit tests of the profile's formulas.
 
-Cells (tests/validation_matrix_litgpt.py): llama, qwen3 (tied checkpoint, q/k norms) and qwen2 (q/k/v
+Cells (vramwise.measuring.matrices.LITGPT): llama, qwen3 (tied checkpoint, q/k norms) and qwen2 (q/k/v
 biases, no grouped queries) at 256 wide, 2 layers and their real vocabularies x full / LoRA / QLoRA x
 standard / chunked loss x two shapes (batch 1 x 128, batch 2 x 256): 36 cells, measured under fake
 tensors (one QLoRA cell is checked against real bitsandbytes storage to the byte). Every estimate must
@@ -19,13 +19,12 @@ pytest.importorskip("lightning")
 pytest.importorskip("bitsandbytes")
 
 from helpers import matrix_checks  # noqa: E402
-import validation_matrix_litgpt as vm  # noqa: E402
 
 # bitsandbytes' paged optimizer falls back to plain tensors on a CPU (what the measurement wants)
 pytestmark = pytest.mark.filterwarnings("ignore:Paged optimizers are not supported on CPU")
 
-from vramwise import SettingsError, VramwiseError, estimate  # noqa: E402
-from vramwise.measuring.steps import measure  # noqa: E402
+from vramwise import SettingsError, VramwiseError, estimate, measure  # noqa: E402
+from vramwise.measuring.matrices import LITGPT as vm, METHODS, OPTIMIZER, STEPS  # noqa: E402
 
 test_cell_within_ten_percent, test_median_within_five_percent = matrix_checks(vm)
 
@@ -35,14 +34,14 @@ def test_fake_qlora_equals_real_4bit_storage():
     (fake packed weights and block scales) give the same peak in every phase, to the byte."""
     cell = ("llama", "qlora", "chunked", 1, 128)
     kw = vm.settings(cell)
-    real = measure(vm.CONFIGS["llama"], stack="litgpt", steps=vm.STEPS, fake=False, **kw)
-    fake = measure(vm.CONFIGS["llama"], stack="litgpt", steps=vm.STEPS, fake=True, **kw)
+    real = measure(vm.configs["llama"], stack="litgpt", steps=STEPS, fake=False, **kw)
+    fake = measure(vm.configs["llama"], stack="litgpt", steps=STEPS, fake=True, **kw)
     assert {k: v.peak for k, v in real.phases.items()} == {k: v.peak for k, v in fake.phases.items()}
     assert real.params_total == fake.params_total and real.params_trainable == fake.params_trainable
 
 
 # LoRA with the default targets (q, v), and with every switch but the head (all-linear).
-GROWTH = [(n, m, t) for n in sorted(vm.CONFIGS) for m in vm.METHODS for t in ((None, "all-linear") if m != "full" else (None,))]
+GROWTH = [(n, m, t) for n in sorted(vm.configs) for m in METHODS for t in ((None, "all-linear") if m != "full" else (None,))]
 
 
 @pytest.mark.parametrize("name,method,targets", GROWTH, ids=[f"{n}-{m}-{t or 'default'}" for n, m, t in GROWTH])
@@ -51,7 +50,7 @@ def test_two_more_layers_cost_what_the_estimate_says(name, method, targets):
     it is a copy, which full fine-tuning (proj) and an adapted proj save: 2 x q_dim bytes per token
     and layer more measured here (about 3 % of the growth)."""
     kw = dict(method=method, batch_size=2, seq_len=512, gradient_checkpointing="none", loss="chunked",
-              optimizer=vm.OPTIMIZER, target_modules=targets)
+              optimizer=OPTIMIZER, target_modules=targets)
     measured = {n: measure(vm.small_vocab(name, n), stack="litgpt", fake=True, **kw).peak for n in (2, 4)}
     estimated = {n: estimate(vm.small_vocab(name, n), profile="litgpt", **kw).figures["tensor_peak"] for n in (2, 4)}
     ratio = (estimated[4] - estimated[2]) / (measured[4] - measured[2])

@@ -1,6 +1,6 @@
 """The torchtune profile against `vramwise measure --stack torchtune` (torchtune's own model, loss and step).
 
-Cells (tests/validation_matrix_torchtune.py): llama (Llama-3 vocabulary, untied) and qwen2 (Qwen2.5
+Cells (vramwise.measuring.matrices.TORCHTUNE): llama (Llama-3 vocabulary, untied) and qwen2 (Qwen2.5
 vocabulary, tied, q/k/v biases) at 256 wide and 2 layers x full / LoRA / QLoRA x checkpointing off / on
 x standard / chunked loss x two shapes, plus mistral, optimizer_in_bwd and activation offloading: 64
 cells. Expected values are measurements (CPU storage tracker under fake tensors; torchao's NF4 runs
@@ -19,11 +19,9 @@ pytest.importorskip("torchtune")
 pytest.importorskip("torchao")
 
 from helpers import matrix_checks  # noqa: E402
-import validation_matrix_torchtune as vm  # noqa: E402
 
-from vramwise import estimate  # noqa: E402
-from vramwise.core.errors import SettingsError  # noqa: E402
-from vramwise.measuring.steps import measure  # noqa: E402
+from vramwise import SettingsError, estimate, measure  # noqa: E402
+from vramwise.measuring.matrices import TORCHTUNE as vm  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")
 
@@ -37,7 +35,7 @@ def _value(e, fid, layer=False):
     raise KeyError(fid)
 
 
-LLAMA = vm.CONFIGS["llama"]
+LLAMA = vm.configs["llama"]
 
 
 def test_nf4_layout_is_torchao_s():

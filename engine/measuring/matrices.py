@@ -1,0 +1,305 @@
+"""The validation matrices: the cells `vramwise measure` runs on a CPU against `vramwise estimate`, and the
+limits every cell and the median of the cells must meet.
+
+They are the ground truth of the accuracy claims: tests/measured asserts them (every cell within
+``CELL_LIMIT`` of the measured peak, the median within ``MEDIAN_LIMIT``) and benchmarks/accuracy.py writes
+docs/accuracy.md from the same cells. Four matrices, each a :class:`Matrix`:
+
+- ``HF``: transformers + PEFT + bitsandbytes against the hf profile (120 cells);
+- ``TORCHTUNE``: torchtune's own model builders, loss and step against the torchtune profile (64 cells);
+- ``LITGPT``: LitGPT's own model, LoRA and chunked loss against the litgpt profile (36 cells);
+- ``STRATEGIES``: DDP and FSDP2 in gloo processes against the hf profile's per-rank strategies (30 cells).
+
+A cell is a tuple whose first element names its config; :meth:`Matrix.settings` turns it into the
+settings both ``measure`` and ``estimate`` take. The small configs keep their models' real vocabularies,
+so the logits and embeddings have their true size while a step stays cheap on a CPU.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from typing import Any, Iterator, Mapping
+
+__all__ = ["CELL_LIMIT", "MEDIAN_LIMIT", "METHODS", "SHAPES", "OPTIMIZER", "STEPS", "Matrix", "HF", "TORCHTUNE",
+           "LITGPT", "STRATEGIES", "MATRICES", "median_abs_error"]
+
+CELL_LIMIT = 0.10  # |estimate / measured - 1| in every cell
+MEDIAN_LIMIT = 0.05  # ... and in the median over the cells
+METHODS = ("full", "lora", "qlora")
+SHAPES = ((1, 128), (2, 256))  # (batch, sequence)
+OPTIMIZER = "adamw_torch"
+STEPS = 2
+
+
+def median_abs_error(rows) -> float:
+    """The median |error| of :meth:`Matrix.run_cell` results."""
+    return statistics.median(abs(r["error"]) for r in rows)
+
+
+class Matrix:
+    """A validation matrix: its configs, its cells, and how one cell is measured and estimated."""
+
+    name = ""  #: the matrix's name (a key of MATRICES)
+    profile = "hf"  #: the profile the estimates use
+    stack = "hf"  #: the training stack ``measure`` runs
+    configs: Mapping[str, dict] = {}
+
+    def cells(self) -> Iterator[tuple]:
+        """Every cell, in the order the reports list them."""
+        raise NotImplementedError
+
+    def cell_id(self, cell: tuple) -> str:
+        raise NotImplementedError
+
+    def settings(self, cell: tuple) -> dict:
+        """The settings ``measure`` and ``estimate`` both take for the cell."""
+        raise NotImplementedError
+
+    def fake(self, cell: tuple) -> bool:
+        """Whether the cell is measured under fake tensors (shapes and lifetimes real, nothing allocated)."""
+        return True
+
+    def run_cell(self, cell: tuple, fake: bool | None = None) -> dict:
+        """Measure the cell (under fake tensors unless ``fake`` says otherwise) and estimate it."""
+        from vramwise import estimate, measure
+
+        cfg = self.configs[cell[0]]
+        kw = self.settings(cell)
+        m = measure(cfg, stack=self.stack, steps=STEPS, fake=self.fake(cell) if fake is None else fake, **kw)
+        e = estimate(cfg, profile=self.profile, **kw)
+        est = e.figures["tensor_peak"]
+        return {
+            "cell": self.cell_id(cell), "measured": m.peak, "measured_phase": m.peak_phase, "estimate": est,
+            "estimate_phase": e.peak_phase, "error": est / m.peak - 1,
+            "measured_phases": {k: v.peak for k, v in m.phases.items()}, "estimated_phases": dict(e.phases),
+        }
+
+    def small_vocab(self, name: str, layers: int) -> dict:
+        """Config ``name`` with vocabulary 1000 and ``layers`` layers: isolates the per-layer terms."""
+        cfg = dict(self.configs[name], vocab_size=1000, num_hidden_layers=layers)
+        if "layer_types" in cfg:
+            cfg["layer_types"] = (["sliding_attention", "full_attention"] * layers)[:layers]
+        return cfg
+
+
+class HfMatrix(Matrix):
+    """transformers + PEFT against the hf profile: llama, qwen3, gemma3_text, qwen3_moe (MoE) and
+    deepseek_v3 (MLA) at 256 wide, 2 layers and their real vocabularies x full / LoRA / QLoRA x
+    checkpointing off / on x sdpa / eager x two shapes (batch 1 x 128, batch 2 x 256): 120 cells.
+    Full and LoRA run under fake tensors (equal to real tensors to the byte), QLoRA with real
+    bitsandbytes storage."""
+
+    name = "hf"
+    configs = {
+        "llama": {  # Llama-3 vocabulary, untied head, grouped-query attention
+            "model_type": "llama", "vocab_size": 128256, "hidden_size": 256, "intermediate_size": 768,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": False,
+        },
+        "qwen3": {  # Qwen3 vocabulary, tied embeddings, q/k norms
+            "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 256, "intermediate_size": 768,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+            "tie_word_embeddings": True,
+        },
+        "gemma3_text": {  # Gemma-3 vocabulary, tied, a sliding and a full layer, four norms per layer
+            "model_type": "gemma3_text", "vocab_size": 262144, "hidden_size": 256, "intermediate_size": 512,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 64,
+            "sliding_window": 64, "layer_types": ["sliding_attention", "full_attention"],
+        },
+        "qwen3_moe": {  # mixture of experts: 8 routed experts, top-2, PEFT adapters on the fused experts
+            "model_type": "qwen3_moe", "vocab_size": 151936, "hidden_size": 256, "intermediate_size": 768,
+            "moe_intermediate_size": 128, "num_experts": 8, "num_experts_per_tok": 2, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "tie_word_embeddings": False,
+        },
+        "deepseek_v3": {  # multi-head latent attention, a dense layer then an MoE layer with a shared expert
+            "model_type": "deepseek_v3", "vocab_size": 129280, "hidden_size": 256, "intermediate_size": 512,
+            "moe_intermediate_size": 128, "n_routed_experts": 8, "num_experts_per_tok": 2, "n_shared_experts": 1,
+            "first_k_dense_replace": 1, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+            "q_lora_rank": 64, "kv_lora_rank": 32, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32,
+            "n_group": 1, "topk_group": 1, "tie_word_embeddings": False,
+        },
+    }
+    checkpointing = ("none", "true")
+    attention = ("sdpa", "eager")
+
+    def cells(self):
+        """(config name, method, checkpointing, attention, batch, sequence)."""
+        for name, method, gc, att, (b, s) in itertools.product(self.configs, METHODS, self.checkpointing,
+                                                              self.attention, SHAPES):
+            yield name, method, gc, att, b, s
+
+    def cell_id(self, cell):
+        name, method, gc, att, b, s = cell
+        return f"{name}-{method}-gc_{gc}-{att}-b{b}s{s}"
+
+    def settings(self, cell):
+        _, method, gc, att, b, s = cell
+        return dict(method=method, batch_size=b, seq_len=s, gradient_checkpointing=gc, attention=att,
+                    optimizer=OPTIMIZER)
+
+    def fake(self, cell):
+        return cell[1] != "qlora"  # bitsandbytes' 4-bit storage is measured for real
+
+
+class TorchtuneMatrix(Matrix):
+    """torchtune's own model builders, LoRA / QLoRA (torchao NF4) modules, chunked loss, activation
+    offloading and optimizer_in_bwd against the torchtune profile, all under fake tensors (torchao's NF4
+    runs under FakeTensorMode). max_position_embeddings is given, so the rotary cache the builders make
+    has a known size."""
+
+    name = "torchtune"
+    profile = stack = "torchtune"
+    configs = {
+        "llama": {  # Llama-3 vocabulary, untied head, grouped-query attention (torchtune's llama3_2 builders)
+            "model_type": "llama", "vocab_size": 128256, "hidden_size": 256, "intermediate_size": 768,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": False,
+            "max_position_embeddings": 2048,
+        },
+        "qwen2": {  # Qwen2.5 vocabulary, tied embeddings, q/k/v biases (torchtune's qwen2 builders)
+            "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 256, "intermediate_size": 768,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": True,
+            "max_position_embeddings": 2048,
+        },
+        "mistral": {  # Mistral v0.3 vocabulary, untied (torchtune's mistral builders)
+            "model_type": "mistral", "vocab_size": 32768, "hidden_size": 256, "intermediate_size": 768,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": False,
+            "max_position_embeddings": 2048,
+        },
+    }
+    checkpointing = ("none", "true")
+    losses = ("standard", "chunked")
+
+    def cells(self):
+        """(config, method, checkpointing, loss, extra, batch, sequence); extra is "" or "in_bwd"
+        (optimizer_in_bwd, full fine-tuning) or "offload" (activation offloading, with checkpointing).
+
+        llama and qwen2: every method x checkpointing x loss x shape (48 cells); mistral (a smaller
+        vocabulary, where the layers weigh more): every method and shape, chunked loss (6); optimizer_in_bwd
+        (full, chunked loss as torchtune's full recipes default) with checkpointing off and on at the shape
+        where the backward is the peak (4); activation offloading for every method at the larger shape (6).
+        """
+        for name, method, gc, loss, (b, s) in itertools.product(("llama", "qwen2"), METHODS, self.checkpointing,
+                                                                self.losses, SHAPES):
+            yield name, method, gc, loss, "", b, s
+        for method, (b, s) in itertools.product(METHODS, SHAPES):
+            yield "mistral", method, "none", "chunked", "", b, s
+        for name, gc in itertools.product(("llama", "qwen2"), self.checkpointing):
+            yield name, "full", gc, "chunked", "in_bwd", *SHAPES[0]
+        for name, method in itertools.product(("llama", "qwen2"), METHODS):
+            yield name, method, "true", "chunked", "offload", *SHAPES[1]
+
+    def cell_id(self, cell):
+        name, method, gc, loss, extra, b, s = cell
+        return f"{name}-{method}-gc_{gc}-{loss}{'-' + extra if extra else ''}-b{b}s{s}"
+
+    def settings(self, cell):
+        _, method, gc, loss, extra, b, s = cell
+        return dict(method=method, batch_size=b, seq_len=s, gradient_checkpointing=gc, loss=loss, optimizer=OPTIMIZER,
+                    optimizer_in_bwd=extra == "in_bwd", activation_offloading=extra == "offload")
+
+
+class LitgptMatrix(Matrix):
+    """LitGPT's own GPT model, LoRA (bf16-true precision, fused qkv), bitsandbytes NF4 and chunked
+    cross-entropy against the litgpt profile: llama, qwen3 (tied in the checkpoint; LitGPT keeps a separate
+    head) and qwen2 (q/k/v biases, no grouped queries) x full / LoRA / QLoRA x standard / chunked loss x two
+    shapes: 36 cells, all under fake tensors (bitsandbytes registers fake kernels for gemm_4bit and
+    dequantize_4bit). LitGPT's single-device scripts have no gradient checkpointing: no such axis."""
+
+    name = "litgpt"
+    profile = stack = "litgpt"
+    configs = {
+        "llama": {  # Llama-3 vocabulary, untied head, grouped-query attention
+            "model_type": "llama", "vocab_size": 128256, "hidden_size": 256, "intermediate_size": 768,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": False,
+        },
+        "qwen3": {  # Qwen3 vocabulary, tied in the checkpoint (LitGPT keeps a separate head), q/k norms
+            "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 256, "intermediate_size": 768,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+            "tie_word_embeddings": True,
+        },
+        "qwen2": {  # Qwen2.5 vocabulary, q/k/v biases, multi-head attention (no grouped queries)
+            "model_type": "qwen2", "vocab_size": 152064, "hidden_size": 256, "intermediate_size": 768,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "tie_word_embeddings": False,
+        },
+    }
+    losses = ("standard", "chunked")
+
+    def cells(self):
+        """(config name, method, loss, batch, sequence)."""
+        for name, method, loss, (b, s) in itertools.product(self.configs, METHODS, self.losses, SHAPES):
+            yield name, method, loss, b, s
+
+    def cell_id(self, cell):
+        name, method, loss, b, s = cell
+        return f"{name}-{method}-{loss}-b{b}s{s}"
+
+    def settings(self, cell):
+        _, method, loss, b, s = cell
+        return dict(method=method, batch_size=b, seq_len=s, loss=loss, gradient_checkpointing="none",
+                    optimizer=OPTIMIZER)
+
+
+class StrategiesMatrix(Matrix):
+    """DDP and FSDP2 (fully_shard on each decoder layer and the root) in world_size CPU processes joined by
+    gloo, each rank's storage tracked: the busiest rank's peak against the strategy's per-rank tensor peak of
+    the hf profile. llama (untied head, grouped-query attention, 2 layers) and qwen2 (tied embeddings, q/k/v
+    biases, 4 layers) x full / LoRA x DDP / FSDP x 2 and 4 ranks without checkpointing, plus llama's four
+    2-rank cells with checkpointing, at batch 2 x 64 per rank; six qwen2 cells of 8 tokens, where the model
+    states and the gathered units outweigh the activations; and FSDP's shard_grad_op on 2 ranks (both
+    configs x full / LoRA): 30 cells, real tensors."""
+
+    name = "strategies"
+    configs = {
+        "llama": {"model_type": "llama", "vocab_size": 2048, "hidden_size": 128, "intermediate_size": 384,
+                  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                  "tie_word_embeddings": False},
+        "qwen2": {"model_type": "qwen2", "vocab_size": 1024, "hidden_size": 128, "intermediate_size": 352,
+                  "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+                  "tie_word_embeddings": True},
+    }
+    methods = ("full", "lora")
+    strategies = ("ddp", "fsdp")
+    world_sizes = (2, 4)
+    batch, seq, rank = 2, 64, 8
+    seven = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+    def cells(self):
+        """(config name, method, strategy, world size, gradient checkpointing, batch, sequence)."""
+        b, s = self.batch, self.seq
+        for name, method, strategy, ws in itertools.product(self.configs, self.methods, self.strategies,
+                                                            self.world_sizes):
+            yield name, method, strategy, ws, "none", b, s
+        for method, strategy in itertools.product(self.methods, self.strategies):
+            yield "llama", method, strategy, 2, "true", b, s
+        # 8 tokens: the model states and what the strategy gathers outweigh the activations
+        for method, ws in itertools.product(self.methods, self.world_sizes):
+            yield "qwen2", method, "fsdp", ws, "none", 1, 8
+        for method in self.methods:
+            yield "qwen2", method, "ddp", 2, "none", 1, 8
+        # FSDP's shard_grad_op (no resharding after the forward) on 2 ranks
+        for name, method in itertools.product(self.configs, self.methods):
+            yield name, method, "fsdp_shard_grad_op", 2, "none", b, s
+
+    def cell_id(self, cell):
+        name, method, strategy, ws, gc, b, s = cell
+        return (f"{name}-{method}-{strategy}-x{ws}" + ("-checkpointing" if gc == "true" else "")
+                + (f"-b{b}s{s}" if (b, s) != (self.batch, self.seq) else ""))
+
+    def settings(self, cell):
+        _, method, strategy, ws, gc, b, s = cell
+        kw: dict[str, Any] = dict(method=method, batch_size=b, seq_len=s, gradient_checkpointing=gc,
+                                  optimizer=OPTIMIZER, strategy=strategy, world_size=ws)
+        if method == "lora":
+            kw.update(lora_rank=self.rank, target_modules=list(self.seven))
+        return kw
+
+    def fake(self, cell):
+        return False  # each rank's real storage is tracked
+
+
+HF = HfMatrix()
+TORCHTUNE = TorchtuneMatrix()
+LITGPT = LitgptMatrix()
+STRATEGIES = StrategiesMatrix()
+#: every matrix by name
+MATRICES = {m.name: m for m in (HF, TORCHTUNE, LITGPT, STRATEGIES)}
