@@ -441,15 +441,15 @@ class Estimate:
     def _provenance(self) -> tuple:
         spec, prof, env = self._stage.spec, self._stage.profile, self._stage.env
         out: list[Provenance] = []
-        rules = spec.rules
-        if rules is not None:
-            for rule in rules.facts:
+        fam = spec.compiled_family
+        if fam is not None:
+            for rule in fam.facts:
                 origin = spec.fact_origins.get(rule.name)
                 if origin is None:
                     continue
                 out.append(Provenance("fact", rule.name, spec.facts[rule.name], rule.unit, *_file_line(origin.where),
                                       origin.describe(), rule.description))
-            by_name = {a.name: a for a in rules.attributes}
+            by_name = {a.name: a for a in fam.attributes}
             for name in prof.layer_inputs:
                 a = by_name[name]
                 for lc in spec.layer_classes:
@@ -504,7 +504,7 @@ class Estimate:
 
 
 def load_model(model: Any, *, trust_remote_code: bool = False, registry: Registry | None = None) -> ModelSpec:
-    """Read a model source and resolve it against its family (no training settings involved).
+    """Read a model's config and resolve it against its family (no training settings involved).
 
     Resolutions are kept by the registry: the same mapping (by content) or the same unchanged
     file is resolved once.
@@ -524,7 +524,7 @@ def _stage(reg: Registry, spec: ModelSpec, prof: Profile, static: dict) -> Stage
     stage = reg.stages.get(key)
     if stage is not None:
         return stage
-    prof.check_family(spec.rules)
+    prof.check_family(spec.compiled_family)
     warnings = list(spec.warnings)
     unused = unused_settings(static)
     if unused:
@@ -641,12 +641,12 @@ def size_only_model(*, params: float | None = None, weight_bytes: int | None = N
             raise SettingsError(f"{name} must be a positive finite number from {least} to {most:,}, got {str(value)[:60]}")
     reg = registry or Registry.default()
     if params is not None:
-        config, source = {"params": int(params)}, f"{float(params):g} parameters"
+        config, origin = {"params": int(params)}, f"{float(params):g} parameters"
     else:
-        config, source = {"weight_bytes": int(weight_bytes)}, f"{int(weight_bytes)} bytes of weights"
+        config, origin = {"weight_bytes": int(weight_bytes)}, f"{int(weight_bytes)} bytes of weights"
     return reg.resolve(
-        config, family="size_only", origin=source,
-        warnings=[f"no model config: a fallback estimate from {source} alone, each component a share of the model size"],
+        config, family="size_only", origin=origin,
+        warnings=[f"no model config: a fallback estimate from {origin} alone, each component a share of the model size"],
         checkpoint_bytes=int(weight_bytes) if weight_bytes is not None else None,
     )
 

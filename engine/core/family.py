@@ -18,7 +18,7 @@ from vramwise.core.graph import dependency_order
 from vramwise.core.plan import analyse
 from vramwise.core.datafiles import DataFile
 
-__all__ = ["Family", "FactRule", "AttributeRule", "ModuleRule", "LoraPart", "WarningRule", "compile_family", "describe_alias_list"]
+__all__ = ["Family", "FactRule", "AttributeRule", "ModuleRule", "LoraPart", "ConfigWarningRule", "compile_family", "describe_alias_list"]
 
 _TYPES = ("int", "number", "bool", "string", "list", "any")
 
@@ -97,7 +97,9 @@ class ModuleRule:
 
 
 @dataclass(frozen=True)
-class WarningRule:
+class ConfigWarningRule:
+    """A warning of a family file about a config: its condition over the facts and its message template."""
+
     when: Expression
     message: str
 
@@ -329,7 +331,7 @@ def _compile(name: str, raw: dict[str, DataFile]) -> Family:
         if problem:
             raise FileFormatError(w.df.problem(w.parts + ("message",), problem))
     warning_rules = tuple(
-        WarningRule(
+        ConfigWarningRule(
             when=compile_expression(w.value["when"], allowed=known, df=w.df, parts=w.parts + ("when",)),
             message=w.value["message"],
         )

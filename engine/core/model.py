@@ -131,10 +131,10 @@ class ModelSpec:
     layer_classes: tuple
     model_modules: tuple
     warnings: tuple = ()
-    source: str = ""
+    origin: str = ""  # where the config was read from ("mapping", a path, "catalog:<id>", ...)
     # where PEFT moves LoRA targets onto parameters for this model type (family data, resolved once)
     peft_target_parameters: Mapping[str, str] = field(default_factory=dict)
-    rules: Family | None = field(default=None, repr=False)  # the compiled family it was resolved with
+    compiled_family: Family | None = field(default=None, repr=False)  # the Family it was resolved with (``family`` is its name)
     fact_origins: Mapping[str, "FactOrigin"] = field(default_factory=dict, repr=False)  # where each fact came from
     inventory: Inventory | None = None
     params_by_group: Mapping[str, int] = field(default_factory=dict)
@@ -142,6 +142,16 @@ class ModelSpec:
     @property
     def params_total(self) -> int:
         return self.inventory.params_total
+
+    @property
+    def source(self) -> str:
+        """Where the config was read from (the former name of :attr:`origin`)."""
+        return self.origin
+
+    @property
+    def rules(self) -> Family | None:
+        """The compiled family (the former name of :attr:`compiled_family`)."""
+        return self.compiled_family
 
     @property
     def aggregates(self) -> Mapping[str, Any]:

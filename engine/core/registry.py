@@ -141,35 +141,40 @@ class Registry:
         return self.family(self._fallback), note
 
     # -- models -------------------------------------------------------------------------
-    def model(self, source: Any, *, trust_remote_code: bool = False):
-        """The resolved model of a config source (path, folder, mapping, PretrainedConfig, hub id).
+    def model(self, model: Any, *, trust_remote_code: bool = False):
+        """The resolved model of a model as given (config path, folder, mapping, PretrainedConfig, hub id).
 
         A mapping is resolved once per content, a local file once per version (its size and
         modification time, and those of the weights' index and folder); hub ids are read each time.
         """
         from vramwise.inputs.config import read_config
 
-        key = config_key(source)
+        key = config_key(model)
         if key is not None:
             hit = self.models.get(key)
-            if hit is not None and (hit[1] is None or same_config(hit[1], source)):
+            if hit is not None and (hit[1] is None or same_config(hit[1], model)):
                 return hit[0]
-        root, origin = read_config(source, trust_remote_code=trust_remote_code)
-        spec = self.resolve(root, origin=origin, source=source)
+        root, origin = read_config(model, trust_remote_code=trust_remote_code)
+        spec = self.resolve(root, origin=origin, location=model)
         if key is not None:
             snapshot = None
-            if key[0] == "mapping" and not json_like(source):
+            if key[0] == "mapping" and not json_like(model):
                 # repr identifies JSON data exactly; other objects are compared with a copy on each hit
                 try:
-                    snapshot = copy.deepcopy(source)
+                    snapshot = copy.deepcopy(model)
                 except Exception:  # noqa: BLE001 - an uncopyable mapping is simply not kept
                     return spec
             self.models.put(key, (spec, snapshot))
         return spec
 
-    def resolve(self, root: Mapping, *, family: str | None = None, origin: str = "mapping", source: Any = None,
-                warnings: Iterable[str] = (), checkpoint_bytes: int | None = None):
-        """Resolve a config mapping against its family (chosen by model type unless ``family`` names one)."""
+    def resolve(self, root: Mapping, *, family: str | None = None, origin: str = "mapping", location: Any = None,
+                warnings: Iterable[str] = (), checkpoint_bytes: int | None = None, source: Any = None):
+        """Resolve a config mapping against its family (chosen by model type unless ``family`` names one).
+
+        ``origin``: where the config was read from, as reported; ``location``: the path it was read from,
+        where the checkpoint's size is looked for (``source`` is the former name of ``location``)."""
+        if location is None:
+            location = source
         from vramwise.core.resolve import resolve_model
         from vramwise.inputs.config import checkpoint_size, text_view
 
@@ -190,10 +195,10 @@ class Registry:
                 notes.append(note)
         model_type = next((t for t in types if t), None)
         size_origin = None
-        if source is not None and checkpoint_bytes is None:
-            checkpoint_bytes, size_origin = checkpoint_size(source)
+        if location is not None and checkpoint_bytes is None:
+            checkpoint_bytes, size_origin = checkpoint_size(location)
         return resolve_model(
-            fam, root, text, model_type=model_type, warnings=notes, source=origin,
+            fam, root, text, model_type=model_type, warnings=notes, origin=origin,
             checkpoint_bytes=checkpoint_bytes, checkpoint_origin=size_origin,
         )
 

@@ -29,11 +29,12 @@ def resolve_model(
     *,
     model_type: str | None,
     warnings: Iterable[str] = (),
-    source: str = "",
+    origin: str = "",
     checkpoint_bytes: int | None = None,
     checkpoint_origin: str | None = None,
 ) -> ModelSpec:
-    """Resolve ``family`` on a config (``root``: whole config, ``text``: its text view)."""
+    """Resolve ``family`` on a config (``root``: whole config, ``text``: its text view; ``origin``: where it
+    was read from)."""
     warns = list(warnings)
     origins: dict[str, FactOrigin] = {}
     facts = resolve_facts(family, root, text, warns, origins)
@@ -61,8 +62,8 @@ def resolve_model(
     return ModelSpec(
         family=family.name, family_file=family.file, model_type=model_type, facts=MappingProxyType(facts),
         num_layers=n_layers, layer_classes=classes, model_modules=model_mods,
-        warnings=tuple(warns), source=source,
+        warnings=tuple(warns), origin=origin,
         peft_target_parameters=family.peft_target_parameters.get(model_type, MappingProxyType({})),
-        rules=family, fact_origins=MappingProxyType(origins), inventory=inventory,
+        compiled_family=family, fact_origins=MappingProxyType(origins), inventory=inventory,
         params_by_group=MappingProxyType(dict(sorted(by_group.items()))),
     )

@@ -1,4 +1,5 @@
-"""Model sources: a config.json path or folder, a mapping, a PretrainedConfig, or a hub id.
+"""Reading a model's config from where the caller names it: a config.json path or folder, a mapping,
+a PretrainedConfig, a catalog name or a hub id.
 
 Reading a local file needs neither torch nor transformers. A hub id goes
 through transformers' ``AutoConfig`` (local cache and ``HF_HUB_OFFLINE``
@@ -199,12 +200,12 @@ def parse_json_bytes(raw: bytes, path: str, *, what: str = "config", limit: int 
     return data
 
 
-def _local_path(source: Any) -> tuple[str, Path]:
-    """The text and the expanded path of a str or PathLike source (ConfigError when it is no path)."""
+def _local_path(model: Any) -> tuple[str, Path]:
+    """The text and the expanded path of a model named by a str or PathLike (ConfigError when it is no path)."""
     try:
-        text = os.fspath(source)
+        text = os.fspath(model)
     except TypeError as e:
-        raise ConfigError(f"cannot read a model from {type(source).__name__}: {e}") from None
+        raise ConfigError(f"cannot read a model from {type(model).__name__}: {e}") from None
     if isinstance(text, bytes):
         text = os.fsdecode(text)
     if "\x00" in text:
@@ -216,14 +217,14 @@ def _local_path(source: Any) -> tuple[str, Path]:
     return text, path
 
 
-def local_kind(source: Any) -> str | None:
-    """``"dir"``, ``"file"`` (anything that is not a folder) or None (nothing there) for a path source.
+def local_kind(model: Any) -> str | None:
+    """``"dir"``, ``"file"`` (anything that is not a folder) or None (nothing there) for a model named by a path.
 
     OS errors other than "does not exist" (permission, a component too long) raise ConfigError.
     """
-    if not isinstance(source, (str, os.PathLike)):
+    if not isinstance(model, (str, os.PathLike)):
         return None
-    text, path = _local_path(source)
+    text, path = _local_path(model)
     if not text:
         return None
     st = _stat(path, "model path")
@@ -232,28 +233,28 @@ def local_kind(source: Any) -> str | None:
     return "dir" if stat.S_ISDIR(st.st_mode) else "file"
 
 
-def read_config(source: Any, *, trust_remote_code: bool = False) -> tuple[dict, str]:
+def read_config(model: Any, *, trust_remote_code: bool = False) -> tuple[dict, str]:
     """Return ``(config mapping, description of where it came from)``."""
-    if isinstance(source, Mapping):
-        return dict(source), "mapping"
-    if hasattr(source, "to_dict") and hasattr(source, "model_type"):
-        return source.to_dict(), f"{type(source).__name__} object"
-    if not isinstance(source, (str, os.PathLike)):
+    if isinstance(model, Mapping):
+        return dict(model), "mapping"
+    if hasattr(model, "to_dict") and hasattr(model, "model_type"):
+        return model.to_dict(), f"{type(model).__name__} object"
+    if not isinstance(model, (str, os.PathLike)):
         raise ConfigError(
-            f"cannot read a model from {type(source).__name__}: pass a config.json path, a model folder, "
+            f"cannot read a model from {type(model).__name__}: pass a config.json path, a model folder, "
             "a dict, a transformers PretrainedConfig or a hub id"
         )
-    text, path = _local_path(source)
+    text, path = _local_path(model)
     if not text:
         raise ConfigError("no model given: the path is empty")
     from vramwise.inputs.catalog import CATALOG_PREFIX, HUB_PREFIX, catalog_model, find_model
 
-    if isinstance(source, str) and text.startswith(HUB_PREFIX):  # the hub even when the catalog has it
+    if isinstance(model, str) and text.startswith(HUB_PREFIX):  # the hub even when the catalog has it
         repo = text[len(HUB_PREFIX):]
         if not _HUB_ID.match(repo):
             raise ConfigError(f"{text[:200]!r}: after {HUB_PREFIX!r} give a hub id such as meta-llama/Llama-3.1-8B")
         return _read_hub(repo, trust_remote_code), f"hub:{repo}"
-    if isinstance(source, str) and text.startswith(CATALOG_PREFIX):
+    if isinstance(model, str) and text.startswith(CATALOG_PREFIX):
         entry = catalog_model(text[len(CATALOG_PREFIX):])
         return _catalog_config(entry), f"catalog:{entry.id}"
     st = _stat(path, "config")
@@ -265,7 +266,7 @@ def read_config(source: Any, *, trust_remote_code: bool = False) -> tuple[dict, 
         return _read_json(cfg), str(cfg)
     if st is not None:
         return _read_json(path), str(path)
-    entry = find_model(text) if isinstance(source, str) else None
+    entry = find_model(text) if isinstance(model, str) else None
     if entry is not None:  # the bundled catalog, before the hub: no network, no cache
         return _catalog_config(entry), f"catalog:{entry.id}"
     if _HUB_ID.match(text) and not text.endswith(".json"):
@@ -400,20 +401,20 @@ def text_view(root: Mapping) -> Mapping:
     return sub if isinstance(sub, Mapping) else root
 
 
-def checkpoint_size(source: Any) -> tuple[int | None, str | None]:
+def checkpoint_size(model: Any) -> tuple[int | None, str | None]:
     """Bytes of the weights stored beside a local config, and where the figure comes from.
 
     ``model.safetensors.index.json``'s ``metadata.total_size`` when present, else the sizes of the
-    ``*.safetensors`` files; ``(None, None)`` for sources that are not local folders or files.
+    ``*.safetensors`` files; ``(None, None)`` for models not named by a local folder or file.
     An index that cannot be read as JSON (see the module's limits) is a ConfigError naming it;
     an index without a positive integer ``metadata.total_size`` is passed over for the files' sizes.
     """
-    if not isinstance(source, (str, os.PathLike)):
+    if not isinstance(model, (str, os.PathLike)):
         return None, None
-    kind = local_kind(source)
+    kind = local_kind(model)
     if kind is None:
         return None, None
-    _, path = _local_path(source)
+    _, path = _local_path(model)
     folder = path if kind == "dir" else path.parent
     index = folder / "model.safetensors.index.json"
     ist = _stat(index, "weights index")

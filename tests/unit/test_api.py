@@ -203,3 +203,15 @@ def test_registry_default_can_be_reset():
     vramwise.Registry.reset_default()
     b = vramwise.Registry.default()
     assert a is not b and set(a.families) == set(b.families)
+
+
+def test_model_spec_names_the_family_and_holds_the_compiled_one(tmp_path):
+    cfg = {"model_type": "llama", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 512,
+           "num_hidden_layers": 2, "num_attention_heads": 4}
+    spec = vramwise.load_model(cfg)
+    assert spec.family == "llama" and spec.compiled_family.name == "llama"
+    assert spec.rules is spec.compiled_family  # the former name
+    assert spec.origin == spec.source == "mapping"
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert vramwise.load_model(str(path)).origin == str(path)

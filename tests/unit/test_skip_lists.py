@@ -21,8 +21,8 @@ SEGMENTS = ["model", "language_model", "layers", "0", "1", "2", "3", "7", "self_
 
 
 def brute_force(spec, entries) -> int:
-    rooted, short = _split_entries(entries, spec.rules.path_roots)
-    matches = _skip_matcher(rooted, short, spec.rules.path_roots[0])
+    rooted, short = _split_entries(entries, spec.compiled_family.path_roots)
+    matches = _skip_matcher(rooted, short, spec.compiled_family.path_roots[0])
     total = 0
     for _, indices, mods in spec.module_groups():
         for m in mods:

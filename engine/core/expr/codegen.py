@@ -57,7 +57,7 @@ class Program:
     inputs: tuple  # ((name, "model"|"layer"), ...): the order of the static inputs tuple
     model_ids: tuple  # dynamic model-scope formula ids, in the order of the first result
     layer_ids: tuple  # dynamic layer-scope formula ids, in the order of the second result
-    source: str  # the generated code (for reading and debugging)
+    text: str  # the generated Python code (for reading and debugging)
 
 
 class Invalid(Exception):
@@ -190,10 +190,10 @@ def build_program(formulas, dynamic: frozenset, rounded: frozenset, model_types:
     lines.append(
         "    return (" + "".join(f"v_{i}, " for i in model_out) + "), (" + "".join(f"l_{i}, " for i in layer_out) + ")"
     )
-    source = "\n".join(lines) + "\n"
+    program_text = "\n".join(lines) + "\n"
     scope: dict[str, Any] = dict(_GLOBALS)
-    exec(compile(source, "<profile program>", "exec"), scope)  # noqa: S102 - emitted from checked trees only
-    return Program(scope["_dynamic"], inputs, tuple(model_out), tuple(layer_out), source)
+    exec(compile(program_text, "<profile program>", "exec"), scope)  # noqa: S102 - emitted from checked trees only
+    return Program(scope["_dynamic"], inputs, tuple(model_out), tuple(layer_out), program_text)
 
 
 def static_tuple(program: Program, env: Mapping, layer_envs) -> tuple:

@@ -10,7 +10,7 @@ several expressions, the ``^`` operator (XOR in Python, not power), lambdas,
 comprehensions, calls outside the whitelist, names starting with ``_`` -- is
 rejected at load time with ``file:line:col``.
 
-The checked tree is re-emitted as Python source by :func:`emit`, never passed on
+The checked tree is re-emitted as Python code by :func:`emit`, never passed on
 as text the user wrote, so nothing outside the whitelist can reach the compiler.
 The run-time limits of a sandboxed evaluator are kept as guarded functions: a
 power whose base or exponent exceeds :data:`MAX_POWER`, and a string or sequence
@@ -181,9 +181,9 @@ def emit(
     types: Callable[[str], frozenset] | None = None,
     reducer: Callable[[str, str], str | None] | None = None,
 ) -> tuple[str, frozenset]:
-    """Python source of a checked expression tree, and the type classes its value may have.
+    """Python code of a checked expression tree, and the type classes its value may have.
 
-    ``name`` maps a variable of the expression to the source text that reads it; ``types`` gives
+    ``name`` maps a variable of the expression to the code that reads it; ``types`` gives
     the type classes of a variable (unknown: any type), from which the guards are chosen;
     ``reducer(function, variable)`` may give the text of ``layers_sum(variable)`` /
     ``layers_max(variable)`` (None: the plain call). Everything is parenthesised, so operator
@@ -467,8 +467,8 @@ def compile_expression(
             ):
                 raise fail(f"`{node.id}` has one value per layer: use layers_sum({node.id}) or layers_max({node.id})", node)
             names.add(node.id)
-    source, _ = emit(stmt)
-    code = compile(source, place, "eval")
+    emitted, _ = emit(stmt)
+    code = compile(emitted, place, "eval")
     return Expression(text=text, names=frozenset(names), where=place, node=stmt, code=code)
 
 
@@ -502,9 +502,9 @@ def _compile_cases(value: Mapping, *, allowed, df, parts: tuple, layer_valued: f
         names |= when.names | then.names
     stmt = ast.Expr(value=node)
     ast.fix_missing_locations(stmt)
-    source, _ = emit(stmt)
+    emitted, _ = emit(stmt)
     return Expression(text=ast.unparse(stmt), names=frozenset(names), where=place, node=stmt,
-                      code=compile(source, place, "eval"))
+                      code=compile(emitted, place, "eval"))
 
 
 _FIELD = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
