@@ -5,19 +5,19 @@
     python benchmarks/fuzz.py --target configs --resume   # continue where the last run of the target stopped
 
 How cases are made (a choice, documented): not hypothesis. Each target's generator in
-``tests/fuzz/generators.py`` draws from ``random.Random(f"{seed}:{target}:{index}")``, so case ``index``
+``benchmarks/fuzzing/generators.py`` draws from ``random.Random(f"{seed}:{target}:{index}")``, so case ``index``
 is the same on every run and machine, a run can stop anywhere and resume at the next index, and a
 case costs no hypothesis bookkeeping (``strategy.example()`` is neither reproducible nor meant for
 loops, and ``@given`` with a huge ``max_examples`` stops at the first failure and cannot be resumed).
-The hypothesis suite (``tests/test_fuzz.py``) calls the same generators with hypothesis' recorded
+The hypothesis suite (``tests/unit/test_fuzz.py``) calls the same generators with hypothesis' recorded
 random, so both explore the same space with the same mutation functions.
 
-Each case runs in a forked sandbox worker (``tests/fuzz/sandbox.py``: address-space limit, wall-clock
+Each case runs in a forked sandbox worker (``benchmarks/fuzzing/sandbox.py``: address-space limit, wall-clock
 kill with a stack dump, per-case CPU time and resident-memory high-water mark) and is judged by
-``tests/fuzz/oracle.py``. Outcomes are counted per target: ``ok``, documented errors by class, findings
-by kind. The first cases (three by default) of each finding kind are minimised (``tests/fuzz/minimize.py``: drop keys,
+``benchmarks/fuzzing/oracle.py``. Outcomes are counted per target: ``ok``, documented errors by class, findings
+by kind. The first cases (three by default) of each finding kind are minimised (``benchmarks/fuzzing/minimize.py``: drop keys,
 runs, argv tokens, halve sizes while the same finding remains) and saved under
-``tests/fuzz_corpus/<target>/`` (``tests/test_fuzz_corpus.py`` replays them). The counts, the slowest
+``tests/fuzz_corpus/<target>/`` (``tests/unit/test_fuzz_corpus.py`` replays them). The counts, the slowest
 case and the peak memory go to ``docs/robustness.md``, which also keeps each target's state (the next
 index) in an HTML comment, so ``--resume`` and one-target runs update only their own section.
 """
@@ -34,14 +34,14 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+# the harness, benchmarks/fuzzing/, beside this script (the script's folder is on sys.path)
+from fuzzing import GENERATORS, TARGETS, Sandbox
+from fuzzing import corpus as C
+from fuzzing.minimize import Minimiser
+from fuzzing.oracle import MEMORY_LIMIT_MB, TIME_LIMIT_S
+from fuzzing.targets import warm_up
 
-from fuzz import GENERATORS, TARGETS, Sandbox  # noqa: E402
-from fuzz import corpus as C  # noqa: E402
-from fuzz.minimize import Minimiser  # noqa: E402
-from fuzz.oracle import MEMORY_LIMIT_MB, TIME_LIMIT_S  # noqa: E402
-from fuzz.targets import warm_up  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 DOC = REPO / "docs" / "robustness.md"
 _STATE = re.compile(r"<!-- state:(\w+) (.*?) -->")
@@ -75,10 +75,10 @@ def render(states: dict) -> str:
     lines = [
         "# Robustness: fuzzing results",
         "",
-        "Written by `benchmarks/fuzz.py` (issue 10); the CI-sized suite is `tests/test_fuzz.py`, the found",
-        "inputs are replayed by `tests/test_fuzz_corpus.py`. Cases come from the generators in",
-        "`tests/fuzz/generators.py` (case *i* of a target is `random.Random(f\"{seed}:{target}:{i}\")`), run in",
-        "a forked sandbox worker and are judged by `tests/fuzz/oracle.py`:",
+        "Written by `benchmarks/fuzz.py` (issue 10); the CI-sized suite is `tests/unit/test_fuzz.py`, the found",
+        "inputs are replayed by `tests/unit/test_fuzz_corpus.py`. Cases come from the generators in",
+        "`benchmarks/fuzzing/generators.py` (case *i* of a target is `random.Random(f\"{seed}:{target}:{i}\")`), run in",
+        "a forked sandbox worker and are judged by `benchmarks/fuzzing/oracle.py`:",
         "",
         "- **ok**: a sane estimate (every component, phase and figure an int >= 0, total an int > 0,",
         "  params an int >= 0, `min_per_gpu(1..8)` an int >= 0, `to_dict()` strict JSON), or for the CLI",

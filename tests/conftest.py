@@ -18,16 +18,14 @@ test vanishes silently.
 """
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+import vramwise
+from helpers import SHARED_MISSING, shared_present  # tests/ is on sys.path (pyproject.toml: pythonpath)
 
-import vramwise  # noqa: E402
-from helpers import SHARED_MISSING, shared_present  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 TIERS = ("unit", "conformance", "measured", "external")
 

@@ -1,17 +1,17 @@
 """Property-based fuzzing of every input boundary (issue 10), with hypothesis.
 
-Targets (generators in ``tests/fuzz/generators.py``): ``configs`` (mutations of the real configs),
+Targets (generators in ``benchmarks/fuzzing/generators.py``): ``configs`` (mutations of the real configs),
 ``settings`` (every setting of ``vramwise.SETTINGS``, the profile, ``estimate_from_size``), ``cli``
 (argv fragments and bad files) and ``data_files`` (hostile family and formula files through
 ``Registry(families_dir, formulas_dir)``). Each case runs in a forked sandbox worker (address-space
 limit, wall-clock kill) and must give a sane estimate or a documented error within 200 MB and
-``SUITE_TIME_LIMIT_S`` of CPU (``tests/fuzz/oracle.py``: a bound against hangs and runaway growth that a
+``SUITE_TIME_LIMIT_S`` of CPU (``benchmarks/fuzzing/oracle.py``: a bound against hangs and runaway growth that a
 busy machine cannot trip; the campaign, ``benchmarks/fuzz.py``, holds every case to 1 s).
 
 Settings profiles: ``fuzz-ci`` (default; derandomized, the whole file in under 2 minutes on two cores
 when nothing fails) and ``fuzz-long`` (10x the examples); pick one with ``VRAMWISE_FUZZ_PROFILE``.
 ``VRAMWISE_FUZZ_SAVE=folder`` writes each failing case hypothesis reports (its minimal one last) there.
-The long campaign is ``benchmarks/fuzz.py``; found inputs are replayed by ``tests/test_fuzz_corpus.py``.
+The long campaign is ``benchmarks/fuzz.py``; found inputs are replayed by ``tests/unit/test_fuzz_corpus.py``.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, note, settings, strategies as st
 
-from fuzz import GENERATORS, Sandbox, dumps
-from fuzz.corpus import save
-from fuzz.oracle import SUITE_TIME_LIMIT_S, Outcome
-from fuzz.targets import warm_up
+from fuzzing import GENERATORS, Sandbox, dumps
+from fuzzing.corpus import save
+from fuzzing.oracle import SUITE_TIME_LIMIT_S, Outcome
+from fuzzing.targets import warm_up
 
 _COMMON = dict(
     deadline=None,

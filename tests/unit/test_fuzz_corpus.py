@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from fuzz import Sandbox
-from fuzz import corpus as C
-from fuzz.targets import warm_up
-from fuzz.oracle import SUITE_TIME_LIMIT_S
+from fuzzing import Sandbox
+from fuzzing import corpus as C
+from fuzzing.targets import warm_up
+from fuzzing.oracle import SUITE_TIME_LIMIT_S
 
 FILES = C.files()
 
@@ -36,8 +36,8 @@ def test_corpus_case(path, sandbox):
 
 def test_corpus_files_round_trip(tmp_path):
     """A saved case reads back equal (NaN compared as text)."""
-    from fuzz.codec import dumps
-    from fuzz.oracle import Outcome
+    from fuzzing.codec import dumps
+    from fuzzing.oracle import Outcome
 
     for target, case in (("configs", {"config": {"a": float("nan"), "b": 10**400, "c": (1,), "d": {"$x": 1}}, "runs": []}),
                          ("data_files", {"path": "families/llama.yaml", "text": "a: 1\n# ---\nb: [.nan]\n",

@@ -14,7 +14,7 @@ from pathlib import Path
 from .codec import decode, encode, short_hash
 from .oracle import MEMORY_LIMIT_MB, TIME_LIMIT_S, Outcome
 
-ROOT = Path(__file__).resolve().parents[1] / "fuzz_corpus"
+ROOT = Path(__file__).resolve().parents[2] / "tests" / "fuzz_corpus"
 EXPECTED = (f"a sane estimate or an error of the documented tree (vramwise.VramwiseError; the CLI: exit 0 or 2), "
             f"within {TIME_LIMIT_S:g} s of CPU and {MEMORY_LIMIT_MB} MB")
 
