@@ -194,21 +194,21 @@ def _gpu_field(body: dict, required: bool):
 # -- the answers (run in worker threads) -----------------------------------------------------
 
 def api_estimate(body: dict) -> dict:
-    from vramwise.surfaces.cli import main as cli
     from vramwise.core.estimate import estimate
+    from vramwise.surfaces.views import estimate_view
 
     gpus = _int_list(body, "gpus", [1, 2, 4, 8], 1, 1 << 20)
     settings, profile = _settings_of(body, ("gpus",))
     est = estimate(_model_of(body), profile=profile, **settings)
-    return cli._estimate_json(est, gpus)
+    return estimate_view(est, gpus)
 
 
 def api_explain(body: dict) -> dict:
-    from vramwise.surfaces.cli import main as cli
     from vramwise.core.estimate import estimate
+    from vramwise.surfaces.views import explain_view
 
     settings, profile = _settings_of(body, ())
-    return cli._explain_json(estimate(_model_of(body), profile=profile, **settings))
+    return explain_view(estimate(_model_of(body), profile=profile, **settings))
 
 
 def api_fit(body: dict) -> dict:
@@ -239,9 +239,9 @@ def api_compare(body: dict) -> dict:
 
 
 def api_families(_query: dict) -> dict:
-    from vramwise.surfaces.cli import main as cli
+    from vramwise.surfaces.views import families_view
 
-    return cli._families_json()
+    return families_view()
 
 
 def api_gpus(_query: dict) -> dict:

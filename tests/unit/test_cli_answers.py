@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import vramwise
-from vramwise.surfaces.cli.main import _installed, main
+from vramwise.surfaces.cli.explain import installed
+from vramwise.surfaces.cli.main import main
 
 LLAMA = str(Path(__file__).resolve().parents[2] / "examples" / "llama-3.1-8b.json")
 from test_cli import SMALL, cfg  # noqa: F401 - the same small config and its fixture
@@ -174,9 +175,9 @@ def test_summary_and_other_profile_note(capsys):
 
 
 def test_no_note_when_profiles_agree(cfg, capsys, monkeypatch):
-    import vramwise.surfaces.cli.main as cli
+    import vramwise.surfaces.cli.common as common
 
-    monkeypatch.setattr(cli, "_NOTE_RATIO", 1e9)
+    monkeypatch.setattr(common, "NOTE_RATIO", 1e9)
     rc, out, _ = _run(["estimate", LLAMA], capsys)
     assert rc == 0 and "note:" not in out
 
@@ -245,10 +246,10 @@ def test_explain_hides_what_does_not_apply(cfg, capsys):
 def test_explain_shows_gib_and_installed_paths(capsys):
     rc, out, _ = _run(["explain", LLAMA], capsys)
     assert "= 9,644,997,018 bytes (8.98 GiB)" in out
-    inst = _installed("formulas/unsloth/weights.yaml")
+    inst = installed("formulas/unsloth/weights.yaml")
     assert inst is not None and Path(inst).is_file()
     assert f"formulas/unsloth/weights.yaml  ->  {inst}" in out
-    assert _installed("families/llama.yaml") and _installed("docs/nothing.md") is None
+    assert installed("families/llama.yaml") and installed("docs/nothing.md") is None
 
 
 @pytest.mark.parametrize("flag,values", [
@@ -292,12 +293,12 @@ def test_bars_in_tables(cfg, capsys):
 
 
 def test_bars_fall_back_to_ascii():
-    from vramwise.surfaces.cli.main import _bar
+    from vramwise.surfaces.cli.format import bar
 
     class Latin1(io.StringIO):
         encoding = "latin-1"
 
-    assert _bar(0.5, Latin1()) == "#####" and _bar(0.67, io.StringIO()) == "██████▋"
+    assert bar(0.5, Latin1()) == "#####" and bar(0.67, io.StringIO()) == "██████▋"
 
 
 @pytest.mark.parametrize("cmd,extra", [

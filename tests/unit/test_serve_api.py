@@ -18,6 +18,7 @@ import vramwise  # noqa: E402
 from vramwise.inputs import config as _source
 from vramwise.surfaces import serve as _serve
 from vramwise.surfaces.cli import main as cli  # noqa: E402
+from vramwise.surfaces.views import estimate_view  # noqa: E402
 
 MODEL = "meta-llama/Llama-3.1-8B"
 
@@ -84,7 +85,7 @@ def test_get_endpoints(client):
 def test_uploaded_config_equals_the_library(client):
     cfg = {"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 12288,
            "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128}
-    expected = cli._estimate_json(vramwise.estimate(cfg, seq_len=4096), [1, 2, 4, 8])
+    expected = estimate_view(vramwise.estimate(cfg, seq_len=4096), [1, 2, 4, 8])
     assert client.post("/api/estimate", json={"config": cfg, "seq_len": 4096}).json() == expected
     assert client.post("/api/estimate", json={"config_text": json.dumps(cfg), "seq_len": 4096}).json() == expected
 

@@ -1,0 +1,107 @@
+"""What the commands share: the model and settings their arguments give, the estimate they make,
+the note that names the other profile, and the optional plot."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from vramwise.core.errors import SettingsError, VramwiseError
+from vramwise.core.estimate import Estimate, estimate, size_only_model
+from vramwise.core.registry import Registry
+from vramwise.core.settings import SETTINGS
+from vramwise.inputs.config import checkpoint_size, local_kind
+from vramwise.surfaces.cli.format import count, count_bytes, gib
+
+#: the profile compared with in the one-line note of estimate/explain, and the ratio that triggers it
+OTHER_PROFILE = {"unsloth": "hf", "hf": "unsloth"}
+NOTE_RATIO = 1.5
+
+
+def settings_of(args, skip: tuple = ()) -> dict:
+    """The training settings of the parsed arguments, by name."""
+    return {s.name: getattr(args, s.name) for s in SETTINGS if s.name not in skip}
+
+
+def model_of(args) -> tuple[Any, str, str, bool]:
+    """(model source or ModelSpec, profile, label for the output, size_only) from MODEL / --params / --weight-bytes."""
+    model, params, weight_bytes = args.model, args.params, args.weight_bytes
+    size_only = params is not None or weight_bytes is not None
+    if model is None and not size_only:
+        raise SettingsError("give a MODEL (config.json, folder or hub id), or --params / --weight-bytes")
+    if model is not None and size_only:
+        raise SettingsError("give either a MODEL or --params / --weight-bytes, not both")
+    label = model
+    if model is not None and local_kind(model) == "dir" and local_kind(os.path.join(model, "config.json")) is None:
+        size, _ = checkpoint_size(model)
+        if size is not None:  # weight files without a config: the size-only fallback
+            label = f"{model} ({count_bytes(size)} of weights, no config)"
+            model, weight_bytes, size_only = None, size, True
+    if getattr(args, "hub", False) and model is not None and not size_only:
+        from vramwise.inputs.catalog import HUB_PREFIX
+
+        if local_kind(model) is not None:
+            raise SettingsError(f"--hub reads a hub id, but {model} is a local path")
+        model = model if model.startswith(HUB_PREFIX) else HUB_PREFIX + model
+    if size_only:
+        if model is None and label is None:
+            label = (f"a model of {count(int(params))} parameters (no config)" if params is not None
+                     else f"a model of {count_bytes(int(weight_bytes))} of weights (no config)")
+        spec = size_only_model(params=params, weight_bytes=int(weight_bytes) if weight_bytes is not None else None)
+        return spec, "size_only", label, True
+    return model, args.profile, label, False
+
+
+def run_estimate(args) -> Estimate:
+    """The estimate the arguments describe."""
+    model, profile, _, size_only = model_of(args)
+    settings = settings_of(args)
+    if size_only:
+        settings.pop("target_modules")
+    return estimate(model, profile=profile, trust_remote_code=args.trust_remote_code, **settings)
+
+
+def label_of(args) -> str:
+    """What the output calls the model: its path or hub id, or the size it was given as (never None)."""
+    if args.model is not None:
+        return args.model
+    if args.params is not None:
+        return f"a model of {count(int(args.params))} parameters (no config)"
+    return f"a model of {count_bytes(int(args.weight_bytes))} of weights (no config)"
+
+
+def other_profile_note(est: Estimate, model: Any, trust_remote_code: bool) -> str | None:
+    """One line when the other profile, at the same settings, differs by more than 1.5x (only where it models the method)."""
+    other = OTHER_PROFILE.get(est.profile)
+    if other is None or model is None:
+        return None
+    reg = Registry.default()
+    try:
+        prof = reg.profile(other)
+    except VramwiseError:
+        return None
+    if est.settings.method not in prof.methods:
+        return None
+    try:
+        alt = estimate(est.model, profile=other, **est.settings.to_dict())
+    except VramwiseError:
+        return None
+    ratio = alt.total / est.total if est.total else 0.0
+    if not ratio or (1 / NOTE_RATIO) <= ratio <= NOTE_RATIO:
+        return None
+    bigger = f"{ratio:.1f}x" if ratio > 1 else f"1/{1 / ratio:.1f} of"
+    return (f"note: profile {other} ({prof.summary}) gives {gib(alt.total)} GiB at the same settings, {bigger} this "
+            f"figure; the two profiles model different training stacks (--profile {other})")
+
+
+def plot(kind: str, obj, path: str | None, err) -> None:
+    """Draw ``obj`` (an estimate, fit, comparison or sweep, as ``kind`` says) to ``path`` when --plot gave
+    one; matplotlib is imported only then."""
+    if not path:
+        return
+    from vramwise.answers import plots
+
+    draw = {"estimate": plots.plot_estimate, "fit": plots.plot_fit, "compare": plots.plot_compare,
+            "sweep": plots.plot_sweep}[kind]
+    draw(obj, path)
+    err.write(f"wrote {path}\n")

@@ -1,0 +1,96 @@
+"""``vramwise compare``: methods and profiles side by side, a column each and a row per component."""
+
+from __future__ import annotations
+
+import sys
+
+from vramwise.answers.fit import MAX_GPUS, compare
+from vramwise.core.estimate import COMPONENTS
+from vramwise.surfaces.cli.common import model_of, plot, settings_of
+from vramwise.surfaces.cli.format import applies, bar, dash, fits_word, gib, print_json, summary, write_wrapped
+from vramwise.surfaces.cli.parser import BadValue, name_list
+
+
+def run(args, out) -> int:
+    methods = name_list(args.methods)
+    if not methods:
+        raise BadValue(f"--methods needs at least one method, got {args.methods!r}")
+    if args.gpus is not None and args.gpu is None:
+        raise BadValue("--gpus needs --gpu (the kind of GPU to count)")
+    if args.gpus is not None and not 1 <= args.gpus <= MAX_GPUS:
+        raise BadValue(f"--gpus must be a number of GPUs from 1 to {MAX_GPUS:,}, got {args.gpus}")
+    model, profile, label, size_only = model_of(args)
+    profiles = name_list(args.profiles) if args.profiles is not None else [profile]
+    if not profiles:
+        raise BadValue(f"--profiles needs at least one profile, got {args.profiles!r}")
+    if size_only:
+        profiles = ["size_only"]
+    settings = settings_of(args, skip=("method",))
+    if size_only:
+        settings["target_modules"] = None
+    c = compare(model, methods=list(dict.fromkeys(methods)), profiles=list(dict.fromkeys(profiles)), gpu=args.gpu,
+                gpus=args.gpus, trust_remote_code=args.trust_remote_code, **settings)
+    if args.json:
+        print_json(c.to_dict(), out)
+    else:
+        print_compare(c, label, {**settings}, out)
+    plot("compare", c, args.plot, sys.stderr)
+    return 0
+
+
+def print_compare(c, label: str, settings: dict, out) -> None:
+    cells = c.cells
+    profiles = list(dict.fromkeys(p for p, *_ in cells))
+    one_profile = len(profiles) == 1
+    heads = [m if one_profile else f"{p}/{m}" for p, m, *_ in cells]
+    out.write(f"{label}\n")
+    for p in profiles:
+        text = summary(p)
+        write_wrapped(out, f"profile {p}" + (f": {text}" if text else ""))
+    shown = dict(settings)
+    methods = [m for _, m, *_ in cells]
+    parts = [f"batch {shown['batch_size']}", f"seq {shown['seq_len']}"]
+    if any(applies("lora_rank", m) for m in methods):
+        parts.append(f"rank {shown['lora_rank']} (adapters)")
+    if any(applies("gradient_checkpointing", m) for m in methods):
+        parts.append(f"checkpointing {shown['gradient_checkpointing']}")
+    if any(applies("optimizer", m) for m in methods):
+        parts.append(str(shown["optimizer"]))
+    parts.append(str(shown["attention"]))
+    out.write("settings: " + ", ".join(parts) + "\n\n")
+    width = max(9, *(len(h) for h in heads))
+    name_w = 12
+    if c.gpu is not None:
+        fits_label = f"fits {c.gpu.name}" if len(c.gpu.name) <= 24 else "fits the GPU"
+        name_w = max(name_w, len(fits_label))
+    no = dash(out)
+    out.write(f"{'GiB':<{name_w}}" + "".join(f"  {h:>{width}}" for h in heads) + "\n")
+    for comp in COMPONENTS + ("total",):
+        row = []
+        for _, _, est, _, _ in cells:
+            row.append(gib(getattr(est, comp)) if est is not None else no)
+        out.write(f"{comp:<{name_w}}" + "".join(f"  {v:>{width}}" for v in row) + "\n")
+    if c.gpu is not None:
+        out.write(f"{fits_label:<{name_w}}" + "".join(
+            f"  {(fits_word(fits) if est is not None else no):>{width}}" for _, _, est, _, fits in cells) + "\n")
+    totals = [(h, est.total) for h, (_, _, est, _, _) in zip(heads, cells) if est is not None]
+    if totals:
+        top = max(t for _, t in totals)
+        hw = max(len(h) for h, _ in totals)
+        out.write("\n")
+        for h, t in totals:
+            out.write(f"{h:<{hw}}  {gib(t):>9} GiB  {bar(t / top, out, 20)}".rstrip() + "\n")
+    for p, m, est, problem, _ in cells:
+        if est is None:
+            write_wrapped(out, f"{p}/{m}: {problem}")
+    if c.gpu is not None:
+        write_wrapped(out, f"GPU: {c.gpu.name}, {gib(c.gpu.memory_bytes)} GiB each"
+                           + (f", {c.gpu.count} of them" if c.gpu.count > 1 else "") + f" (source: {c.gpu.source})")
+    if any(m == "inference" and est is not None for _, m, est, _, _ in cells):
+        out.write("inference: the profile's rule; `estimate --method inference` adds the KV cache\n")
+    seen = set()
+    for _, _, est, _, _ in cells:
+        for w in (est.warnings if est is not None else ()):
+            if w not in seen:
+                seen.add(w)
+                write_wrapped(out, f"warning: {w}")

@@ -1,0 +1,123 @@
+"""``vramwise estimate``: the memory breakdown of a training run, as a table or JSON."""
+
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+from vramwise.answers.placement import inference_split
+from vramwise.core.estimate import COMPONENTS, Estimate
+from vramwise.core.registry import Registry
+from vramwise.surfaces.cli.common import label_of, other_profile_note, plot, run_estimate
+from vramwise.surfaces.cli.format import bar, count, family_line, gib, print_json, summary, write_wrapped
+from vramwise.surfaces.cli.parser import int_list
+from vramwise.surfaces.views import estimate_view
+
+#: the most GPUs --gpus may count
+MAX_GPU_COUNT = 1 << 20
+
+_ABSENT_REASONS = {
+    ("gradients", "forward"): "freed by zero_grad after the previous step; they are written again during the backward",
+    ("gradients", "backward"): "the peak comes before the parameter gradients are written (they exist from the end "
+                               "of the backward to zero_grad)",
+    ("activations", "optimizer"): "the saved activations were freed by the backward before the optimizer step",
+    ("lora", None): "no adapters for this method",
+    ("optimizer", None): "this optimizer keeps no state",
+}
+
+
+def run(args, out) -> int:
+    gpus = int_list("--gpus", args.gpus, 1, MAX_GPU_COUNT)  # arguments: checked before any work
+    est = run_estimate(args)
+    if args.json:
+        print_json(estimate_view(est, gpus), out)
+    else:
+        note = other_profile_note(est, args.model, args.trust_remote_code)
+        print_table(est, label_of(args), gpus, out, note=note)
+    plot("estimate", est, args.plot, sys.stderr)
+    return 0
+
+
+def _peak_line(est: Estimate) -> str | None:
+    """Under a profile with phases: what the components table holds (what is alive at the peak phase)."""
+    phase = est.peak_phase
+    if not phase:
+        return None
+    comps = est.components()
+    alive = [c for c in COMPONENTS if comps[c] and c != "overhead"]
+    absent = [c for c in COMPONENTS if not comps[c] and c != "overhead"]
+    line = f"the table is what is alive at the peak, in the {phase} phase: {', '.join(alive) or 'nothing'}"
+    if comps.get("overhead"):
+        line += " (and the allocator's reserve and CUDA context as overhead)"
+    notes = []
+    for c in absent:
+        why = _ABSENT_REASONS.get((c, phase)) or _ABSENT_REASONS.get((c, None))
+        notes.append(f"{c} 0" + (f": {why}" if why else ""))
+    return line + ("; " + "; ".join(notes) if notes else "")
+
+
+def _component_rows(rows: list, total: int, out) -> None:
+    width = max(len(c) for c, _ in rows + [("component", 0)])
+    out.write(f"{'component':<{width}}  {'GiB':>9}  {'share':>7}\n")
+    for name, value in rows:
+        share = value / total if total else 0.0
+        out.write(f"{name:<{width}}  {gib(value):>9}  {100 * share:>6.1f}%  {bar(share, out)}".rstrip() + "\n")
+    out.write(f"{'total':<{width}}  {gib(total):>9}  {100.0:>6.1f}%\n\n")
+
+
+def print_table(est: Estimate, model: str, gpus: Sequence[int], out, note: str | None = None) -> None:
+    out.write(f"{model}\n")
+    out.write(family_line(est) + "\n")
+    text = summary(est.profile)
+    if text:
+        write_wrapped(out, f"profile {est.profile}: {text}")
+    out.write(f"parameters: {count(est.params_total)} total, {count(est.params_trainable)} trainable\n\n")
+    split = inference_split(est)
+    if split is not None:
+        _component_rows([("weights", split.weights), ("KV cache", split.kv_cache), ("overhead", split.overhead)],
+                        split.total, out)
+        out.write(f"KV cache for batch {est.settings.batch_size} x {est.settings.seq_len} tokens: "
+                  f"{gib(split.kv_cache)} GiB; the total is weights + KV cache + overhead\n")
+        out.write(f"reference: the unsloth inference rule (weights plus a fixed headroom, no KV cache) gives "
+                  f"{gib(split.rule_total)} GiB\n")
+        out.write(f"minimum per GPU (weights and KV cache split over the GPUs, {gib(split.overhead)} GiB of "
+                  "overhead on each): " + ", ".join(f"{n} x {gib(split.per_gpu(n))} GiB" for n in gpus) + "\n")
+    else:
+        _component_rows([(c, getattr(est, c)) for c in COMPONENTS], est.total, out)
+        if est.phases:
+            out.write("phases (tensor bytes at each peak): " + ", ".join(
+                f"{k} {gib(v)} GiB" for k, v in est.phases.items()) + f"; the peak is in the {est.peak_phase} phase\n")
+            peak = _peak_line(est)
+            if peak:
+                write_wrapped(out, peak)
+        for line in est.report_lines(gib):
+            out.write(line.rstrip("\n") + "\n")
+        if est.strategy is not None:
+            _strategy_lines(est, out)
+        else:
+            out.write("minimum per GPU: " + ", ".join(f"{n} x {gib(est.min_per_gpu(n))} GiB" for n in gpus) + "\n")
+    if note:
+        write_wrapped(out, note)
+    for w in est.warnings:
+        write_wrapped(out, f"warning: {w}")
+
+
+def _strategy_lines(est: Estimate, out) -> None:
+    """What a multi-GPU strategy puts on each GPU and in host memory (the table above is the busiest rank)."""
+    s = est.settings
+    info = Registry.default().strategy_info(est.strategy)
+    write_wrapped(out, f"strategy {est.strategy} on {est.world_size} GPU{'s' if est.world_size > 1 else ''}: "
+                       f"{info['summary']}; the table is one rank (GPU), batch {s.batch_size} x {s.seq_len} per rank")
+    for r in est.per_rank:
+        out.write(f"per rank: {r.count} x {gib(r.total)} GiB ({r.role})\n")
+    f = est.figures
+    parts = [f"model states {gib(f['model_states'])} GiB"]
+    if f.get("in_flight"):
+        parts.append(f"gathered at the peak {gib(f['in_flight'])} GiB")
+    if f.get("buffers"):
+        parts.append(f"communication buffers {gib(f['buffers'])} GiB")
+    out.write("on each GPU: " + ", ".join(parts) + "\n")
+    host = est.host_bytes
+    notes = ([f"offload {s.offload}"] if s.offload != "none" else []) + ([info["host_note"]] if info.get("host_note") else [])
+    write_wrapped(out, f"host memory per machine ({min(est.world_size, s.gpus_per_node)} GPUs): {gib(host)} GiB"
+                  + (f" ({'; '.join(notes)})" if notes else ""))

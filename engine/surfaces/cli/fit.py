@@ -1,0 +1,149 @@
+"""``vramwise fit``: what fits on a GPU (methods, largest batch, sequence and rank, fewest GPUs, frontier)."""
+
+from __future__ import annotations
+
+import sys
+
+from vramwise.answers.fit import MAX_GPUS, fit
+from vramwise.answers.placement import GpuSet, pooled_bytes
+from vramwise.core.errors import VramwiseError
+from vramwise.surfaces.cli.common import model_of, plot, settings_of
+from vramwise.surfaces.cli.format import bar, dash, family_line, fits_word, gib, print_json, summary, write_wrapped
+from vramwise.surfaces.cli.parser import BadValue, int_list
+
+_READINGS = {"nvidia-smi": "the total nvidia-smi reports", "rocm-smi": "the total rocm-smi reports",
+             "hip-runtime": "the total HIP reports", "spec-sheet": "the vendor's figure"}
+
+
+def run(args, out) -> int:
+    seq_lens = int_list("--seq-lens", args.seq_lens, 1) if args.seq_lens is not None else None
+    if args.gpus is not None and not 1 <= args.gpus <= MAX_GPUS:
+        raise BadValue(f"--gpus must be a number of GPUs from 1 to {MAX_GPUS:,}, got {args.gpus}")
+    model, profile, label, size_only = model_of(args)
+    settings = settings_of(args)
+    if size_only:
+        settings["target_modules"] = None
+    f = fit(model, gpu=args.gpu, gpus=args.gpus, headroom=args.headroom, seq_lens=seq_lens, profile=profile,
+            trust_remote_code=args.trust_remote_code, **settings)
+    if args.json:
+        print_json(f.to_dict(), out)
+    else:
+        print_fit(f, label, out, args.gpu)
+    plot("fit", f, args.plot, sys.stderr)
+    return 0
+
+
+def _gpu_words(fit_result, query: str | None = None) -> list[str]:
+    """Where the GPU's memory figure comes from, and the usable memory, in a few lines."""
+    g = fit_result.gpu
+    lines = [f"GPU: {g.name}, {gib(g.memory_bytes)} GiB ({g.memory_bytes:,} bytes) each"
+             + (f", {fit_result.gpus} of them" if fit_result.gpus > 1 else "")]
+    reading = None
+    note = None
+    if not g.source.startswith(("NVML", "given in bytes")):
+        try:
+            from vramwise.gpus.catalog import gpu_spec
+
+            spec = gpu_spec(query or g.name)
+            if spec.memory_bytes == g.memory_bytes:
+                if spec.matched_by == "ambiguous" and spec.note:
+                    note = f"note: {spec.note} (name another: {', '.join(spec.alternatives)})"
+                reading = _READINGS.get(spec.memory_reading, spec.memory_reading)
+                if spec.matched_by == "size":
+                    reading = None
+        except VramwiseError:
+            pass
+    lines.append(f"memory figure: {reading}; source: {g.source}" if reading else f"memory figure: {g.source}")
+    if note:
+        lines.append(note)
+    est = fit_result.estimate
+    over = f"; the estimates already count the profile's overhead ({gib(est.overhead)} GiB)" if est is not None else ""
+    lines.append(f"usable per GPU: {gib(fit_result.usable_bytes)} GiB = the memory less "
+                 f"{fit_result.headroom * 100:g}% headroom{over}")
+    return lines
+
+
+def print_fit(f, label: str, out, query: str | None = None) -> None:
+    est = f.estimate
+    out.write(f"{label}\n")
+    if est is not None:
+        out.write(family_line(est) + "\n")
+    text = summary(f.profile)
+    if text:
+        write_wrapped(out, f"profile {f.profile}: {text}")
+    for line in _gpu_words(f, query):
+        write_wrapped(out, line)
+    n, usable = f.gpus, f.usable_bytes
+    on = f"{n} GPU" + ("s" if n > 1 else "")
+    out.write("\n")
+    if est is not None:
+        need = est.min_per_gpu(n)
+        verdict = "fits" if f.fits else "does not fit"
+        spare = (f", {gib(usable - need)} GiB to spare per GPU" if f.fits
+                 else f", {gib(need - usable)} GiB short per GPU" if need > usable else ", the total is not covered")
+        if est.strategy is not None:
+            out.write(f"at these settings: strategy {est.strategy} on {on}, {gib(need)} GiB on each: {verdict}{spare}\n\n")
+        else:
+            out.write(f"at these settings: {gib(est.total)} GiB in all, {gib(need)} GiB per GPU on {on}: {verdict}{spare}\n\n")
+    width = max(len(m.method) for m in f.methods) if f.methods else 6
+    out.write(f"{'method':<{width}}  {'total GiB':>9}  {'per GPU':>9}  fits  of usable\n")
+    no = dash(out)
+    for m in f.methods:
+        if m.total is None:
+            out.write(f"{m.method:<{width}}  {no:>9}  {no:>9}  no    {m.problem}\n")
+            continue
+        out.write(f"{m.method:<{width}}  {gib(m.total):>9}  {gib(m.per_gpu):>9}  {fits_word(m.fits):<4}  "
+                  f"{bar(m.per_gpu / usable, out)}{'+' if m.per_gpu > usable else ''}".rstrip() + "\n")
+    if any(m.method == "inference" and m.total is not None for m in f.methods):
+        out.write("(inference: the profile's rule; `estimate --method inference` adds the KV cache)\n")
+    out.write("\n")
+    s = est.settings if est is not None else None
+    if s is not None:
+        out.write(f"largest batch size at seq {s.seq_len:,}: "
+                  + (f"{f.max_batch_size:,}" if f.max_batch_size else "none (batch 1 does not fit)") + "\n")
+        out.write(f"largest sequence length at batch {s.batch_size:,}: "
+                  + (f"{f.max_seq_len:,}" if f.max_seq_len else "none (1 token does not fit)") + "\n")
+        if s.method in ("lora", "qlora"):
+            out.write("largest LoRA rank: " + (f"{f.max_lora_rank:,}" if f.max_lora_rank else "none (rank 1 does not fit)") + "\n")
+        else:
+            out.write(f"largest LoRA rank: {no} ({s.method} trains no adapters)\n")
+        write_wrapped(out, _min_gpus_line(f))
+    out.write("\n")
+    _print_frontier(f, out)
+    if est is not None:
+        for w in est.warnings:
+            write_wrapped(out, f"warning: {w}")
+
+
+def _min_gpus_line(f) -> str:
+    est, k, usable, share = f.estimate, f.min_gpus, f.usable_bytes, f.further_gpu_share
+    name = f.gpu.name
+    if k is None:
+        return f"fewest GPUs: none up to {MAX_GPUS:,} x {name} holds it"
+    need = est.min_per_gpu(k)
+    if est.strategy is not None:
+        return (f"fewest GPUs: {k} x {name}: strategy {est.strategy} on {k} GPUs needs {gib(need)} GiB on each "
+                f"(<= {gib(usable)} GiB usable)")
+    if k == 1:
+        return (f"fewest GPUs: 1 x {name}: the total {gib(est.total)} GiB fits the usable {gib(usable)} GiB "
+                f"of one GPU")
+    covered = pooled_bytes(GpuSet.alike(usable, k), share)
+    return (f"fewest GPUs: {k} x {name}, by the selection rule: each GPU holds the per-GPU minimum for {k} "
+            f"({gib(need)} GiB <= {gib(usable)} GiB usable) and the first GPU in full plus {share * 100:g}% of each "
+            f"further one ({gib(covered)} GiB) covers the total {gib(est.total)} GiB")
+
+
+def _print_frontier(f, out) -> None:
+    if not f.frontier:
+        return
+    out.write(f"frontier: the largest batch at each sequence length, on {f.gpus} x {f.gpu.name}\n")
+    out.write(f"{'seq_len':>10}  {'max batch':>10}\n")
+    for s, b in f.frontier:
+        if b is None:
+            rest = [x for x, y in f.frontier if x > s]
+            if all(y is None for x, y in f.frontier if x > s) and rest:
+                out.write(f"{s:>10,}  {'none fits':>10}  (nor at any longer sequence of the grid)\n")
+                return
+            out.write(f"{s:>10,}  {'none fits':>10}\n")
+            continue
+        out.write(f"{s:>10,}  {b:>10,}\n")

@@ -1,0 +1,73 @@
+"""The JSON views of estimate, explain and families: what ``vramwise estimate|explain|families --json``
+print and what the server's ``/api/estimate``, ``/api/explain`` and ``/api/families`` answer.
+
+Both surfaces build them here, so the two cannot drift apart. A view only arranges what the library
+computed: the per-GPU figures come from :mod:`vramwise.answers.placement`.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from vramwise.answers.placement import inference_split, per_gpu_bytes
+from vramwise.core.estimate import Estimate
+from vramwise.core.registry import Registry
+
+__all__ = ["estimate_view", "explain_view", "families_view"]
+
+
+def estimate_view(est: Estimate, gpus: Sequence[int]) -> dict:
+    """``estimate --json``: the estimate, and ``min_per_gpu`` for each GPU count of ``gpus`` (a
+    strategy: its own world size only). Inference with a KV cache also carries the profile's
+    per-GPU rule (``min_per_gpu_rule``) and the total with the KV cache (``inference_total``)."""
+    data = est.to_dict()
+    data["min_per_gpu"] = {str(n): b for n, b in per_gpu_bytes(est, gpus).items()}
+    split = inference_split(est)
+    if split is not None:  # min_per_gpu holds the KV cache; the profile's own per-GPU rule beside it
+        data["min_per_gpu_rule"] = {str(n): est.min_per_gpu(n) for n in gpus}
+        data["inference_total"] = split.total
+    return data
+
+
+def _jsonable(v):
+    if isinstance(v, tuple):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return v
+
+
+def explain_view(est: Estimate) -> dict:
+    """``explain --json``: the estimate, every input's provenance and every formula."""
+    return {
+        "estimate": est.to_dict(),
+        "provenance": [
+            {
+                "kind": p.kind, "name": p.name, "value": _jsonable(p.value), "unit": p.unit,
+                "location": p.location(), "how": p.how,
+                **({"layers": list(p.layer_indices)} if p.layer_indices is not None else {}),
+            }
+            for p in est.provenance
+        ],
+        "trace": [
+            {
+                "id": t.id, "component": t.component, "location": t.location(), "expression": t.expression,
+                "inputs": {k: _jsonable(v) for k, v in t.inputs.items()}, "value": _jsonable(t.value),
+                "unit": t.unit, "source": t.source,
+                **({"layers": list(t.layer_indices)} if t.layer_indices is not None else {}),
+            }
+            for t in est.trace
+        ],
+    }
+
+
+def families_view(registry: Registry | None = None) -> dict:
+    """``families --json``: the families (not the abstract ones), the profiles and their summaries."""
+    reg = registry or Registry.default()
+    rows = [
+        {"family": f.name, "model_types": list(f.model_types), "file": f.file, "extends": f.parents[0] if f.parents else None,
+         "fallback": f.fallback}
+        for f in sorted(reg.families.values(), key=lambda f: f.name) if not f.abstract
+    ]
+    return {"families": rows, "profiles": reg.profile_names(),
+            "profile_summaries": {p: reg.profile(p).summary for p in reg.profile_names()}}
