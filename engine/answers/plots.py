@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from vramwise.core.errors import SettingsError
+from vramwise.core.errors import MissingDependencyError, SettingsError
 from vramwise.core.estimate import COMPONENTS
 
 __all__ = ["plot_estimate", "plot_compare", "plot_fit", "plot_sweep", "PLOT_FORMATS"]
@@ -52,13 +52,14 @@ def _format(path: Any) -> tuple[Path, str]:
 
 
 def _matplotlib():
-    """The modules a plot needs, imported now; a one-line SettingsError when matplotlib is missing."""
+    """The modules a plot needs, imported now; a one-line MissingDependencyError (extra ``plot``) when
+    matplotlib is missing."""
     try:
         import matplotlib
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
-        raise SettingsError(MISSING) from None
+        raise MissingDependencyError(MISSING, extra="plot") from None
     return matplotlib, Figure, FigureCanvasAgg
 
 

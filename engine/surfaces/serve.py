@@ -12,7 +12,7 @@ path                      method  answer (the CLI command whose ``--json`` it eq
 ``/api/families``         GET     ``families --json``
 ``/api/gpus``             GET     ``{"catalog": [...], "local": gpus --json}``
 ``/api/catalog?q=``       GET     ``catalog QUERY --json``
-``/api/settings``         GET     the settings table (names, defaults, choices) the page builds its form from
+``/api/settings``         GET     the settings table (names, defaults, choices) and the default profile: the page's form
 ========================  ======  ===========================================================
 
 A POST body is one JSON object: ``model`` (a name in the model catalog) or ``config`` (a config.json
@@ -39,7 +39,8 @@ import sys
 from importlib import resources
 from typing import Any, Callable
 
-from vramwise.core.errors import ConfigError, InternalError, SettingsError, VramwiseError
+from vramwise.core.errors import ConfigError, InternalError, MissingDependencyError, SettingsError, VramwiseError
+from vramwise.core.settings import DEFAULT_PROFILE
 
 __all__ = ["create_app", "make_server", "serve", "MAX_BODY_BYTES", "BODY_TIMEOUT", "COMPUTE_TIMEOUT"]
 
@@ -71,7 +72,8 @@ def _need_starlette():
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ModuleNotFoundError:
-        raise VramwiseError("vramwise serve needs Starlette and uvicorn: pip install 'vramwise[serve]'") from None
+        raise MissingDependencyError("vramwise serve needs Starlette and uvicorn: pip install 'vramwise[serve]'",
+                                     extra="serve") from None
 
 
 def _one_line(text: Any, limit: int = 2000) -> str:
@@ -142,7 +144,7 @@ def _settings_of(body: dict, allowed_extra: tuple) -> tuple[dict, str]:
             raise SettingsError(f"{name} must be a single value, got {type(value).__name__}")
         if isinstance(value, float) and not math.isfinite(value):
             raise SettingsError(f"{name} must be finite")
-    profile = body.get("profile", "unsloth")
+    profile = body.get("profile", DEFAULT_PROFILE)
     if not isinstance(profile, str):
         raise SettingsError(f"profile must be a name, got {type(profile).__name__}")
     return settings, profile
@@ -266,7 +268,8 @@ def api_settings(_query: dict) -> dict:
     from vramwise.core.settings import SETTINGS
 
     return {"settings": [{"name": s.name, "default": s.default, "type": s.cli_type, "choices": list(s.choices),
-                          "applies_to": list(s.applies_to), "help": s.help} for s in SETTINGS]}
+                          "applies_to": list(s.applies_to), "help": s.help} for s in SETTINGS],
+            "default_profile": DEFAULT_PROFILE}
 
 
 _POST = {"estimate": api_estimate, "explain": api_explain, "fit": api_fit, "compare": api_compare}

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import vramwise
-from vramwise import COMPONENTS, SettingsError
+from vramwise import COMPONENTS, MissingDependencyError, SettingsError
 from vramwise.answers.plots import MISSING, plot_compare, plot_estimate, plot_fit, plot_sweep
 
 GIB = 2**30
@@ -272,9 +272,10 @@ def test_missing_matplotlib_is_one_line(monkeypatch, est, comparison, fit, sweep
     calls = [(plot_estimate, est), (plot_compare, comparison), (plot_fit, fit), (plot_sweep, sweep2)]
     for fn, result in calls:
         path = tmp_path / f"{fn.__name__}.png"
-        with pytest.raises(SettingsError) as exc:
+        with pytest.raises(MissingDependencyError) as exc:
             fn(result, path)
         assert str(exc.value) == MISSING == "plots need matplotlib: pip install 'vramwise[plot]'"
+        assert exc.value.extra == "plot"
         assert not path.exists()
 
 

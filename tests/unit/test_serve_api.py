@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 from contextlib import redirect_stdout
 
 import pytest
@@ -78,8 +79,16 @@ def test_get_endpoints(client):
     gpus = client.get("/api/gpus").json()
     assert {g["id"] for g in gpus["catalog"]} == {g.id for g in vramwise.list_gpus()}
     assert gpus["local"] == cli_json("gpus", "--json")
-    names = [s["name"] for s in client.get("/api/settings").json()["settings"]]
-    assert names == [s.name for s in vramwise.SETTINGS]
+    table = client.get("/api/settings").json()
+    assert [s["name"] for s in table["settings"]] == [s.name for s in vramwise.SETTINGS]
+    assert table["default_profile"] == "unsloth"  # the page's initial profile, the library's default
+
+
+def test_missing_starlette_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "starlette", None)  # `import starlette` now raises ImportError
+    with pytest.raises(vramwise.MissingDependencyError, match=r"pip install 'vramwise\[serve\]'") as exc:
+        _serve.create_app()
+    assert exc.value.extra == "serve"
 
 
 def test_uploaded_config_equals_the_library(client):

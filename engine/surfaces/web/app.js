@@ -9,7 +9,7 @@
   const FIELDS = ["method", "batch_size", "seq_len", "lora_rank", "target_modules", "gradient_checkpointing",
     "optimizer", "attention", "loss", "load_in_4bit", "strategy", "offload", "gpus_per_node"];
   const SVGNS = "http://www.w3.org/2000/svg";
-  const state = { table: {}, models: [], upload: null, uploadName: null, seq: 0, inflight: null, timer: null };
+  const state = { table: {}, defaultProfile: null, models: [], upload: null, uploadName: null, seq: 0, inflight: null, timer: null };
 
   const gib = (n) => (n / GIB).toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 });
   const count = (n) => n >= 1e9 ? (n / 1e9).toFixed(2) + " B" : n >= 1e6 ? (n / 1e6).toFixed(2) + " M" : String(n);
@@ -72,7 +72,7 @@
       out[f] = v;
     }
     const p = $("profile").value;
-    if (p && p !== "unsloth") out.profile = p;
+    if (p && p !== state.defaultProfile) out.profile = p;
     if (out.strategy && out.strategy !== "none") {  // a strategy runs on the GPUs counted under "how many"
       const n = parseInt($("gpus").value, 10);
       out.world_size = Number.isInteger(n) && n > 0 ? n : 1;
@@ -289,7 +289,7 @@
   }
 
   // -- compare ------------------------------------------------------------------------------
-  function defaultCompareProfiles() { return ["unsloth", "hf"].filter((p) => state.profiles.includes(p)); }
+  function defaultCompareProfiles() { return [state.defaultProfile, "hf"].filter((p) => state.profiles.includes(p)); }
   function checkedProfiles() { return [...document.querySelectorAll("#compare-profiles input:checked")].map((c) => c.value); }
 
   function drawCompare(c) {
@@ -345,6 +345,7 @@
     const [table, catalog, gpus, families] = await Promise.all([
       api("/api/settings"), api("/api/catalog"), api("/api/gpus"), api("/api/families")]);
     for (const s of table.settings) state.table[s.name] = s;
+    state.defaultProfile = table.default_profile;
     for (const f of ["method", "gradient_checkpointing", "attention", "loss", "strategy", "offload"]) fillSelect($(f), state.table[f].choices);
     for (const f of ["method", "batch_size", "seq_len", "lora_rank", "gradient_checkpointing", "optimizer", "attention", "loss",
       "strategy", "offload", "gpus_per_node"]) {
@@ -352,7 +353,7 @@
     }
     state.profiles = families.profiles.filter((p) => p !== "size_only");
     fillSelect($("profile"), state.profiles, state.profiles.map((p) => p + (families.profile_summaries[p] ? " — " + families.profile_summaries[p].slice(0, 60) : "")));
-    $("profile").value = "unsloth";
+    $("profile").value = state.defaultProfile;
     const box = $("compare-profiles");
     for (const p of state.profiles) {
       const lab = h("label"), cb = h("input");
