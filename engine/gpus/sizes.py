@@ -11,8 +11,8 @@ The grammar, case-insensitive, spaces allowed around and between its parts::
 
 A number without a unit is a count of bytes (``unit`` is None, so a caller that needs a unit,
 such as a GPU size where ``24`` could mean GB or GiB, can say so). The value is the number times
-the unit, rounded to the nearest whole byte; a value too large for a float (``1e400``) is
-refused. ``G``, ``M``, ``T`` and the like are not units here: ``24G`` is not a size.
+the unit, rounded to the nearest whole byte (a half to the even one, as Python's ``round``); a
+value too large for a float (``1e400``) is refused. ``G``, ``M``, ``T`` and the like are not units here: ``24G`` is not a size.
 """
 
 from __future__ import annotations

@@ -178,6 +178,50 @@ def test_sizes_without_a_clear_unit_are_rejected(query):
         vramwise.gpu_spec(query)
 
 
+# ---------------------------------------------------------------- the one size parser
+
+
+@pytest.mark.parametrize("text,total,unit", [
+    ("16GB", 16 * 10**9, "GB"), ("15 GiB", 15 * 2**30, "GiB"), ("0.5TB", 5 * 10**11, "TB"),
+    ("1024KiB", 2**20, "KiB"), (".5 MiB", 2**19, "MiB"), ("2 b", 2, "B"), ("3kb", 3000, "KB"),
+    ("1.6e10", 16 * 10**9, None), ("16000000000", 16 * 10**9, None),  # a bare number counts bytes
+    ("1.5", 2, None), ("0.4", 0, None),  # to the nearest whole byte
+])
+def test_size_parser(text, total, unit):
+    from vramwise.gpus.sizes import parse_size
+
+    size = parse_size(text)
+    assert (size.bytes, size.unit) == (total, unit)
+
+
+@pytest.mark.parametrize("text", ["16G", "24g", "8 Gb s", "GB", "-1", "nan", "", "1,000", "16 gigabytes"])
+def test_size_parser_refuses_what_is_not_a_size(text):
+    from vramwise.gpus.sizes import parse_size
+
+    assert parse_size(text) is None
+
+
+def test_size_parser_refuses_a_size_too_large_for_a_float():
+    from vramwise.gpus.sizes import parse_size
+
+    with pytest.raises(SettingsError, match="too large"):
+        parse_size("1e400")
+
+
+def test_gpu_sizes_and_weight_sizes_are_read_alike(capsys):
+    from vramwise.surfaces.cli.main import main
+
+    for text, total in (("16GB", 16 * 10**9), ("15GiB", 15 * 2**30), ("1024 MiB", 2**30)):
+        assert vramwise.gpu_spec(text).memory_bytes == total  # a GPU of that size
+        assert main(["estimate", "--weight-bytes", text, "--json"]) == 0  # a model of those weights
+        assert json.loads(capsys.readouterr().out)["total"] == vramwise.estimate_from_size(weight_bytes=total).total
+    # a bare number: bytes for --weight-bytes, ambiguous for a GPU (24 GB or 24 GiB?)
+    assert main(["estimate", "--weight-bytes", "16000000000", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["total"] == vramwise.estimate_from_size(weight_bytes=16 * 10**9).total
+    with pytest.raises(SettingsError, match="ambiguous"):
+        vramwise.gpu_spec("24")
+
+
 def test_unknown_name_lists_close_matches():
     with pytest.raises(SettingsError) as err:
         vramwise.gpu_spec("rtx 4099")
