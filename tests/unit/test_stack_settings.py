@@ -91,10 +91,11 @@ def _copy_profile(tmp_path, name: str):
 
 def test_a_profile_may_list_a_sibling_profiles_file(tmp_path):
     hf = _copy_profile(tmp_path, "hf")
+    _copy_profile(tmp_path, "shared")  # the files hf lists as shared/...
     twin = tmp_path / "formulas" / "twin"
     shutil.copytree(hf, twin)
     manifest = (twin / "profile.yaml").read_text().replace("profile: hf", "profile: twin", 1)
-    manifest = manifest.replace("files: [weights.yaml,", "files: [hf/weights.yaml,", 1)
+    manifest = manifest.replace("\n  - weights.yaml", "\n  - hf/weights.yaml", 1)
     (twin / "profile.yaml").write_text(manifest)
     (twin / "weights.yaml").unlink()
     families = resources.files("vramwise.families")
@@ -111,10 +112,11 @@ def test_a_profile_may_list_a_sibling_profiles_file(tmp_path):
                                            ("hf/nosuch.yaml", "does not exist")])
 def test_a_bad_sibling_reference_is_located(tmp_path, entry, message):
     _copy_profile(tmp_path, "hf")
+    _copy_profile(tmp_path, "shared")
     twin = tmp_path / "formulas" / "twin"
     shutil.copytree(tmp_path / "formulas" / "hf", twin)
     manifest = (twin / "profile.yaml").read_text().replace("profile: hf", "profile: twin", 1)
-    (twin / "profile.yaml").write_text(manifest.replace("files: [weights.yaml,", f"files: [{entry},", 1))
+    (twin / "profile.yaml").write_text(manifest.replace("\n  - weights.yaml", f"\n  - {entry}", 1))
     (twin / "weights.yaml").unlink()
     reg = vramwise.Registry(families_dir=resources.files("vramwise.families"), formulas_dir=tmp_path / "formulas")
     with pytest.raises(vramwise.FileFormatError, match=message) as info:
