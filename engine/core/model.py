@@ -80,7 +80,6 @@ class LayerClass:
         return sum(m.params for m in self.modules)
 
 
-
 def module_groups(model_modules: tuple, layer_classes: tuple) -> Iterator[tuple[int, Any, tuple]]:
     """The model's modules as (copies, layer indices or None for model-level modules, modules)."""
     yield 1, None, model_modules
@@ -110,7 +109,6 @@ class Inventory:
 
     def names(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
-
 
 
 #: Formula names of the inventory (the LoRA sums: :data:`vramwise.core.lora.LORA_NAMES`).
