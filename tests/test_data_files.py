@@ -9,7 +9,6 @@ per line in reading order, and every formula's trace location is the line of its
 from __future__ import annotations
 
 import shutil
-import tomllib
 from importlib import resources
 from pathlib import Path
 
@@ -328,6 +327,7 @@ def test_a_profile_without_the_shared_constants_names_what_it_misses(tmp_path):
 
 
 def test_every_formula_folder_is_packaged():
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
     config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
     folders = sorted(p.name for p in FORMULAS.iterdir() if p.is_dir() and any(p.glob("*.yaml")))
     assert SHARED in folders
