@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-__all__ = ["GpuSet", "pooled_bytes", "fits", "rule_text", "InferenceSplit", "inference_split", "per_gpu_bytes"]
+__all__ = ["GpuSet", "pooled_bytes", "fits", "spare_per_gpu", "rule_text", "InferenceSplit", "inference_split", "per_gpu_bytes"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,11 @@ def fits(est: Any, gpus: GpuSet, share: float) -> bool:
     if getattr(est, "strategy", None) is not None:  # the strategy places the model: each GPU holds one rank
         return True
     return est.total <= pooled_bytes(gpus, share)
+
+
+def spare_per_gpu(est: Any, gpus: GpuSet) -> int:
+    """Bytes the smallest GPU of ``gpus`` has left over the per-GPU minimum (negative: short by that much)."""
+    return gpus.smallest - est.min_per_gpu(gpus.count)
 
 
 def rule_text(strategy: str | None, count: int, usable: int, share: float) -> str:

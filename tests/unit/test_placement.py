@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 import vramwise
-from vramwise.answers.placement import GpuSet, InferenceSplit, fits, inference_split, per_gpu_bytes, pooled_bytes, rule_text
+from vramwise.answers.placement import (GpuSet, InferenceSplit, fits, inference_split, per_gpu_bytes, pooled_bytes, rule_text,
+                                        spare_per_gpu)
 from vramwise.surfaces.cli.main import main
 
 GIB = 2**30
@@ -40,6 +41,8 @@ def test_each_gpu_must_hold_the_per_gpu_minimum():
     run = _Run(60 * GIB, {2: 31 * GIB})
     assert not fits(run, GpuSet.of([40 * GIB, 30 * GIB]), 0.85)  # pooled 65.5 GiB covers 60, but 30 < 31
     assert fits(run, GpuSet.of([40 * GIB, 32 * GIB]), 0.85)  # 32 >= 31 and 40 + 27.2 = 67.2 >= 60
+    assert spare_per_gpu(run, GpuSet.of([40 * GIB, 32 * GIB])) == 1 * GIB  # the smaller GPU: 32 - 31
+    assert spare_per_gpu(run, GpuSet.of([40 * GIB, 30 * GIB])) == -1 * GIB  # short by 31 - 30
 
 
 def test_without_a_strategy_the_pool_must_cover_the_total():

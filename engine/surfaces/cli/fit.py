@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from vramwise.answers.fit import MAX_GPUS, fit
-from vramwise.answers.placement import GpuSet, pooled_bytes
+from vramwise.answers.placement import GpuSet, pooled_bytes, spare_per_gpu
 from vramwise.core.errors import VramwiseError
 from vramwise.surfaces.cli.common import model_of, plot, settings_of
 from vramwise.surfaces.cli.format import bar, dash, family_line, fits_word, gib, print_json, summary, write_wrapped
@@ -79,8 +79,9 @@ def print_fit(f, label: str, out, query: str | None = None) -> None:
     if est is not None:
         need = est.min_per_gpu(n)
         verdict = "fits" if f.fits else "does not fit"
-        spare = (f", {gib(usable - need)} GiB to spare per GPU" if f.fits
-                 else f", {gib(need - usable)} GiB short per GPU" if need > usable else ", the total is not covered")
+        left = spare_per_gpu(est, GpuSet.alike(usable, n))
+        spare = (f", {gib(left)} GiB to spare per GPU" if f.fits
+                 else f", {gib(-left)} GiB short per GPU" if left < 0 else ", the total is not covered")
         if est.strategy is not None:
             out.write(f"at these settings: strategy {est.strategy} on {on}, {gib(need)} GiB on each: {verdict}{spare}\n\n")
         else:
