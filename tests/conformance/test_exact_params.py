@@ -17,7 +17,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import vramwise  # noqa: E402
-from helpers import by_kind, reference_default_config, reference_minimal_config, reference_params, shared_configs  # noqa: E402
+from helpers import by_kind, from_shared, reference_default_config, reference_minimal_config, reference_params, shared_configs  # noqa: E402
 
 _REG = vramwise.Registry.default()
 
@@ -118,11 +118,11 @@ def test_generic_family_matches_llama_layout():
     assert spec.module_params() == ref
 
 
-_SHARED = [(name, cfg, path) for name, fam in sorted(BUILDABLE.items()) for cfg, path in shared_configs(set(fam.model_types))]
+_SHARED = from_shared([pytest.param(name, cfg, path, id=cfg) for name, fam in sorted(BUILDABLE.items())
+                       for cfg, path in shared_configs(set(fam.model_types))], 3)
 
 
-@pytest.mark.skipif(not _SHARED, reason="../shared/configs is absent")
-@pytest.mark.parametrize("family,name,path", _SHARED, ids=[n for _, n, _ in _SHARED] or None)
+@pytest.mark.parametrize("family,name,path", _SHARED)
 def test_shared_config(family, name, path):
     cfg = json.loads(path.read_text())
     assert vramwise.load_model(cfg).family == family

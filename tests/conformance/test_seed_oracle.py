@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("torch")
 
 import vramwise  # noqa: E402
-from helpers import shared_configs  # noqa: E402
+from helpers import from_shared, shared_configs  # noqa: E402
 
 DENSE_TYPES = {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text", "gemma3"}
 CONFIGS = shared_configs(DENSE_TYPES)
@@ -78,8 +78,7 @@ SETTINGS = [
 ]
 
 
-@pytest.mark.skipif(not CONFIGS, reason="../shared/configs is absent")
-@pytest.mark.parametrize("name,path", CONFIGS, ids=[n for n, _ in CONFIGS] or None)
+@pytest.mark.parametrize("name,path", from_shared([pytest.param(n, p, id=n) for n, p in CONFIGS], 2))
 def test_shared_dense_config_matches_seed(name, path):
     cfg = json.loads(path.read_text())
     spec = vramwise.load_model(cfg)

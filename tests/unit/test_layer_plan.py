@@ -19,7 +19,7 @@ from vramwise.core.model import _hashable
 from vramwise.core.facts import resolve_facts
 from vramwise.core.plan import IndexSet, analyse, layer_classes
 from vramwise.inputs.config import text_view
-from helpers import shared_configs
+from helpers import from_shared, shared_configs
 
 REG = vramwise.Registry()
 
@@ -123,7 +123,7 @@ def test_every_family_is_planned_from_atoms():
             assert fam.layer_atoms is not None, name
 
 
-@pytest.mark.parametrize("name,path", shared_configs({f for fam in REG.families.values() for f in fam.model_types}))
+@pytest.mark.parametrize("name,path", from_shared(shared_configs({f for fam in REG.families.values() for f in fam.model_types}), 2))
 def test_shared_configs(name, path):
     assert check(json.loads(path.read_text())) is None
 

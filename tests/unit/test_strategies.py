@@ -90,19 +90,19 @@ def _configs():
     """The tiny model, and three real configs where ../shared is present (a dense, two mixtures of experts)."""
     import json
 
-    from helpers import CONFIGS
+    from helpers import CONFIGS, from_shared, shared_present
 
-    out = [("tiny", TINY)]
+    out = [pytest.param("tiny", TINY, id="tiny")]
+    if not shared_present():
+        return from_shared(out, 2)
     for name in ("meta-llama__Llama-3.1-8B", "Qwen__Qwen3-30B-A3B", "mistralai__Mixtral-8x7B-v0.1"):
-        path = CONFIGS / f"{name}.json"
-        if path.is_file():
-            out.append((name, json.loads(path.read_text(encoding="utf-8"))))
+        out.append(pytest.param(name, json.loads((CONFIGS / f"{name}.json").read_text(encoding="utf-8")), id=name))
     return out
 
 
 @pytest.mark.parametrize("strategy", SHARDING)
 @pytest.mark.parametrize("method", ["full", "lora", "qlora"])
-@pytest.mark.parametrize("name,cfg", _configs(), ids=[n for n, _ in _configs()])
+@pytest.mark.parametrize("name,cfg", _configs())
 def test_sharding_never_grows_with_more_ranks(name, cfg, method, strategy):
     kw = dict(RUN, method=method, strategy=strategy, batch_size=1, seq_len=512, gpus_per_node=64)
     if strategy in ("zero1", "zero2", "zero3") and method == "qlora":
