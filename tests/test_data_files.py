@@ -335,3 +335,17 @@ def test_every_formula_folder_is_packaged():
         package = f"vramwise.formulas.{folder}"
         assert package in config["packages"], package
         assert config["package-data"].get(package) == ["*.yaml"], package
+
+
+def test_check_takes_the_shared_folder_like_a_profile_folder(tmp_path):
+    assert vramwise.check([FORMULAS / SHARED]) == []
+    shared = tmp_path / SHARED
+    shutil.copytree(FORMULAS / SHARED, shared, ignore=shutil.ignore_patterns("__*"))
+    p = shared / "activations.yaml"
+    p.write_text(p.read_text(encoding="utf-8").replace("expr: batch_size * seq_len", "expr: batch_size * seq_lenn"),
+                 encoding="utf-8")
+    line = p.read_text(encoding="utf-8").splitlines().index("    expr: batch_size * seq_lenn") + 1
+    for given in (shared, p):  # the folder, or one of its files
+        problems = vramwise.check([given])
+        # every profile that lists the file compiles it; the problem is reported once, at the given file
+        assert problems == [f"{p}:{line}:11: $.formulas[0].expr: unknown name `seq_lenn` in `batch_size * seq_lenn`"]
