@@ -200,6 +200,7 @@ def fit(
         base["world_size"] = n
     prof = reg.profile(profile)
     share = prof.further_gpu_share
+    gpu_set = GpuSet.alike(usable, n)  # the GPUs asked about, as the placement rule sees them
 
     def est(**changes) -> Estimate:
         return estimate(spec, profile=profile, registry=reg, **{**base, **changes})
@@ -209,14 +210,14 @@ def fit(
     for m in prof.methods:
         try:
             e = est(method=m, load_in_4bit=None)
-            methods.append(MethodFit(m, e.total, e.min_per_gpu(n), _fits(e, n, usable, share)))
+            methods.append(MethodFit(m, e.total, e.min_per_gpu(n), _fits_on(e, gpu_set, share)))
         except VramwiseError as exc:
             methods.append(MethodFit(m, None, None, False, str(exc)))
-    max_batch = _largest(lambda b: _fits(est(batch_size=b), n, usable, share), LIMITS["batch_size"])
-    max_seq = _largest(lambda s: _fits(est(seq_len=s), n, usable, share), LIMITS["seq_len"])
+    max_batch = _largest(lambda b: _fits_on(est(batch_size=b), gpu_set, share), LIMITS["batch_size"])
+    max_seq = _largest(lambda s: _fits_on(est(seq_len=s), gpu_set, share), LIMITS["seq_len"])
     max_rank = None
     if here.settings.method in ("lora", "qlora"):
-        max_rank = _largest(lambda r: _fits(est(lora_rank=r), n, usable, share), LIMITS["lora_rank"])
+        max_rank = _largest(lambda r: _fits_on(est(lora_rank=r), gpu_set, share), LIMITS["lora_rank"])
     if here.strategy is not None:  # per-rank bytes never grow with more ranks (tests/test_strategies.py)
         min_gpus = _fewest(lambda k: _fits(here, k, usable, share), MAX_GPUS)
     else:
@@ -226,13 +227,13 @@ def fit(
         if isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= LIMITS["seq_len"]:
             raise SettingsError(f"frontier sequence lengths must be whole numbers from 1 to {LIMITS['seq_len']:,}, got {s!r}")
     frontier = tuple(
-        (s, _largest(lambda b, s=s: _fits(est(seq_len=s, batch_size=b), n, usable, share), LIMITS["batch_size"]))
+        (s, _largest(lambda b, s=s: _fits_on(est(seq_len=s, batch_size=b), gpu_set, share), LIMITS["batch_size"]))
         for s in grid
     )
     rule = rule_text(here.strategy, n, usable, share)
     return Fit(
         gpu=target, gpus=n, headroom=float(headroom), usable_bytes=usable, further_gpu_share=share, profile=prof.name,
-        settings=here.settings.to_dict(), estimate=here, fits=_fits(here, n, usable, share), methods=tuple(methods),
+        settings=here.settings.to_dict(), estimate=here, fits=_fits_on(here, gpu_set, share), methods=tuple(methods),
         max_batch_size=max_batch, max_seq_len=max_seq, max_lora_rank=max_rank, min_gpus=min_gpus,
         frontier=frontier, rule=rule,
     )
