@@ -40,6 +40,9 @@ def pytest_collection_modifyitems(config, items):
         parts = Path(str(item.fspath)).resolve().relative_to(HERE).parts
         if len(parts) > 1 and parts[0] in TIERS:
             item.add_marker(getattr(pytest.mark, parts[0]))
+    # the tests marked slow (a minute or more) first: the workers of `-n 2` start on them while the rest
+    # is shared out, so no single long test is left running alone at the end
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -98,4 +98,4 @@ def _fuzz(target: str):
 test_fuzz_configs = _fuzz("configs")
 test_fuzz_settings = _fuzz("settings")
 test_fuzz_cli = _fuzz("cli")
-test_fuzz_data_files = _fuzz("data_files")
+test_fuzz_data_files = pytest.mark.slow(_fuzz("data_files"))  # about a minute and a half on one core

@@ -21,7 +21,7 @@ from vramwise.core.plan import IndexSet, analyse, layer_classes
 from vramwise.inputs.config import text_view
 from helpers import from_shared, shared_configs
 
-REG = vramwise.Registry()
+REG = vramwise.Registry.default()
 
 
 def brute_force(family, facts, n):
