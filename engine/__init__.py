@@ -63,7 +63,7 @@ def __getattr__(name: str):
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
-__version__ = "0.1.0"
+from vramwise.core.version import VERSION as __version__  # noqa: E402
 
 __all__ = [
     "estimate",

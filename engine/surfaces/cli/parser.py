@@ -188,7 +188,7 @@ def _sub(sub, name: str, help_text: str, description: str, example: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from vramwise import __version__
+    from vramwise.core.version import VERSION as __version__
 
     parser = Parser(
         prog="vramwise",
