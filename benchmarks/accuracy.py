@@ -248,7 +248,7 @@ def render(cpu, layers, large, gpu) -> str:
         out += [
             "No GPU rows yet: no NVIDIA GPU was available when this page was generated. The reserved",
             "(+15 % over the tensor peak) and device (+0.5 GiB CUDA context) figures are documented",
-            "assumptions in formulas/hf/overhead.yaml until `python benchmarks/accuracy.py --cuda` runs on one.",
+            "assumptions in formulas/shared/overhead.yaml until `python benchmarks/accuracy.py --cuda` runs on one.",
         ]
     out += [
         "",

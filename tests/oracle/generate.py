@@ -6,7 +6,7 @@ The file records what the engine computed when it was generated: every component
 total, phase, figure and per-GPU minimum, the parameter counts, matched LoRA targets
 and warnings, for both profiles (training and inference), the multi-GPU strategies of the hf
 profile (per rank, with each rank group and the host memory) and the size-only fallback.
-``tests/test_oracle.py`` recomputes each case and requires equality to the byte. It
+``tests/conformance/test_oracle.py`` recomputes each case and requires equality to the byte. It
 proves that a rewrite of the engine keeps its outputs; it says nothing about whether
 those outputs are right (the correctness tests do that).
 """

@@ -1,5 +1,5 @@
 """The hf profile's formulas, derived by hand from the modelling code (every expected number is
-written out as arithmetic). Its agreement with measured steps is tests/test_validation_matrix.py."""
+written out as arithmetic). Its agreement with measured steps is tests/measured/test_validation_matrix.py."""
 
 from __future__ import annotations
 

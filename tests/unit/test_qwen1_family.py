@@ -1,7 +1,7 @@
 """Qwen-1 (model type ``qwen``) parameter counts, derived by hand from modeling_qwen.py.
 
 transformers cannot build Qwen-1 (it exists only as remote code, QWenLMHeadModel), so the
-meta-device comparison of tests/test_exact_params.py is impossible for it. Instead each module
+meta-device comparison of tests/conformance/test_exact_params.py is impossible for it. Instead each module
 count of the published Qwen-1.8B / 7B / 14B configs (../shared/configs_extra) is written here as
 arithmetic from the shapes of the remote modelling code:
 

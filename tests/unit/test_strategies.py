@@ -1,7 +1,7 @@
 """Multi-GPU strategies (formulas/strategies): per-rank figures derived by hand from the shapes,
 properties every strategy must keep, and the ZeRO model-state terms against DeepSpeed's own estimators.
 
-The measured side (DDP and FSDP in CPU processes) is tests/test_validation_matrix_strategies.py.
+The measured side (DDP and FSDP in CPU processes) is tests/measured/test_validation_matrix_strategies.py.
 """
 
 from __future__ import annotations

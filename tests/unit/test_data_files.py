@@ -174,7 +174,7 @@ def test_unknown_profile(registry):
         registry.profile("nope")
 
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SHARED = "shared"  # formulas/shared: the files several profiles list
 
 

@@ -25,7 +25,7 @@ import yaml
 
 import vramwise
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DATA_FILES = sorted(
     [p for p in (ROOT / "formulas").rglob("*.yaml")] + [p for p in (ROOT / "families").glob("*.yaml")]
 )
