@@ -105,7 +105,7 @@ def main() -> None:
         t0 = time.perf_counter()
         proc = subprocess.run(
             [sys.executable, "-c",
-             "import sys; from vramwise.surfaces.cli.main import main; rc = main(sys.argv[1:]);"
+             "import sys; from vramwise.cli import main; rc = main(sys.argv[1:]);"
              "sys.exit(rc if 'torch' not in sys.modules else 99)", "estimate", str(path)],
             capture_output=True, text=True, env=env,
         )

@@ -37,11 +37,11 @@ from typing import Any
 
 from vramwise.core import errors
 from vramwise.core.errors import MeasurementError, SettingsError, StackUnsupportedError
-from vramwise.core.settings import STRATEGIES as ALL_STRATEGIES
 from vramwise.measuring.build import build_optimizer, require
 from vramwise.measuring.results import Measurement, PhaseFigures, RankFigures
 from vramwise.measuring.runner import track_cpu
 from vramwise.measuring.stacks.hf import apply_checkpointing, apply_lora, random_model
+from vramwise.measuring.strategies import STRATEGIES, WORLD_SIZES
 from vramwise.measuring.tracker import ResizeAwareTracker, rounded
 
 __all__ = ["STRATEGIES", "WORLD_SIZES", "check_distributed", "measure_distributed"]
@@ -61,12 +61,8 @@ def _fsdp_shard_grad_op(net):  # SHARD_GRAD_OP: the layers stay gathered from th
     return _fully_shard(net, reshard_after_forward=False)
 
 
-#: How each strategy measure can run wraps the model (the strategies' names: core's settings).
+#: How each strategy measure can run wraps the model (the names: vramwise.measuring.strategies).
 _WRAPPINGS = {"ddp": _ddp, "fsdp": _fsdp_full_shard, "fsdp_shard_grad_op": _fsdp_shard_grad_op}
-#: The strategies measure can run, in the order of core's list.
-STRATEGIES = tuple(s for s in ALL_STRATEGIES if s in _WRAPPINGS)
-#: Process counts measure can start (each is a CPU process of this machine).
-WORLD_SIZES = range(2, 9)
 #: Seconds the whole distributed run may take before its processes are stopped.
 DEFAULT_TIMEOUT = 900.0
 

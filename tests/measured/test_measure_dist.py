@@ -225,3 +225,10 @@ def test_the_strategies_measured_are_strategies_of_the_settings():
     # device_map need DeepSpeed, several nodes or GPUs
     assert _measure_dist.STRATEGIES == ("ddp", "fsdp", "fsdp_shard_grad_op")
     assert set(_measure_dist.STRATEGIES) <= set(STRATEGIES)
+    # each has the runner's wrapper, and the command line offers exactly these
+    assert set(_measure_dist._WRAPPINGS) == set(_measure_dist.STRATEGIES)
+    from vramwise.surfaces.cli.parser import build_parser
+
+    measure = build_parser()._subparsers._group_actions[0].choices["measure"]
+    strategy = next(a for a in measure._actions if a.dest == "strategy")
+    assert tuple(strategy.choices) == ("ddp", "fsdp", "fsdp_shard_grad_op")

@@ -13,6 +13,7 @@ from vramwise.answers.fit import SWEEPABLE
 from vramwise.core.errors import SettingsError
 from vramwise.core.settings import DEFAULT_PROFILE, SETTINGS, STACKS
 from vramwise.gpus.sizes import parse_size, split_number
+from vramwise.measuring.strategies import STRATEGIES as MEASURED_STRATEGIES
 
 #: sweepable settings the sweep parser reads as comma-separated lists
 SWEEP_LISTS = SWEEPABLE
@@ -284,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torchtune's activation offloading (default: false)")
     p.add_argument("--optimizer-in-bwd", type=bool_flag, default=False, metavar="{true,false}",
                    help="torchtune's optimizer step inside the backward pass (default: false)")
-    p.add_argument("--strategy", default=None, choices=("ddp", "fsdp", "fsdp_shard_grad_op"),
+    p.add_argument("--strategy", default=None, choices=MEASURED_STRATEGIES,
                    help="run the step in --world-size CPU processes (gloo): DistributedDataParallel, or FSDP2 "
                         "fully_shard on each decoder layer and the root (fsdp_shard_grad_op: without resharding "
                         "after the forward); lora and adamw_torch by default (full too)")
