@@ -10,7 +10,8 @@ The folders are the tiers; each test is marked by its folder:
   estimators (marker ``external``; tests elsewhere that need such a program carry the marker too).
 
 ``python -m pytest -q`` runs the fast tiers (unit and conformance: ``pyproject.toml`` deselects
-``measured`` and ``external`` by default); ``python -m pytest -q -m "measured or external"`` runs the rest.
+``measured`` and ``external`` by default) in two worker processes, the tests marked ``slow`` first;
+``python -m pytest -q -n 0 -m "measured or external"`` runs the rest in one process.
 
 Tests that read the shared config corpus (``../shared/configs``) skip with a reason naming it when it is
 absent; with ``VRAMWISE_REQUIRE_SHARED=1`` (set by ``.ci/run``) its absence fails the run instead, so no
