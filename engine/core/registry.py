@@ -64,8 +64,9 @@ class Registry:
         self.models = BoundedCache(256)
         self.stages = BoundedCache(1024)
         self.settings = BoundedCache(1024)
-        # which family serves each model type, and the fallback (files that are validated anyway: parsed whole)
-        self._by_type, self._fallback = build_index(self._files, whole=self.validate)
+        # which family serves each model type, and the fallback: the top-level entries only (a file the
+        # split cannot read is parsed whole; a loaded family is checked against the index when it is compiled)
+        self._by_type, self._fallback = build_index(self._files)
 
     def clear_caches(self) -> None:
         """Forget resolved models, estimate stages and normalised settings (compiled files stay)."""
