@@ -23,7 +23,7 @@ from vramwise.core.errors import SettingsError, VramwiseError
 from vramwise.core.estimate import COMPONENTS, Estimate, estimate, load_model
 from vramwise.core.model import ModelSpec
 from vramwise.core.registry import Registry
-from vramwise.core.settings import DEFAULT_PROFILE, DEFAULTS, LIMITS, METHODS
+from vramwise.core.settings import DEFAULT_PROFILE, DEFAULTS, LIMITS, METHODS, SWEEPABLE
 
 __all__ = ["fit", "Fit", "MethodFit", "GpuTarget", "compare", "Comparison", "sweep", "Sweep", "DEFAULT_FRONTIER"]
 
@@ -290,8 +290,6 @@ def compare(model: Any, *, methods: Iterable[str] = ("qlora", "lora", "full"), p
     return Comparison(tuple(cells), target)
 
 
-#: Settings a sweep may vary (one value each, or a list of values).
-SWEEPABLE = ("method", "batch_size", "seq_len", "lora_rank", "gradient_checkpointing", "optimizer", "attention", "loss")
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,14 @@ from vramwise.core.errors import SettingsError
 
 __all__ = [
     "DEFAULT_PROFILE", "Setting", "strategy_manifest_names", "SETTINGS", "SETTING_NAMES", "PER_CALL", "TrainingSettings", "METHODS", "CHECKPOINTING_MODES",
-    "LOSS_MODES", "ATTENTION_KINDS", "EXPERTS_LAYOUTS", "STACKS", "STRATEGIES", "OFFLOAD_MODES", "LIMITS", "normalise_settings", "normalise_static", "positive_int", "DEFAULTS",
+    "LOSS_MODES", "ATTENTION_KINDS", "EXPERTS_LAYOUTS", "STACKS", "STRATEGIES", "OFFLOAD_MODES", "LIMITS", "normalise_settings", "normalise_static", "positive_int", "DEFAULTS", "SWEEPABLE",
 ]
 
 #: The profile an estimate uses when none is named.
 DEFAULT_PROFILE = "unsloth"
 METHODS = ("qlora", "lora", "full", "inference")
+#: Settings a sweep may vary (one value each, or a list of values): vramwise.sweep and `vramwise sweep`.
+SWEEPABLE = ("method", "batch_size", "seq_len", "lora_rank", "gradient_checkpointing", "optimizer", "attention", "loss")
 CHECKPOINTING_MODES = ("none", "true", "unsloth")
 #: How the loss is computed: from the full logits tensor, or chunked / fused so that it never exists whole.
 LOSS_MODES = ("standard", "chunked", "fused")

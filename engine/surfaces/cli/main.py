@@ -22,7 +22,6 @@ import sys
 from typing import Callable, Sequence
 
 from vramwise.core.errors import InternalError, VramwiseError
-from vramwise.surfaces.cli import compare, data, estimate, explain, fit, gpus, measure, serve, sweep
 from vramwise.surfaces.cli.format import one_line
 from vramwise.surfaces.cli.parser import BadValue, CommandLineError, build_parser
 
@@ -32,11 +31,74 @@ __all__ = ["main", "build_parser", "EXIT_INTERNAL", "EXIT_USAGE"]
 EXIT_INTERNAL = 70
 EXIT_USAGE = 2
 
-#: each command's function: (parsed arguments, output) -> exit code
+# Each command's function: (parsed arguments, output) -> exit code. A command's module is imported when
+# the command runs, so `vramwise estimate` loads neither the answers nor the server.
+
+
+def _estimate(args, out):
+    from vramwise.surfaces.cli import estimate
+    return estimate.run(args, out)
+
+
+def _explain(args, out):
+    from vramwise.surfaces.cli import explain
+    return explain.run(args, out)
+
+
+def _fit(args, out):
+    from vramwise.surfaces.cli import fit
+    return fit.run(args, out)
+
+
+def _compare(args, out):
+    from vramwise.surfaces.cli import compare
+    return compare.run(args, out)
+
+
+def _sweep(args, out):
+    from vramwise.surfaces.cli import sweep
+    return sweep.run(args, out)
+
+
+def _families(args, out):
+    from vramwise.surfaces.cli import data
+    return data.families(args, out)
+
+
+def _catalog(args, out):
+    from vramwise.surfaces.cli import data
+    return data.catalog(args, out)
+
+
+def _check(args, out):
+    from vramwise.surfaces.cli import data
+    return data.check(args, out)
+
+
+def _measure(args, out):
+    from vramwise.surfaces.cli import measure
+    return measure.run(args, out)
+
+
+def _gpus(args, out):
+    from vramwise.surfaces.cli import gpus
+    return gpus.gpus(args, out)
+
+
+def _select(args, out):
+    from vramwise.surfaces.cli import gpus
+    return gpus.select(args, out)
+
+
+def _serve(args, out):
+    from vramwise.surfaces.cli import serve
+    return serve.run(args, out)
+
+
 COMMANDS: dict[str, Callable] = {
-    "estimate": estimate.run, "explain": explain.run, "fit": fit.run, "compare": compare.run, "sweep": sweep.run,
-    "families": data.families, "catalog": data.catalog, "check": data.check, "measure": measure.run,
-    "gpus": gpus.gpus, "select": gpus.select, "serve": serve.run,
+    "estimate": _estimate, "explain": _explain, "fit": _fit, "compare": _compare, "sweep": _sweep,
+    "families": _families, "catalog": _catalog, "check": _check, "measure": _measure,
+    "gpus": _gpus, "select": _select, "serve": _serve,
 }
 
 

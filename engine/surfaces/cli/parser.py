@@ -9,9 +9,8 @@ from __future__ import annotations
 import argparse
 import math
 
-from vramwise.answers.fit import SWEEPABLE
 from vramwise.core.errors import SettingsError
-from vramwise.core.settings import DEFAULT_PROFILE, SETTINGS, STACKS
+from vramwise.core.settings import DEFAULT_PROFILE, SETTINGS, STACKS, SWEEPABLE
 from vramwise.gpus.sizes import parse_size, split_number
 from vramwise.measuring.strategies import STRATEGIES as MEASURED_STRATEGIES
 
