@@ -19,13 +19,15 @@ __all__ = ["estimate_view", "explain_view", "families_view"]
 def estimate_view(est: Estimate, gpus: Sequence[int]) -> dict:
     """``estimate --json``: the estimate, and ``min_per_gpu`` for each GPU count of ``gpus`` (a
     strategy: its own world size only). Inference with a KV cache also carries the profile's
-    per-GPU rule (``min_per_gpu_rule``) and the total with the KV cache (``inference_total``)."""
+    per-GPU rule (``min_per_gpu_rule``), the total with the KV cache (``inference_total``) and the
+    overhead inside that total (``inference_overhead``)."""
     data = est.to_dict()
     data["min_per_gpu"] = {str(n): b for n, b in per_gpu_bytes(est, gpus).items()}
     split = inference_split(est)
     if split is not None:  # min_per_gpu holds the KV cache; the profile's own per-GPU rule beside it
         data["min_per_gpu_rule"] = {str(n): est.min_per_gpu(n) for n in gpus}
         data["inference_total"] = split.total
+        data["inference_overhead"] = split.overhead
     return data
 
 

@@ -213,6 +213,7 @@ def test_inference_prints_one_total_and_a_per_gpu_with_the_cache(capsys):
     data = json.loads(out)
     assert {k: data[k] for k in e.to_dict()} == e.to_dict()
     assert data["min_per_gpu"] == {"1": per[1], "2": per[2]} and data["inference_total"] == total
+    assert data["inference_overhead"] == overhead  # the page draws it; it computes nothing itself
     assert data["min_per_gpu_rule"] == {"1": e.min_per_gpu(1), "2": e.min_per_gpu(2)}
 
 

@@ -181,7 +181,7 @@
     if (est.settings.method === "inference" && est.inference_total) {
       const kv = est.figures.kv_cache || 0;
       return { total: est.inference_total, rows: [["weights", est.weights], ["KV cache", kv],
-        ["overhead", est.inference_total - est.weights - kv]] };
+        ["overhead", est.inference_overhead]] };
     }
     return { total: est.total, rows: COMPONENTS.map((c) => [c, est[c]]) };
   }
