@@ -278,7 +278,7 @@ class Overlay:
 
     name: str
     files: tuple  # DataFiles of the strategy
-    source: DataFile  # the strategies manifest (for positions)
+    manifest: DataFile  # the strategies manifest (for positions)
     parts: tuple  # where the outputs are in it
     outputs: Mapping[str, Any]
     ranks: tuple = ()  # of dicts (role, count, total, components), from the manifest
@@ -384,7 +384,7 @@ def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | 
     refs.update({f"figures.{k}": v for k, v in m.get("figures", {}).items()})
     refs.update({f"phases.{k}": v for k, v in m.get("phases", {}).items()})
     refs.update({f"components.{k}": v for k, v in m["components"].items()})
-    ref_src, ref_parts = (manifest, ()) if overlay is None else (overlay.source, overlay.parts)
+    ref_src, ref_parts = (manifest, ()) if overlay is None else (overlay.manifest, overlay.parts)
     if overlay is not None:
         refs["host"] = overlay.outputs["host"]
         for k, g in enumerate(overlay.ranks):
