@@ -60,4 +60,6 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.fixture(scope="session")
 def registry():
-    return vramwise.Registry()
+    """The bundled registry: the one the library's own calls and the modules' tables use, so its
+    families are compiled once per process."""
+    return vramwise.Registry.default()
