@@ -4,7 +4,7 @@
     python benchmarks/accuracy.py --part stacks   # only the torchtune, litgpt and strategies sections (the hf part of the page is kept)
     python benchmarks/accuracy.py --cuda     # also measure the GPU rows when torch sees a CUDA device
 
-The cells are those of vramwise.measuring.matrices, which tests/measured asserts. CPU rows come from the
+The cells are those of benchmarks/validation_matrices.py, which tests/measured asserts. CPU rows come from the
 storage tracker (full and LoRA under fake tensors, QLoRA with real
 bitsandbytes storage). GPU rows run `measure --device cuda` on the GPU_MATRIX below and compare
 max_memory_allocated with the tensor peak, max_memory_reserved with the reserved figure and
@@ -20,7 +20,7 @@ import sys
 import time
 import warnings
 
-from vramwise.measuring.matrices import HF, MATRICES, METHODS, OPTIMIZER
+from validation_matrices import HF, MATRICES, METHODS, OPTIMIZER
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -157,10 +157,10 @@ def reference_minimal_config(reference) -> dict | None:
 
 def matrix_checks(vm):
     """``test_cell_within_ten_percent`` and ``test_median_within_five_percent`` for a validation matrix
-    ``vm`` (a :class:`vramwise.measuring.matrices.Matrix`); each cell is measured once and shared by both."""
+    ``vm`` (a :class:`Matrix of benchmarks/validation_matrices.py`); each cell is measured once and shared by both."""
     import pytest
 
-    from vramwise.measuring.matrices import CELL_LIMIT, MEDIAN_LIMIT, median_abs_error
+    from validation_matrices import CELL_LIMIT, MEDIAN_LIMIT, median_abs_error
 
     cells = list(vm.cells())
     results: dict = {}

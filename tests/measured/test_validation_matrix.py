@@ -23,7 +23,7 @@ pytest.importorskip("bitsandbytes")
 from helpers import matrix_checks  # noqa: E402
 
 from vramwise import estimate, measure  # noqa: E402
-from vramwise.measuring.matrices import CELL_LIMIT, HF as vm, METHODS, OPTIMIZER  # noqa: E402
+from validation_matrices import CELL_LIMIT, HF as vm, METHODS, OPTIMIZER  # noqa: E402
 
 test_cell_within_ten_percent, test_median_within_five_percent = matrix_checks(vm)
 

@@ -1,7 +1,7 @@
 """The litgpt profile against `vramwise measure --stack litgpt` (LitGPT 0.5.9's own model, LoRA,
 bitsandbytes NF4, chunked_cross_entropy and optimizers), plus unit tests of the profile's formulas.
 
-Cells (vramwise.measuring.matrices.LITGPT): llama, qwen3 (tied checkpoint, q/k norms) and qwen2 (q/k/v
+Cells (LITGPT of benchmarks/validation_matrices.py): llama, qwen3 (tied checkpoint, q/k norms) and qwen2 (q/k/v
 biases, no grouped queries) at 256 wide, 2 layers and their real vocabularies x full / LoRA / QLoRA x
 standard / chunked loss x two shapes (batch 1 x 128, batch 2 x 256): 36 cells, measured under fake
 tensors (one QLoRA cell is checked against real bitsandbytes storage to the byte). Every estimate must
@@ -24,7 +24,7 @@ from helpers import matrix_checks  # noqa: E402
 pytestmark = pytest.mark.filterwarnings("ignore:Paged optimizers are not supported on CPU")
 
 from vramwise import SettingsError, VramwiseError, estimate, measure  # noqa: E402
-from vramwise.measuring.matrices import LITGPT as vm, METHODS, OPTIMIZER, STEPS  # noqa: E402
+from validation_matrices import LITGPT as vm, METHODS, OPTIMIZER, STEPS  # noqa: E402
 
 test_cell_within_ten_percent, test_median_within_five_percent = matrix_checks(vm)
 

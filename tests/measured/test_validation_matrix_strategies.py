@@ -1,6 +1,6 @@
 """The multi-GPU strategies of the hf profile against `vramwise measure --strategy` (DDP and FSDP2 in
 world_size CPU processes joined by gloo): every cell within 10 % of the busiest rank's measured peak,
-the median within 5 %. Cells: vramwise.measuring.matrices.STRATEGIES."""
+the median within 5 %. Cells: STRATEGIES of benchmarks/validation_matrices.py."""
 
 from __future__ import annotations
 
@@ -14,6 +14,6 @@ if not (dist.is_available() and dist.is_gloo_available()):
 
 from helpers import matrix_checks  # noqa: E402
 
-from vramwise.measuring.matrices import STRATEGIES  # noqa: E402
+from validation_matrices import STRATEGIES  # noqa: E402
 
 test_cell_within_ten_percent, test_median_within_five_percent = matrix_checks(STRATEGIES)

@@ -1,6 +1,6 @@
 """The torchtune profile against `vramwise measure --stack torchtune` (torchtune's own model, loss and step).
 
-Cells (vramwise.measuring.matrices.TORCHTUNE): llama (Llama-3 vocabulary, untied) and qwen2 (Qwen2.5
+Cells (TORCHTUNE of benchmarks/validation_matrices.py): llama (Llama-3 vocabulary, untied) and qwen2 (Qwen2.5
 vocabulary, tied, q/k/v biases) at 256 wide and 2 layers x full / LoRA / QLoRA x checkpointing off / on
 x standard / chunked loss x two shapes, plus mistral, optimizer_in_bwd and activation offloading: 64
 cells. Expected values are measurements (CPU storage tracker under fake tensors; torchao's NF4 runs
@@ -21,7 +21,7 @@ pytest.importorskip("torchao")
 from helpers import matrix_checks  # noqa: E402
 
 from vramwise import SettingsError, estimate, measure  # noqa: E402
-from vramwise.measuring.matrices import TORCHTUNE as vm  # noqa: E402
+from validation_matrices import TORCHTUNE as vm  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")
 

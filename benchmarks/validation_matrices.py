@@ -62,8 +62,7 @@ class Matrix:
 
     def run_cell(self, cell: tuple, fake: bool | None = None) -> dict:
         """Measure the cell (under fake tensors unless ``fake`` says otherwise) and estimate it."""
-        from vramwise.core.estimate import estimate
-        from vramwise.measuring.steps import measure
+        from vramwise import estimate, measure
 
         cfg = self.configs[cell[0]]
         kw = self.settings(cell)
