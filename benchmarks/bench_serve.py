@@ -17,41 +17,20 @@ Target: median at most 50 ms.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import socket
 import statistics
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from vramwise.surfaces.serve import make_server
+from serve_live import live_server  # this folder: the server the live tests start too
 
 MODEL = "meta-llama/Llama-3.1-8B"
 #: what browsers do: without TCP_NODELAY a client that writes the headers and the body separately waits for
 #: the server's delayed ACK (about 40 ms on Linux) before sending the body
 _NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
-
-
-@contextlib.contextmanager
-def live_server():
-    """`vramwise serve` (uvicorn) on a free loopback port, in a thread of this process; yields its URL."""
-    server, sock, url = make_server("127.0.0.1", 0)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the server did not start")
-        time.sleep(0.02)
-    try:
-        yield url
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
 
 
 def client(url: str) -> httpx.Client:

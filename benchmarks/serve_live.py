@@ -1,4 +1,5 @@
-"""A real `vramwise serve` (uvicorn) on a free loopback port, in a thread, for the live and browser tests."""
+"""A real `vramwise serve` (uvicorn) on a free loopback port, in a thread: for bench_serve.py and the live
+and browser tests (pytest has benchmarks/ on its path)."""
 
 from __future__ import annotations
 
