@@ -1,9 +1,9 @@
-"""Command line: ``vramwise estimate|explain|fit|compare|sweep|families|catalog|measure|gpus|select|check|serve``.
+"""Command line: ``vramwise estimate|explain|fit|compare|sweep|families|catalog|measure|gpus|select|check|serve|runs``.
 
 This module runs a command and turns every failure into an exit code; the flags are in
 :mod:`~vramwise.surfaces.cli.parser`, each command in a module of its own (``estimate``, ``explain``,
 ``fit``, ``compare``, ``sweep``, ``data`` for families/catalog/check, ``gpus`` for gpus/select,
-``measure``, ``serve``), the formatting in :mod:`~vramwise.surfaces.cli.format`. Numbers are computed
+``measure``, ``serve``, ``runs``), the formatting in :mod:`~vramwise.surfaces.cli.format`. Numbers are computed
 by the library in bytes; the command line only formats them (GiB = 2**30 bytes). Exit codes:
 
 - 0: a real answer was printed (``check``: every file is fine);
@@ -90,6 +90,11 @@ def _select(args, out):
     return gpus.select(args, out)
 
 
+def _runs(args, out):
+    from vramwise.surfaces.cli import runs
+    return runs.run(args, out)
+
+
 def _serve(args, out):
     from vramwise.surfaces.cli import serve
     return serve.run(args, out)
@@ -98,7 +103,7 @@ def _serve(args, out):
 COMMANDS: dict[str, Callable] = {
     "estimate": _estimate, "explain": _explain, "fit": _fit, "compare": _compare, "sweep": _sweep,
     "families": _families, "catalog": _catalog, "check": _check, "measure": _measure,
-    "gpus": _gpus, "select": _select, "serve": _serve,
+    "gpus": _gpus, "select": _select, "serve": _serve, "runs": _runs,
 }
 
 

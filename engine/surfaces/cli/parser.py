@@ -315,6 +315,14 @@ def build_parser() -> argparse.ArgumentParser:
     _training_args(p)
     p.add_argument("--gpu-ids", default=None, help="explicit physical GPU ids, e.g. 0,2 (default: choose automatically)")
     p.add_argument("--gpus", action=_OldGpusFlag, help=argparse.SUPPRESS)
+    p = _sub(sub, "runs", "list the training runs the memory check recorded: predicted and measured peak, error",
+             "The runs MemoryCheckCallback recorded (vramwise.integrations): per run the predicted and measured peak "
+             "and the error in %, then a summary per profile and method (count, mean and largest absolute error). "
+             "The database is VRAMWISE_RUNS_DB, else runs.sqlite3 in the vramwise cache folder.",
+             "vramwise runs\nvramwise runs --json --db runs.sqlite3")
+    p.add_argument("--db", default=None, metavar="PATH", help="the runs database (default: VRAMWISE_RUNS_DB or the cache folder's)")
+    p.add_argument("--limit", type=int, default=None, help="only the newest N runs (default: all)")
+    p.add_argument("--json", action="store_true", help="print JSON")
     p = sub.add_parser(
         "check", help="validate family and formula files: schema, expressions, references, examples",
         description="Validate family files (with the bundled families; a file of the same name replaces the bundled "
