@@ -10,8 +10,11 @@ The layers, bottom to top (docs/architecture.md draws them)::
     2  vramwise.core                  data files, the expression language, families, plan, inventory, profiles, estimate
     3  vramwise.gpus                  GPU catalog, NVML discovery, selection
     3  vramwise.measuring             measured training steps (ground truth)
+    3  vramwise.recipes               training recipes read into settings (formats: frameworks/*.yaml)
+    3  vramwise.records               the local database of runs: predicted against measured
     4  vramwise.answers               placement, fit, compare, sweep, plots
     5  vramwise.surfaces              JSON views, the CLI, the server and its page
+    5  vramwise.integrations          checks inside training scripts (transformers' Trainer)
     6  vramwise (__init__, cli, __main__)   the public names, the entry points
 
 A module may import its own layer's modules and those of lower layers only.
@@ -32,8 +35,11 @@ RANKS = [  # longest prefix first
     ("vramwise.core", 2),
     ("vramwise.gpus", 3),
     ("vramwise.measuring", 3),
+    ("vramwise.recipes", 3),
+    ("vramwise.records", 3),
     ("vramwise.answers", 4),
     ("vramwise.surfaces", 5),
+    ("vramwise.integrations", 5),
     ("vramwise", 6),
 ]
 EVAL_HOME = "vramwise.core.expr"
