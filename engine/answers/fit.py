@@ -18,6 +18,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
+from vramwise.answers.advice import Advice, advise
 from vramwise.answers.placement import GpuSet, fits as _fits_on, rule_text
 from vramwise.core.errors import SettingsError, VramwiseError
 from vramwise.core.estimate import COMPONENTS, Estimate, estimate, load_model
@@ -25,7 +26,7 @@ from vramwise.core.model import ModelSpec
 from vramwise.core.registry import Registry
 from vramwise.core.settings import DEFAULT_PROFILE, DEFAULTS, LIMITS, METHODS, SWEEPABLE
 
-__all__ = ["fit", "Fit", "MethodFit", "GpuTarget", "compare", "Comparison", "sweep", "Sweep", "DEFAULT_FRONTIER"]
+__all__ = ["fit", "Fit", "Advice", "MethodFit", "GpuTarget", "compare", "Comparison", "sweep", "Sweep", "DEFAULT_FRONTIER"]
 
 #: Sequence lengths of the default frontier: 16 powers of two from 128 to 4,194,304 tokens.
 DEFAULT_FRONTIER = tuple(128 * 2**k for k in range(16))
@@ -110,6 +111,7 @@ class Fit:
     min_gpus: int | None  # fewest GPUs of this kind (None: more than MAX_GPUS)
     frontier: tuple  # ((seq_len, largest batch or None), ...)
     rule: str = field(default="")
+    advice: tuple = ()  # of Advice (vramwise.answers.advice): what to change so it fits; empty when it fits
 
     def to_dict(self) -> dict:
         return {
@@ -121,6 +123,7 @@ class Fit:
             "max_batch_size": self.max_batch_size, "max_seq_len": self.max_seq_len,
             "max_lora_rank": self.max_lora_rank, "min_gpus": self.min_gpus,
             "frontier": [{"seq_len": s, "max_batch_size": b} for s, b in self.frontier], "rule": self.rule,
+            "advice": [a.to_dict() for a in self.advice],
         }
 
 
@@ -174,7 +177,7 @@ def fit(
     gpus: int | None = None,
     headroom: float = 0.0,
     seq_lens: Iterable[int] | None = None,
-    profile: str = DEFAULT_PROFILE,
+    profile: str | None = None,
     registry: Registry | None = None,
     trust_remote_code: bool = False,
     **settings: Any,
@@ -182,8 +185,26 @@ def fit(
     """What fits on ``gpus`` GPUs like ``gpu`` (see :func:`gpu_target`), with ``headroom`` (a share of
     each GPU's memory kept free, 0 to 0.9): whether the settings fit, which methods fit, the largest
     batch size at the given sequence length, the largest sequence length at the given batch size, the
-    largest LoRA rank, the fewest GPUs, and for each sequence length of ``seq_lens`` the largest batch."""
+    largest LoRA rank, the fewest GPUs, and for each sequence length of ``seq_lens`` the largest batch.
+    When the settings do not fit, ``advice`` lists what to change so they do
+    (:mod:`vramwise.answers.advice`).
+
+    ``model`` may be a recipe (:func:`vramwise.read_recipe`): its model, profile and settings, under
+    those given here; its gradient accumulation steps and its strategy's world size (when ``gpus`` is
+    not given) apply, and each piece of advice is also written in the recipe's own keys."""
     reg = registry or Registry.default()
+    recipe = model if hasattr(model, "write") and hasattr(model, "settings") and hasattr(model, "extras") else None
+    if recipe is not None:
+        if recipe.model is None:
+            raise SettingsError(f"{getattr(recipe, 'path', None) or 'the recipe'} names no model: give one")
+        given = settings
+        model, profile, settings = recipe.model, profile or recipe.profile, {**recipe.settings, **settings}
+        if settings.get("strategy") not in (None, "none") and "world_size" not in given:
+            if gpus is None and isinstance(settings.get("world_size"), int):
+                gpus = settings["world_size"]  # the recipe's processes
+            elif gpus is not None:
+                settings["world_size"] = gpus  # the GPUs asked about
+    profile = profile or DEFAULT_PROFILE
     if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not 0 <= headroom <= 0.9:
         raise SettingsError(f"headroom must be a share from 0 to 0.9 of each GPU's memory, got {headroom!r}")
     if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_GPUS):
@@ -231,11 +252,19 @@ def fit(
         for s in grid
     )
     rule = rule_text(here.strategy, n, usable, share)
+    fits_here = _fits_on(here, gpu_set, share)
+    advice = ()
+    if not fits_here:
+        steps = recipe.extras.get("gradient_accumulation_steps") if recipe is not None else None
+        accumulation = steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else 1
+        advice = advise(here, lambda changes: est(**changes), gpus=n, usable=usable, share=share, profile=prof,
+                        registry=reg, max_batch_size=max_batch, max_seq_len=max_seq, max_lora_rank=max_rank,
+                        min_gpus=min_gpus, max_gpus=MAX_GPUS, accumulation=accumulation, recipe=recipe)
     return Fit(
         gpu=target, gpus=n, headroom=float(headroom), usable_bytes=usable, further_gpu_share=share, profile=prof.name,
-        settings=here.settings.to_dict(), estimate=here, fits=_fits_on(here, gpu_set, share), methods=tuple(methods),
+        settings=here.settings.to_dict(), estimate=here, fits=fits_here, methods=tuple(methods),
         max_batch_size=max_batch, max_seq_len=max_seq, max_lora_rank=max_rank, min_gpus=min_gpus,
-        frontier=frontier, rule=rule,
+        frontier=frontier, rule=rule, advice=advice,
     )
 
 

@@ -1,0 +1,454 @@
+"""What to change so that a run fits: ``Fit.advice``.
+
+Each piece of advice is a change of the settings, estimated again (:func:`~vramwise.estimate`) and
+judged by the one placement rule (:func:`vramwise.answers.placement.fits`); nothing here derives
+memory. The changes come in kinds, listed in :data:`KINDS` from the one that changes the training
+least to the one that changes it most:
+
+1. ``accumulation``: a smaller micro-batch and more gradient accumulation steps, the same effective
+   batch (batch 8 -> 4 x 2, 2 x 4, 1 x 8: the divisors of the batch, so the product stays the same);
+2. ``checkpointing``: gradient checkpointing (``true``; ``unsloth`` where the profile gives it a
+   smaller figure than ``true``);
+3. ``optimizer``: an 8-bit optimizer, or a paged one (``adamw_8bit``, ``paged_adamw_8bit``: those the
+   profile's optimizer tables list);
+4. ``loss``: a chunked or fused cross-entropy (where the profile reads ``loss``);
+5. ``lora_targets``: LoRA on the attention modules only (the model's modules of group ``attention``
+   among the current targets);
+6. ``lora_rank``: a lower LoRA rank (powers of two below the current one);
+7. ``qlora``: the base model in 4 bit (LoRA only);
+8. ``seq_len``: the longest sequence that fits (the search ``fit`` already made);
+9. ``offload``: the current strategy moves the optimizer, then the parameters too, to host memory;
+10. ``strategy``: a sharding strategy on the same GPUs (fsdp, zero3, then zero3 with offload);
+11. ``gpus``: the fewest GPUs of the kind (``fit``'s ``min_gpus``).
+
+A kind is offered only where it applies to the method (no LoRA advice for full fine-tuning) and where
+the profile models it: the profile reads the setting, lists the value in its tables where it has
+tables for that setting, and the per-GPU figure goes down (a
+stronger variant of a kind is kept only when it needs less than the milder one before it).
+
+For each kind one entry: its mildest variant that fits, or, when none fits alone, its strongest one
+(``fits`` false). When no single change of the settings on the same GPUs fits (a shorter sequence,
+a strategy or more GPUs aside), the cheapest kinds are combined greedily (their
+strongest variants, cheapest first) until the run fits; the combination is then made minimal (a
+kind is dropped when the rest still fits) and each kind in it relaxed to its mildest variant that
+still fits. When even every combinable change together does not fit, the longest sequence and the
+fewest GPUs on top of them are searched. Combinations use at most :data:`MAX_COMBINATION_ESTIMATES`
+estimates, the whole advice at most :data:`MAX_ESTIMATES`.
+
+Entries are ranked: those that fit first, then by ``cost`` (the sum of the kinds' positions in
+:data:`KINDS`), then by the per-GPU figure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Mapping
+
+from vramwise.answers.placement import GpuSet, fits as _fits_on
+from vramwise.core.errors import VramwiseError
+
+__all__ = ["Advice", "advise", "KINDS", "MAX_ESTIMATES", "MAX_COMBINATION_ESTIMATES"]
+
+#: The kinds of change, from the one that changes the training least to the one that changes it most.
+KINDS = ("accumulation", "checkpointing", "optimizer", "loss", "lora_targets", "lora_rank", "qlora", "seq_len",
+         "offload", "strategy", "gpus")
+_COST = {k: i + 1 for i, k in enumerate(KINDS)}
+#: The most estimates the combinations may make.
+MAX_COMBINATION_ESTIMATES = 30
+#: The most estimates the whole advice may make (single changes and combinations).
+MAX_ESTIMATES = 64
+#: Kinds searched over a range rather than combined greedily.
+_SEARCHED = ("seq_len", "gpus")
+#: Kinds whose fitting alone does not stop the search for combinations of the others: a much shorter
+#: sequence, or other GPUs, change more than several cheaper changes together.
+_UNCOMBINED = ("seq_len", "strategy", "gpus")
+
+_CHECKPOINTING = ("true", "unsloth")
+_OPTIMIZERS = ("adamw_8bit", "paged_adamw_8bit")
+_LOSSES = ("chunked", "fused")
+_OFFLOADS = ("optimizer", "parameters")
+#: Sharding strategies tried on the GPUs asked about, with their offload, mildest first.
+_SHARDING = (("fsdp", "none"), ("zero3", "none"), ("zero3", "optimizer"), ("zero3", "parameters"))
+_TRAINING = ("qlora", "lora", "full")
+_ADAPTERS = ("qlora", "lora")
+
+
+@dataclass(frozen=True)
+class Advice:
+    """One change of the settings (or of several) and what the run needs after it.
+
+    ``changes`` maps setting names to their new values; ``gradient_accumulation_steps`` (not a
+    setting: the steps that keep the effective batch) and ``gpus`` (the number of GPUs) appear where
+    the change is one of them. ``per_gpu`` is the changed estimate's ``min_per_gpu`` on ``gpus`` GPUs,
+    ``fits`` the placement rule on them. ``recipe_changes``: the changes in a recipe's own keys, when
+    the fit was for a recipe (None otherwise)."""
+
+    changes: Mapping[str, Any]
+    kinds: tuple  # the kinds of change (KINDS), cheapest first
+    description: str
+    total: int
+    per_gpu: int
+    gpus: int
+    fits: bool
+    cost: int  # sum of the kinds' positions in KINDS: how much the training changes
+    recipe_changes: Mapping[str, Any] | None = None
+    rank: int = 0  # 1-based position in Fit.advice
+
+    def to_dict(self) -> dict:
+        return {"rank": self.rank, "kinds": list(self.kinds), "description": self.description,
+                "changes": _plain(self.changes), "total": self.total, "per_gpu": self.per_gpu, "gpus": self.gpus,
+                "fits": self.fits, "cost": self.cost,
+                "recipe_changes": None if self.recipe_changes is None else _plain(self.recipe_changes)}
+
+
+def _plain(m: Mapping) -> dict:
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in m.items()}
+
+
+@dataclass
+class _Kind:
+    """One kind of change: its variants from mildest to strongest, each (changes, words)."""
+
+    kind: str
+    variants: list
+    chosen: int | None = None  # the variant of the single-change entry
+
+
+class _Budget:
+    """Counts the estimates the advice makes and refuses those over the bound."""
+
+    def __init__(self, estimate_at: Callable[[Mapping[str, Any]], Any], limit: int):
+        self._estimate_at = estimate_at
+        self.limit = limit
+        self.used = 0
+        self._seen: dict = {}
+
+    def estimate(self, changes: Mapping[str, Any]):
+        """The estimate at ``changes`` (None: invalid, or the budget is spent). Repeats are free."""
+        key = tuple(sorted((k, v if not isinstance(v, list) else tuple(v)) for k, v in changes.items()))
+        if key in self._seen:
+            return self._seen[key]
+        if self.used >= self.limit:
+            return None
+        self.used += 1
+        try:
+            got = self._estimate_at(dict(changes))
+        except VramwiseError:
+            got = None
+        self._seen[key] = got
+        return got
+
+
+def advise(here: Any, estimate_at: Callable[[Mapping[str, Any]], Any], *, gpus: int, usable: int, share: float,
+           profile: Any, registry: Any, max_batch_size: int | None, max_seq_len: int | None,
+           max_lora_rank: int | None, min_gpus: int | None, max_gpus: int, accumulation: int = 1, recipe: Any = None,
+           limit: int = MAX_ESTIMATES, combination_limit: int = MAX_COMBINATION_ESTIMATES) -> tuple:
+    """The advice for a run that does not fit (empty when ``here`` fits on ``gpus`` GPUs of ``usable``
+    bytes): ``estimate_at(changes)`` estimates the run with ``changes`` to its settings; ``profile``
+    is the (single-GPU) profile, the ``max_*``/``min_gpus`` figures are those ``fit`` found;
+    ``max_gpus`` the most GPUs considered; ``accumulation`` the current gradient accumulation steps; ``recipe`` writes each change in its
+    own keys (``recipe.write``)."""
+    if _fits_on(here, GpuSet.alike(usable, gpus), share):
+        return ()
+    budget = _Budget(estimate_at, limit)
+    s = here.settings
+    ctx = _Context(here, budget, gpus, usable, share, profile, registry, accumulation, max_gpus)
+    kinds = _kinds(ctx, s, max_batch_size, max_lora_rank)
+    entries = []
+    for k in kinds:  # single changes
+        entry = ctx.entry([k], [k.chosen])
+        if entry is not None:
+            entries.append(entry)
+    if max_seq_len is not None and max_seq_len < s.seq_len:
+        seq = _Kind("seq_len", [({"seq_len": max_seq_len}, _seq_words(max_seq_len, s.seq_len))], 0)
+        entry = ctx.entry([seq], [0])
+        if entry is not None:
+            entries.append(entry)
+    if min_gpus is not None and min_gpus > gpus:
+        entry = ctx.entry([], [], k_gpus=min_gpus)
+        if entry is not None:
+            entries.append(entry)
+    if not any(e.fits and not set(e.kinds) & set(_UNCOMBINED) for e in entries):
+        budget.limit = min(limit, budget.used + combination_limit)
+        entries.extend(_combinations(ctx, [k for k in kinds if k.kind not in _SEARCHED], s))
+    entries.sort(key=lambda e: (not e.fits, e.cost, e.per_gpu))
+    out = []
+    for i, e in enumerate(entries, 1):
+        rc = None
+        if recipe is not None:
+            wanted = {k: v for k, v in e.changes.items() if k != "gpus"}
+            try:
+                rc = dict(recipe.write(wanted))
+            except VramwiseError:
+                rc = None
+        out.append(replace(e, rank=i, recipe_changes=rc))
+    return tuple(out)
+
+
+class _Context:
+    """What judging a change needs: the base estimate, the budget and the GPUs."""
+
+    def __init__(self, here, budget, gpus, usable, share, profile, registry, accumulation, max_gpus):
+        self.here, self.budget, self.gpus, self.usable, self.share = here, budget, gpus, usable, share
+        self.profile, self.registry, self.accumulation, self.max_gpus = profile, registry, accumulation, max_gpus
+        self.base_per_gpu = here.min_per_gpu(gpus)
+
+    def judge(self, changes: Mapping[str, Any], k_gpus: int | None = None):
+        """(estimate, per_gpu, fits) of the run with ``changes`` on ``k_gpus`` GPUs (None: invalid or
+        over the budget)."""
+        k = k_gpus or self.gpus
+        changes = {n: v for n, v in changes.items() if n != "gradient_accumulation_steps"}
+        strategy = changes.get("strategy", self.here.settings.strategy)
+        if strategy != "none" and k != self.gpus:
+            changes["world_size"] = k
+        est = self.here if not changes else self.budget.estimate(changes)
+        if est is None:
+            return None
+        try:
+            per = est.min_per_gpu(k)
+        except VramwiseError:
+            return None
+        return est, per, _fits_on(est, GpuSet.alike(self.usable, k), self.share)
+
+    def entry(self, kinds: list, picks: list, k_gpus: int | None = None) -> Advice | None:
+        changes, words = {}, []
+        for kind, i in zip(kinds, picks):
+            c, w = kind.variants[i]
+            changes.update(c)
+            words.append(w)
+        names = [k.kind for k in kinds]
+        if k_gpus is not None:
+            strategy = changes.get("strategy", self.here.settings.strategy)
+            changes["gpus"] = k_gpus
+            if strategy != "none":
+                changes["world_size"] = k_gpus
+            words.append(f"{k_gpus} GPUs instead of {self.gpus}")
+            names.append("gpus")
+        got = self.judge({n: v for n, v in changes.items() if n != "gpus"}, k_gpus)
+        if got is None:
+            return None
+        est, per, ok = got
+        return Advice(changes=changes, kinds=tuple(names), description="; ".join(words), total=est.total, per_gpu=per,
+                      gpus=k_gpus or self.gpus, fits=ok, cost=sum(_COST[n] for n in names))
+
+
+def _modelled(profile, name: str, value: Any) -> bool:
+    """The profile reads the setting and, where it has tables keyed by the setting, one of them lists
+    the value (an unlisted value would only take a table's default)."""
+    if name not in profile.settings_read:
+        return False
+    tables = [t for t in profile.tables if t.key == name]
+    return not tables or any(value in t.entries for t in tables)
+
+
+def _discrete(ctx: _Context, kind: str, variants: list) -> _Kind | None:
+    """A kind of few variants: each estimated; kept when valid and smaller than the variant kept
+    before it (or than the run itself). The chosen one: the mildest that fits, else the strongest."""
+    kept, last, chosen = [], ctx.base_per_gpu, None
+    for changes, words in variants:
+        got = ctx.judge(changes)
+        if got is None:
+            continue
+        est, per, ok = got
+        if per >= last:
+            continue
+        kept.append((changes, words))
+        last = per
+        if ok and chosen is None:
+            chosen = len(kept) - 1
+    if not kept:
+        return None
+    return _Kind(kind, kept, len(kept) - 1 if chosen is None else chosen)
+
+
+def _kinds(ctx: _Context, s, max_batch: int | None, max_rank: int | None) -> list:
+    """The kinds of change that apply, each with its variants and the single-change pick."""
+    prof, method = ctx.profile, s.method
+    out = []
+    training = method in _TRAINING
+    if training and s.batch_size > 1:
+        divisors = [d for d in range(s.batch_size - 1, 0, -1) if s.batch_size % d == 0]
+        variants = [({"batch_size": d, "gradient_accumulation_steps": ctx.accumulation * s.batch_size // d},
+                     f"batch {d} with {ctx.accumulation * s.batch_size // d} gradient accumulation steps "
+                     f"(the same effective batch of {ctx.accumulation * s.batch_size})") for d in divisors]
+        fitting = [i for i, d in enumerate(divisors) if max_batch is not None and d <= max_batch]
+        out.append(_Kind("accumulation", variants, fitting[0] if fitting else len(variants) - 1))
+    if training and "gradient_checkpointing" in prof.settings_read:
+        modes = [m for m in _CHECKPOINTING[_CHECKPOINTING.index(s.gradient_checkpointing) + 1:]] \
+            if s.gradient_checkpointing in _CHECKPOINTING else list(_CHECKPOINTING)
+        k = _discrete(ctx, "checkpointing", [({"gradient_checkpointing": m}, f"gradient checkpointing {m}")
+                                             for m in modes if _modelled(prof, "gradient_checkpointing", m)])
+        out.append(k)
+    if training:
+        opts = [o for o in _OPTIMIZERS if o != s.optimizer and _modelled(prof, "optimizer", o)]
+        out.append(_discrete(ctx, "optimizer", [({"optimizer": o}, f"optimizer {o} instead of {s.optimizer}")
+                                                for o in opts]))
+    if training and s.loss in ("standard", "chunked"):
+        losses = [x for x in _LOSSES[_LOSSES.index(s.loss) + 1 if s.loss in _LOSSES else 0:]
+                  if _modelled(prof, "loss", x)]
+        out.append(_discrete(ctx, "loss", [({"loss": x}, f"{x} cross-entropy loss instead of {s.loss}")
+                                           for x in losses]))
+    if method in _ADAPTERS:
+        attention = _attention_targets(ctx.here)
+        if attention and len(attention) < len(ctx.here.lora_targets):
+            out.append(_discrete(ctx, "lora_targets", [({"target_modules": attention},
+                                                        f"LoRA on the attention modules only ({', '.join(attention)})")]))
+        if "lora_rank" in prof.settings_read and s.lora_rank > 1:
+            floor = 4 if s.lora_rank > 4 else 1
+            ranks = []
+            r = 1 << (s.lora_rank - 1).bit_length() - 1  # the largest power of two below the rank
+            while r >= floor:
+                ranks.append(r)
+                r //= 2
+            if ranks:
+                variants = [({"lora_rank": r}, f"LoRA rank {r} instead of {s.lora_rank}") for r in ranks]
+                fitting = [i for i, r in enumerate(ranks) if max_rank is not None and r <= max_rank]
+                out.append(_Kind("lora_rank", variants, fitting[0] if fitting else len(variants) - 1))
+    if method == "lora" and "qlora" in prof.methods:
+        out.append(_discrete(ctx, "qlora", [({"method": "qlora", "load_in_4bit": True},
+                                             "QLoRA: the base model in 4 bit")]))
+    if training and s.strategy != "none":
+        offloads = ctx.registry.strategy_info(s.strategy)["offload"]
+        later = _OFFLOADS[_OFFLOADS.index(s.offload) + 1:] if s.offload in _OFFLOADS else _OFFLOADS
+        out.append(_discrete(ctx, "offload", [({"offload": o}, f"{s.strategy} offloads the {o} to host memory")
+                                              for o in later if o in offloads]))
+    if training and s.strategy not in ("fsdp", "zero3"):
+        variants = []
+        for strategy, offload in _SHARDING:
+            info = ctx.registry.strategy_info(strategy)
+            if prof.name not in info["profiles"] or offload not in info["offload"] or \
+                    ctx.gpus < info.get("min_world_size", 1):
+                continue
+            words = f"strategy {strategy} on {ctx.gpus} GPU{'s' if ctx.gpus > 1 else ''}" + \
+                (f", offloading the {offload} to host memory" if offload != "none" else "")
+            variants.append(({"strategy": strategy, "world_size": ctx.gpus, "offload": offload}, words))
+        out.append(_discrete(ctx, "strategy", variants))
+    return [k for k in out if k is not None]
+
+
+def _attention_targets(here) -> tuple:
+    """The current LoRA targets that name a module of group ``attention`` (or a LoRA part of one)."""
+    spec = here.model
+    names = set()
+    for lc in spec.layer_classes:
+        for m in lc.modules:
+            if m.group == "attention":
+                names.add(m.name)
+                names.update(part[0] for part in m.lora_parts)
+    return tuple(t for t in here.lora_targets if t in names)
+
+
+def _seq_words(new: int, old: int, longest: bool = True) -> str:
+    return f"sequences of at most {new:,} tokens instead of {old:,}" + (" (the longest that fits)" if longest else "")
+
+
+def _combinations(ctx: _Context, kinds: list, s) -> list:
+    """Greedy combinations of the cheapest kinds (their strongest variants) until the run fits, made
+    minimal and relaxed; when none fits, the longest sequence and the fewest GPUs on top of them all."""
+    if not kinds:
+        return []
+    out = []
+    chosen: list = []  # (kind, variant index)
+    found = False
+    for k in kinds:
+        chosen.append((k, len(k.variants) - 1))
+        if len(chosen) == 1:
+            continue  # a single change was judged already
+        got = ctx.judge(_merge(chosen))
+        if got is None:
+            return out
+        if got[2]:
+            found = True
+            break
+    if found:
+        best = _minimal(ctx, chosen)
+        if best is not None:
+            entry = ctx.entry([k for k, _ in best], [i for _, i in best])
+            if entry is not None and entry.fits:
+                out.append(entry)
+        return out
+    everything = chosen
+    if s.seq_len > 1:  # the longest sequence with every change
+        fits_at = lambda q: (lambda g: g is not None and g[2])(ctx.judge({**_merge(everything), "seq_len": q}))
+        longest = _largest_below(fits_at, s.seq_len - 1)
+        if longest is not None:
+            seq = _Kind("seq_len", [({"seq_len": longest}, _seq_words(longest, s.seq_len, False))], 0)
+            entry = ctx.entry([k for k, _ in everything] + [seq], [i for _, i in everything] + [0])
+            if entry is not None and entry.fits:
+                out.append(entry)
+    fits_on = lambda n: (lambda g: g is not None and g[2])(ctx.judge(_merge(everything), n))
+    fewest = _fewest_above(fits_on, ctx.gpus, ctx.max_gpus)
+    if fewest is not None:
+        best = _minimal(ctx, everything, fewest) or everything
+        entry = ctx.entry([k for k, _ in best], [i for _, i in best], k_gpus=fewest)
+        if entry is not None and entry.fits:
+            out.append(entry)
+    return out
+
+
+def _merge(chosen: list) -> dict:
+    changes = {}
+    for k, i in chosen:
+        changes.update(k.variants[i][0])
+    return changes
+
+
+def _minimal(ctx: _Context, chosen: list, k_gpus: int | None = None) -> list | None:
+    """``chosen`` (which fits) without the kinds it does not need, most expensive first, then each
+    kind relaxed to its mildest variant that still fits (bisected over its variants)."""
+    def ok(c: list) -> bool:
+        got = ctx.judge(_merge(c), k_gpus)
+        return got is not None and got[2]
+
+    keep = list(chosen)
+    for item in sorted(chosen, key=lambda ki: -_COST[ki[0].kind]):
+        if len(keep) == 1:
+            break
+        trial = [x for x in keep if x is not item]
+        if ok(trial):
+            keep = trial
+    for pos, (k, strongest) in enumerate(keep):
+        lo, hi = -1, strongest  # hi fits; find the mildest index that does
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            trial = keep[:pos] + [(k, mid)] + keep[pos + 1:]
+            if ok(trial):
+                hi = mid
+            else:
+                lo = mid
+        keep[pos] = (k, hi)
+    return keep
+
+
+def _largest_below(pred: Callable[[int], bool], hi: int) -> int | None:
+    """The largest x in [1, hi] with pred(x), bisecting (pred assumed to hold up to some point)."""
+    if hi < 1 or not pred(1):
+        return None
+    if pred(hi):
+        return hi
+    yes, no = 1, hi
+    while no - yes > 1:
+        mid = (yes + no) // 2
+        if pred(mid):
+            yes = mid
+        else:
+            no = mid
+    return yes
+
+
+def _fewest_above(pred: Callable[[int], bool], low: int, hi: int) -> int | None:
+    """The smallest k in (low, hi] with pred(k) (pred assumed to hold from some point on)."""
+    k = low + 1
+    no = low
+    while k <= hi and not pred(k):
+        no, k = k, min(hi, k * 2) if k < hi else hi + 1
+    if k > hi:
+        return None
+    yes = k
+    while yes - no > 1:
+        mid = (yes + no) // 2
+        if pred(mid):
+            yes = mid
+        else:
+            no = mid
+    return yes
