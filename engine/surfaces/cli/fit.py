@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import sys
+import textwrap
 
 from vramwise.answers.fit import MAX_GPUS, fit
 from vramwise.answers.placement import GpuSet, pooled_bytes, spare_per_gpu
 from vramwise.core.errors import VramwiseError
 from vramwise.surfaces.cli.common import model_of, plot, settings_of
-from vramwise.surfaces.cli.format import bar, dash, family_line, fits_word, gib, print_json, summary, write_wrapped
+from vramwise.surfaces.cli.format import WRAP, bar, dash, family_line, fits_word, gib, print_json, summary, write_wrapped
 from vramwise.surfaces.cli.parser import BadValue, int_list
 
 _READINGS = {"nvidia-smi": "the total nvidia-smi reports", "rocm-smi": "the total rocm-smi reports",
@@ -111,6 +112,9 @@ def print_fit(f, label: str, out, query: str | None = None) -> None:
         write_wrapped(out, _min_gpus_line(f))
     out.write("\n")
     _print_frontier(f, out)
+    if not f.fits and est is not None:
+        out.write("\n")
+        _print_advice(f, out)
     if est is not None:
         for w in est.warnings:
             write_wrapped(out, f"warning: {w}")
@@ -148,3 +152,43 @@ def _print_frontier(f, out) -> None:
             out.write(f"{s:>10,}  {'none fits':>10}\n")
             continue
         out.write(f"{s:>10,}  {b:>10,}\n")
+
+
+def _change_text(name: str, value) -> str:
+    if isinstance(value, (list, tuple)):
+        value = ",".join(str(v) for v in value)
+    return f"{name}={value}"
+
+
+def _print_advice(f, out) -> None:
+    """What to change so it fits: each change, the per-GPU figure after it and whether it fits."""
+    if not f.advice:
+        out.write("advice: no change vramwise models makes it fit\n")
+        return
+    write_wrapped(out, f"advice: what to change so it fits on {f.gpus} x {f.gpu.name} ({gib(f.usable_bytes)} GiB usable "
+                  "each), the least change to the training first")
+    if not any(a.fits for a in f.advice):
+        out.write("no change found makes it fit, alone or combined; each of these on its own:\n")
+    for a in f.advice:
+        on = f" on {a.gpus} GPUs" if a.gpus != f.gpus else ""
+        verdict = "fits" if a.fits else "does not fit"
+        _wrap(out, f"{a.rank:>3}. {gib(a.per_gpu)} GiB per GPU{on}, {verdict}: {a.description}", "       ")
+        _wrap(out, "set " + ", ".join(_change_text(k, v) for k, v in a.changes.items()), "       ", "       ")
+        if a.recipe_changes is not None:
+            _wrap(out, "in the recipe: " + ", ".join(f"{k}: {_recipe_value(v)}" for k, v in a.recipe_changes.items()),
+                  "       ", "       ")
+
+
+def _wrap(out, text: str, rest: str, first: str = "") -> None:
+    out.write(textwrap.fill(text, width=WRAP, initial_indent=first, subsequent_indent=rest, break_long_words=True,
+                            break_on_hyphens=False) + "\n")
+
+
+def _recipe_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "null"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(str(x) for x in v) + "]"
+    return str(v)
