@@ -243,6 +243,28 @@
     for (const w of est.warnings) warn.appendChild(h("li", w));
   }
 
+  // -- what to change so it fits (fit.advice: each change estimated again by the server) -----------
+  function drawAdvice(fit) {
+    const box = $("fit-advice"), list = $("advice-list");
+    clear(list);
+    const advice = fit.advice || [];
+    box.hidden = fit.fits;
+    if (fit.fits) return;
+    if (!advice.length) { list.appendChild(h("li", "no change vramwise models makes it fit")); return; }
+    const text = (v) => Array.isArray(v) ? v.join(",") : String(v);
+    for (const a of advice) {
+      const li = h("li");
+      const head = h("span", gib(a.per_gpu) + " GiB per GPU" + (a.gpus !== fit.gpus ? " on " + a.gpus + " GPUs" : "") +
+        ": " + (a.fits ? "fits" : "does not fit"), a.fits ? "fits" : "nofit");
+      li.appendChild(head);
+      li.appendChild(h("span", " " + a.description));
+      li.appendChild(h("div", "set " + Object.entries(a.changes).map(([k, v]) => k + "=" + text(v)).join(", "), "muted"));
+      if (a.recipe_changes) li.appendChild(h("div", "in the recipe: " +
+        Object.entries(a.recipe_changes).map(([k, v]) => k + ": " + text(v)).join(", "), "muted"));
+      list.appendChild(li);
+    }
+  }
+
   // -- fit and frontier ---------------------------------------------------------------------
   function drawFit(fit, est) {
     $("fit-card").hidden = !fit;
@@ -256,6 +278,7 @@
     row("largest sequence at batch " + fit.settings.batch_size, int(fit.max_seq_len));
     if (fit.max_lora_rank !== null || ["lora", "qlora"].includes(fit.settings.method)) row("largest LoRA rank", int(fit.max_lora_rank));
     row("fewest GPUs", fit.min_gpus === null ? "more than 1,024" : String(fit.min_gpus));
+    drawAdvice(fit);
     // the frontier: largest batch per sequence length, log2 axes
     const svg = $("frontier");
     clear(svg);
