@@ -11,6 +11,7 @@ Public surface::
     vramwise.check(paths) -> list[str]               # validate family/formula files: file:line:col: message
     vramwise.fit(model, gpu="RTX 4090", ...) -> Fit  # what fits: methods, largest batch/seq/rank, fewest GPUs, frontier
     vramwise.compare(model, methods=..., profiles=...) / vramwise.sweep(model, batch_size=[...], ...)
+    vramwise.read_recipe("axolotl.yaml") -> Recipe  # a training recipe; estimate/fit/compare/measure take it as the model
 
 Errors all derive from :class:`VramwiseError` (see ``vramwise.core.errors`` for the tree).
 """
@@ -24,6 +25,7 @@ from vramwise.core.errors import (
     InternalError,
     MeasurementError,
     MissingDependencyError,
+    RecipeError,
     SettingsError,
     StackUnsupportedError,
     UnknownFamilyError,
@@ -32,6 +34,7 @@ from vramwise.core.errors import (
 )
 from vramwise.core.estimate import COMPONENTS, Estimate, RankEstimate, TraceEntry, estimate, estimate_from_size, load_model
 from vramwise.core.model import LayerClass, ModelSpec, Module
+from vramwise.core.recipe import Origin, Recipe
 from vramwise.core.registry import Registry
 from vramwise.core.settings import SETTINGS, Setting, TrainingSettings
 
@@ -42,6 +45,7 @@ _LAZY = {
     "select_gpus": "answers.selection",
     "Measurement": "measuring.results", "PhaseFigures": "measuring.results", "RankFigures": "measuring.results", "measure": "measuring.steps",
     "check": "core.check",
+    "read_recipe": "recipes.reader",
     "GpuSpec": "gpus.catalog", "gpu_spec": "gpus.catalog", "list_gpus": "gpus.catalog",
     "fit": "answers.fit", "compare": "answers.fit", "sweep": "answers.fit", "Fit": "answers.fit", "MethodFit": "answers.fit", "Comparison": "answers.fit",
     "Sweep": "answers.fit", "GpuTarget": "answers.fit",
@@ -104,6 +108,9 @@ __all__ = [
     "LayerClass",
     "Module",
     "Registry",
+    "read_recipe",
+    "Recipe",
+    "Origin",
     "TrainingSettings",
     "SETTINGS",
     "Setting",
@@ -118,6 +125,7 @@ __all__ = [
     "InternalError",
     "UnknownFamilyError",
     "UsageError",
+    "RecipeError",
     "MissingDependencyError",
     "MeasurementError",
     "StackUnsupportedError",

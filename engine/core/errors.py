@@ -8,6 +8,7 @@
     │   └── UnknownFamilyError    no family serves the config's model type, or a family name is unknown
     ├── SettingsError             a training setting is invalid (method, sizes, checkpointing mode)
     ├── UsageError                a path or argument names nothing vramwise can read (no such file, nothing to check)
+    ├── RecipeError               a training recipe cannot be read: unknown format, a key of the wrong type, a missing referenced file
     ├── MissingDependencyError    an optional dependency is not installed; ``extra`` names the extra to install
     ├── MeasurementError          a measured step could not be run or did not finish (`vramwise measure`)
     │   └── StackUnsupportedError a training stack cannot build this model or these settings
@@ -32,6 +33,7 @@ __all__ = [
     "SettingsError",
     "UnknownFamilyError",
     "UsageError",
+    "RecipeError",
     "MissingDependencyError",
     "MeasurementError",
     "StackUnsupportedError",
@@ -81,6 +83,11 @@ class UnknownFamilyError(ConfigError):
 class UsageError(VramwiseError):
     """A path or argument names nothing vramwise can use: a missing file or folder, a folder of the
     wrong kind, nothing to check."""
+
+
+class RecipeError(VramwiseError):
+    """A training recipe cannot be read: its format is not recognised, a key holds a value of the wrong
+    type, or a file it names does not exist. The message starts with ``file:line:`` and names the key."""
 
 
 class MissingDependencyError(VramwiseError):

@@ -20,6 +20,7 @@ from vramwise.core.expr.language import LayerValues, render, round_bytes
 from vramwise.core.model import INVENTORY_DOCS, NO_ADAPTERS, LoraSums, ModelSpec
 from vramwise.core.expr.codegen import MAX_FIGURE, static_tuple
 from vramwise.core.profile import Profile
+from vramwise.core.recipe import Recipe, unpack
 from vramwise.core.registry import Registry
 from vramwise.core.settings import DEFAULT_PROFILE, DEFAULTS, LIMITS, SETTINGS, TrainingSettings, normalise_static, positive_int, unmodelled_settings, unused_settings
 
@@ -581,7 +582,7 @@ def _strategy_profile(reg: Registry, profile: str, static: dict) -> Profile:
     return reg.profile(profile, static["strategy"])
 
 
-def estimate(model: Any, *, profile: str = DEFAULT_PROFILE, trust_remote_code: bool = False,
+def estimate(model: Any, *, profile: str | None = None, trust_remote_code: bool = False,
              registry: Registry | None = None, **settings: Any) -> Estimate:
     """Estimate the GPU memory of fine-tuning ``model``.
 
@@ -590,8 +591,15 @@ def estimate(model: Any, *, profile: str = DEFAULT_PROFILE, trust_remote_code: b
     The training settings are keyword arguments named and defaulted as in
     :data:`vramwise.SETTINGS` (method, batch_size, seq_len, lora_rank, target_modules,
     gradient_checkpointing, optimizer, attention, load_in_4bit, loss, lora_dropout).
+    ``model`` may also be a :class:`~vramwise.Recipe` (:func:`vramwise.read_recipe`): its model,
+    profile and settings, under the ones given here. ``profile`` None is the recipe's, else
+    :data:`~vramwise.core.settings.DEFAULT_PROFILE`.
     """
     reg = registry or Registry.default()
+    if type(model) is Recipe:
+        model, profile, settings = unpack(model, profile, settings)
+    if profile is None:
+        profile = DEFAULT_PROFILE
     if not isinstance(profile, str):
         raise SettingsError(f"profile must be a name, got {type(profile).__name__}")
     unknown = settings.keys() - DEFAULTS.keys()
@@ -622,7 +630,7 @@ def estimate(model: Any, *, profile: str = DEFAULT_PROFILE, trust_remote_code: b
 estimate.__signature__ = inspect.Signature(
     [inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     + [inspect.Parameter(s.name, inspect.Parameter.KEYWORD_ONLY, default=s.default) for s in SETTINGS]
-    + [inspect.Parameter("profile", inspect.Parameter.KEYWORD_ONLY, default=DEFAULT_PROFILE),
+    + [inspect.Parameter("profile", inspect.Parameter.KEYWORD_ONLY, default=None),
        inspect.Parameter("trust_remote_code", inspect.Parameter.KEYWORD_ONLY, default=False),
        inspect.Parameter("registry", inspect.Parameter.KEYWORD_ONLY, default=None)],
     return_annotation=Estimate,

@@ -1,0 +1,117 @@
+"""What a training recipe resolves to: the model, the settings, the profile and where each came from.
+
+The types only; reading recipes (formats, detection, rules) is :mod:`vramwise.recipes`. They live
+here so that :func:`vramwise.estimate` and the answers built on it accept a :class:`Recipe` wherever
+they accept a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+__all__ = ["Origin", "Recipe", "ORIGIN_KINDS", "unpack"]
+
+#: Where a resolved value can come from, in the order they win.
+ORIGIN_KINDS = ("override", "recipe", "framework default", "vramwise default")
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where one resolved value came from.
+
+    ``kind`` is one of :data:`ORIGIN_KINDS`. A recipe key has its ``file``, ``line`` and ``key``
+    (dotted path); a framework default its ``framework``, ``version`` and ``source`` (the framework's
+    file that defines it); a rule that reads a key may carry a ``source`` too (how the framework
+    reads it).
+    """
+
+    kind: str
+    key: str | None = None
+    file: str | None = None
+    line: int | None = None
+    framework: str | None = None
+    version: str | None = None
+    source: str | None = None
+
+    @property
+    def location(self) -> str | None:
+        """``file:line`` (or the file alone) of a recipe key, else None."""
+        if self.file is None:
+            return None
+        return self.file if self.line is None else f"{self.file}:{self.line}"
+
+    def describe(self) -> str:
+        """One line: ``recipe.yaml:12 micro_batch_size``, ``axolotl 0.12.2 default (source)``..."""
+        if self.kind == "override":
+            return f"override {self.key}" if self.key else "override"
+        if self.kind == "recipe":
+            where = self.location or "the recipe"
+            return f"{where} {self.key}" if self.key else where
+        if self.kind == "framework default":
+            return f"{self.framework} {self.version} default" + (f" ({self.source})" if self.source else "")
+        return "vramwise default"
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "key": self.key, "file": self.file, "line": self.line,
+                "framework": self.framework, "version": self.version, "source": self.source,
+                "text": self.describe()}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A training recipe read by :func:`vramwise.read_recipe`.
+
+    ``settings`` holds every setting of :data:`vramwise.SETTINGS` (validated one by one; the rules that
+    join settings apply when it is estimated), ``origins`` where each came from, ``extras`` the values
+    that are not settings (``gradient_accumulation_steps``...), ``warnings`` the keys it did not use and
+    the ones that change memory without being modelled. Pass it to :func:`vramwise.estimate`,
+    :func:`vramwise.fit`, :func:`vramwise.compare` or :func:`vramwise.measure` as the model.
+    """
+
+    model: Any  # a hub id, catalog name, path or config mapping; None when the recipe names none
+    settings: Mapping[str, Any]
+    profile: str
+    origins: Mapping[str, Origin]
+    extras: Mapping[str, Any] = field(default_factory=dict)
+    warnings: tuple = ()
+    format: str | None = None  # the main part's format
+    framework: str | None = None  # the main part's framework and the version its defaults come from
+    framework_version: str | None = None
+    path: str | None = None  # the main part's file (None for a mapping)
+    parts: tuple = ()  # ((format, file or None), ...) of every part read, the main one first
+    writer: Any = field(default=None, repr=False, compare=False)  # writes changes in the recipe's keys
+
+    def write(self, changes: Mapping[str, Any]) -> dict:
+        """The changes (settings or extras -> new values) in the recipe's own keys, e.g.
+        ``{"batch_size": 1, "gradient_accumulation_steps": 8}`` -> ``{"micro_batch_size": 1,
+        "gradient_accumulation_steps": 8}``. A change the format cannot write keeps its vramwise name."""
+        if self.writer is None:
+            return dict(changes)
+        return self.writer(self, changes)
+
+    def to_dict(self) -> dict:
+        """Plain data, suitable for JSON."""
+        settings = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.settings.items()}
+        return {
+            "model": self.model if isinstance(self.model, (str, type(None))) else "<config mapping>",
+            "profile": self.profile, "format": self.format, "framework": self.framework,
+            "framework_version": self.framework_version, "path": self.path,
+            "parts": [{"format": f, "file": p} for f, p in self.parts],
+            "settings": settings, "extras": dict(self.extras),
+            "origins": {k: o.to_dict() for k, o in self.origins.items()},
+            "warnings": list(self.warnings),
+        }
+
+
+def unpack(model: Any, profile: str | None, settings: Mapping[str, Any]) -> tuple[Any, str | None, dict]:
+    """(model, profile, settings) of a call that may pass a :class:`Recipe` as its model: the recipe's
+    model, profile and settings, under the ones the caller gave explicitly."""
+    if not isinstance(model, Recipe):
+        return model, profile, dict(settings)
+    if model.model is None:
+        from vramwise.core.errors import SettingsError
+
+        where = model.path or "the recipe"
+        raise SettingsError(f"{where} names no model: give one (--set model=ORG/NAME, or overrides={{'model': ...}})")
+    return model.model, profile if profile is not None else model.profile, {**model.settings, **settings}

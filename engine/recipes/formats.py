@@ -1,0 +1,297 @@
+"""Recipe formats: the data files of ``frameworks/`` (schema ``recipe-format-1``) and their rules.
+
+One file per format says how a recipe of that framework is recognised (``detect``), where its model,
+profile, settings and extras come from (``rules``: tried in order, the first that gives a value
+wins), which keys name other files (``references``), which keys change memory without being
+modelled (``unmodelled``), which keys are known not to matter (``ignored``) and how a changed
+setting is written back (``write``). Nothing here knows a framework by name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Mapping
+
+from vramwise.core.datafiles import load_data_file, read_data_text, read_folder
+from vramwise.core.errors import FileFormatError, SettingsError
+
+__all__ = ["Rule", "Format", "Formats", "MISSING", "canon", "lookup", "version_tuple"]
+
+FORMATS_DISPLAY = "frameworks"
+SCHEMA = "recipe-format-1.schema.json"
+
+
+class _Missing:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+#: A key that is not in the recipe (distinct from a key set to null).
+MISSING = _Missing()
+
+
+def canon(value: Any) -> str:
+    """A raw value as the text ``map``, ``when`` and ``skip`` compare: true/false/null, numbers and strings
+    as written."""
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if value is None:
+        return "null"
+    return str(value)
+
+
+def lookup(data: Any, path: str) -> Any:
+    """The value at a dotted path of nested mappings, or :data:`MISSING`."""
+    node = data
+    for part in path.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return MISSING
+        node = node[part]
+    return node
+
+
+def version_tuple(text: str) -> tuple:
+    return tuple(int(p) for p in re.findall(r"\d+", text)[:4])
+
+
+def _truthy(value: Any) -> bool:
+    return value is not MISSING and value not in (None, False, 0, "", "none", "None", "false", "False") \
+        and not (isinstance(value, (list, dict, tuple)) and not value)
+
+
+@dataclass(frozen=True)
+class Condition:
+    key: str
+    equals: Any = MISSING
+    within: tuple | None = None
+    not_within: tuple | None = None
+    matches: Any = None  # compiled regex
+    present: bool | None = None
+    truthy: bool | None = None
+
+    def holds(self, data: Any) -> bool:
+        raw = lookup(data, self.key)
+        if self.present is not None and (raw is not MISSING) != self.present:
+            return False
+        if self.truthy is not None and _truthy(raw) != self.truthy:
+            return False
+        if self.equals is not MISSING:
+            if self.equals is None:
+                if raw is not MISSING and raw is not None:
+                    return False
+            elif raw is MISSING or canon(raw) != canon(self.equals):
+                return False
+        if self.within is not None and (raw is MISSING or canon(raw) not in self.within):
+            return False
+        if self.not_within is not None and raw is not MISSING and canon(raw) in self.not_within:
+            return False
+        if self.matches is not None and (raw is MISSING or raw is None or not self.matches.search(canon(raw))):
+            return False
+        return True
+
+
+def _conditions(spec: Any) -> tuple:
+    if spec is None:
+        return ()
+    if isinstance(spec, Mapping):
+        return tuple(Condition(k, equals=v) for k, v in spec.items())
+    out = []
+    for c in spec:
+        out.append(Condition(
+            c["key"], equals=c.get("equals", MISSING),
+            within=tuple(canon(v) for v in c["in"]) if "in" in c else None,
+            not_within=tuple(canon(v) for v in c["not_in"]) if "not_in" in c else None,
+            matches=re.compile(c["matches"]) if "matches" in c else None,
+            present=c.get("present"), truthy=c.get("truthy")))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One way to get a value (see the schema's ``rule``); ``where`` is its place in the format file."""
+
+    key: str | None
+    value: Any
+    when: tuple
+    mapping: Mapping[str, Any] | None
+    strict_map: bool
+    match: Any
+    divide_by: str | None
+    skip: frozenset
+    default: bool
+    since: tuple | None
+    until: tuple | None
+    source: str | None
+    where: str
+
+    def applies_to(self, version: tuple | None) -> bool:
+        if version is None:
+            return True
+        return (self.since is None or version >= self.since) and (self.until is None or version < self.until)
+
+    def keys(self) -> list[str]:
+        """Every recipe key the rule reads."""
+        out = [c.key for c in self.when]
+        if self.key:
+            out.append(self.key)
+        if self.divide_by:
+            out.append(self.divide_by)
+        return out
+
+
+def _rule(r: Mapping, where: str) -> Rule:
+    mapping = None
+    if "map" in r:
+        mapping = {canon(k): v for k, v in r["map"].items()}
+    return Rule(
+        key=r.get("key"), value=r.get("value"), when=_conditions(r.get("when")), mapping=mapping,
+        strict_map=bool(r.get("strict_map", False)), match=re.compile(r["match"]) if "match" in r else None,
+        divide_by=r.get("divide_by"), skip=frozenset(canon(v) for v in r.get("skip", ())),
+        default=bool(r.get("default", False)),
+        since=version_tuple(r["since"]) if "since" in r else None,
+        until=version_tuple(r["until"]) if "until" in r else None,
+        source=r.get("source"), where=where,
+    )
+
+
+@dataclass(frozen=True)
+class Format:
+    """One recipe format, compiled from its data file."""
+
+    name: str
+    description: str
+    framework: str
+    version: str
+    source: str
+    aliases: tuple
+    part: bool
+    requires: tuple
+    signals: tuple  # ((key, weight, regex or None), ...)
+    model: tuple  # of Rule
+    profile: tuple
+    settings: Mapping[str, tuple]
+    extras: Mapping[str, tuple]
+    references: tuple  # ((key, format, description), ...)
+    unmodelled: tuple  # ((key, conditions, why), ...)
+    ignored: tuple
+    write: Mapping[str, Mapping[str, Mapping[str, Any]]]
+    file: str
+
+    def score(self, data: Mapping) -> int:
+        """How strongly ``data`` looks like this format (0: not at all)."""
+        if any(lookup(data, k) is MISSING for k in self.requires):
+            return 0
+        total = 0
+        for key, weight, regex in self.signals:
+            raw = lookup(data, key)
+            if raw is MISSING:
+                continue
+            if regex is not None and (raw is None or not regex.search(canon(raw))):
+                continue
+            total += weight
+        return total
+
+    def known_keys(self) -> frozenset:
+        """Every key the format reads or knows (a key covers the keys under it)."""
+        keys: set = set(self.requires) | {s[0] for s in self.signals} | set(self.ignored)
+        for group in (self.model, self.profile, *self.settings.values(), *self.extras.values()):
+            for rule in group:
+                keys.update(rule.keys())
+        keys.update(r[0] for r in self.references)
+        for key, conds, _ in self.unmodelled:
+            keys.add(key)
+            keys.update(c.key for c in conds)
+        return frozenset(keys)
+
+
+def _compile(df) -> Format:
+    d = df.data
+    path = df.path
+
+    def rules(group: list, parts: tuple) -> tuple:
+        return tuple(_rule(r, df.where(parts + (i,))) for i, r in enumerate(group))
+
+    fw = d["framework"]
+    detect = d["detect"]
+    return Format(
+        name=d["format"], description=d["description"], framework=fw["name"], version=fw["version"],
+        source=fw["source"], aliases=tuple(fw.get("aliases", ())), part=bool(d.get("part", False)),
+        requires=tuple(detect.get("requires", ())),
+        signals=tuple((s["key"], s["weight"], re.compile(s["matches"]) if "matches" in s else None)
+                      for s in detect["signals"]),
+        model=rules(d.get("model", []), ("model",)),
+        profile=rules(d.get("profile", []), ("profile",)),
+        settings={k: rules(v, ("settings", k)) for k, v in d["settings"].items()},
+        extras={k: rules(v, ("extras", k)) for k, v in d.get("extras", {}).items()},
+        references=tuple((r["key"], r["format"], r["description"]) for r in d.get("references", ())),
+        unmodelled=tuple((u["key"], _conditions(u.get("when")), u["why"]) for u in d.get("unmodelled", ())),
+        ignored=tuple(d.get("ignored", ())),
+        write={k: {canon(v) if v != "*" else "*": dict(keys) for v, keys in table.items()}
+               for k, table in d.get("write", {}).items()},
+        file=path,
+    )
+
+
+class Formats:
+    """The recipe formats of one folder (the bundled ``frameworks/`` by default), read once."""
+
+    def __init__(self, formats: Mapping[str, Format]):
+        self._formats = dict(formats)
+        self._names: dict = {}
+        for f in self._formats.values():
+            for name in (f.name, *f.aliases):
+                self._names[name] = f
+
+    @classmethod
+    def load(cls, folder=None, *, validate: bool | None = None) -> "Formats":
+        """The formats of ``folder`` (a path; default: the bundled ones). Files from a folder are
+        validated against the schema; the bundled ones are validated by the test suite."""
+        from vramwise.core.settings import SETTING_NAMES
+
+        if folder is None:
+            items = read_folder(resources.files("vramwise.frameworks"), FORMATS_DISPLAY)
+            validate = bool(validate)
+        else:
+            from pathlib import Path
+
+            items = read_folder(Path(folder), None)
+            validate = True if validate is None else validate
+        formats: dict = {}
+        problems: list = []
+        for shown, text in items:
+            df = load_data_file(text, shown, SCHEMA, validate=validate)
+            fmt = _compile(df)
+            for name in fmt.settings:
+                if name not in SETTING_NAMES:
+                    problems.append(df.problem(("settings", name), f"{name!r} is not a vramwise setting"))
+            if fmt.name in formats:
+                problems.append(df.problem(("format",), f"format {fmt.name!r} is defined twice "
+                                                       f"(also in {formats[fmt.name].file})"))
+            formats[fmt.name] = fmt
+        for fmt in formats.values():
+            for i, (_, target, _) in enumerate(fmt.references):
+                if target not in formats:
+                    problems.append(f"{fmt.file}: $.references[{i}].format: unknown format {target!r} "
+                                    f"(formats: {', '.join(sorted(formats))})")
+        if problems:
+            raise FileFormatError(problems)
+        return cls(formats)
+
+    def names(self) -> list[str]:
+        return sorted(self._formats)
+
+    def __iter__(self):
+        return iter(self._formats.values())
+
+    def get(self, name: str) -> Format:
+        """The format named ``name`` (or an alias); SettingsError listing the formats otherwise."""
+        fmt = self._names.get(name)
+        if fmt is None:
+            raise SettingsError(f"unknown recipe format {name!r} (formats: {', '.join(self.names())})")
+        return fmt

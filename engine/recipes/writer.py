@@ -1,0 +1,55 @@
+"""Writing changed settings back in a recipe's own keys (the formats' ``write`` tables)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from vramwise.recipes.formats import Format, canon
+
+__all__ = ["writer"]
+
+
+def _render(template: Any, value: Any) -> Any:
+    if template == "{value}":
+        return list(value) if isinstance(value, tuple) else value
+    if isinstance(template, str) and "{value}" in template:
+        shown = ",".join(value) if isinstance(value, (tuple, list)) else canon(value)
+        return template.replace("{value}", shown)
+    return template
+
+
+def _plain_key(fmt: Format, name: str) -> str | None:
+    """The key of the first rule that copies a recipe key into ``name`` unchanged."""
+    for rule in fmt.settings.get(name, ()) + fmt.extras.get(name, ()):
+        if (rule.key and not rule.default and not rule.when and rule.mapping is None and rule.match is None
+                and rule.divide_by is None):
+            return rule.key
+    return None
+
+
+def _write_one(formats: tuple, name: str, value: Any) -> dict | None:
+    for fmt in formats:
+        table = fmt.write.get(name)
+        if table:
+            keys = table.get(canon(value)) or table.get("*")
+            if keys:
+                return {k: _render(t, value) for k, t in keys.items()}
+            continue
+        key = _plain_key(fmt, name)
+        if key is not None:
+            return {key: list(value) if isinstance(value, tuple) else value}
+    return None
+
+
+def writer(formats: tuple) -> Callable:
+    """A function (recipe, changes) -> {recipe key: value} for a recipe read with these part formats
+    (the main part's first: a change is written in the first part whose format knows how)."""
+
+    def write(recipe, changes: Mapping[str, Any]) -> dict:
+        out: dict = {}
+        for name, value in changes.items():
+            keys = _write_one(formats, name, value)
+            out.update(keys if keys is not None else {name: value})
+        return out
+
+    return write
