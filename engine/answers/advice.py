@@ -23,8 +23,8 @@ least to the one that changes it most:
 
 A kind is offered only where it applies to the method (no LoRA advice for full fine-tuning) and where
 the profile models it: the profile reads the setting, lists the value in its tables where it has
-tables for that setting, and the per-GPU figure goes down (a
-stronger variant of a kind is kept only when it needs less than the milder one before it).
+tables for that setting, and the need goes down (a lower per-GPU figure, or the same and a lower
+total; a stronger variant of a kind is kept only when it needs less than the milder one before it).
 
 For each kind one entry: its mildest variant that fits, or, when none fits alone, its strongest one
 (``fits`` false). When no single change of the settings on the same GPUs fits (a shorter sequence,
@@ -155,10 +155,13 @@ def advise(here: Any, estimate_at: Callable[[Mapping[str, Any]], Any], *, gpus: 
     ctx = _Context(here, budget, gpus, usable, share, profile, registry, accumulation, max_gpus)
     kinds = _kinds(ctx, s, max_batch_size, max_lora_rank)
     entries = []
-    for k in kinds:  # single changes
+    helpful = []
+    for k in kinds:  # single changes; a kind that does not lower the need is dropped
         entry = ctx.entry([k], [k.chosen])
-        if entry is not None:
+        if entry is not None and _smaller((entry.per_gpu, entry.total), (ctx.base_per_gpu, here.total)):
             entries.append(entry)
+            helpful.append(k)
+    kinds = helpful
     if max_seq_len is not None and max_seq_len < s.seq_len:
         seq = _Kind("seq_len", [({"seq_len": max_seq_len}, _seq_words(max_seq_len, s.seq_len))], 0)
         entry = ctx.entry([seq], [0])
@@ -232,6 +235,12 @@ class _Context:
                       gpus=k_gpus or self.gpus, fits=ok, cost=sum(_COST[n] for n in names))
 
 
+def _smaller(need: tuple, than: tuple) -> bool:
+    """Whether (per-GPU bytes, total) ``need`` is less than ``than``: a lower per-GPU figure, or the
+    same one and a lower total (which the rule without a strategy also weighs on several GPUs)."""
+    return need[0] < than[0] or (need[0] == than[0] and need[1] < than[1])
+
+
 def _modelled(profile, name: str, value: Any) -> bool:
     """The profile reads the setting and, where it has tables keyed by the setting, one of them lists
     the value (an unlisted value would only take a table's default)."""
@@ -244,16 +253,16 @@ def _modelled(profile, name: str, value: Any) -> bool:
 def _discrete(ctx: _Context, kind: str, variants: list) -> _Kind | None:
     """A kind of few variants: each estimated; kept when valid and smaller than the variant kept
     before it (or than the run itself). The chosen one: the mildest that fits, else the strongest."""
-    kept, last, chosen = [], ctx.base_per_gpu, None
+    kept, last, chosen = [], (ctx.base_per_gpu, ctx.here.total), None
     for changes, words in variants:
         got = ctx.judge(changes)
         if got is None:
             continue
         est, per, ok = got
-        if per >= last:
+        if not _smaller((per, est.total), last):
             continue
         kept.append((changes, words))
-        last = per
+        last = (per, est.total)
         if ok and chosen is None:
             chosen = len(kept) - 1
     if not kept:
