@@ -18,13 +18,59 @@ OTHER_PROFILE = {"unsloth": "hf", "hf": "unsloth"}
 NOTE_RATIO = 1.5
 
 
+def recipe_of(args):
+    """The :class:`~vramwise.Recipe` of ``--recipe`` (read once per command), or None without one. The flags
+    given on the command line, MODEL and ``--set`` override what the recipe says."""
+    paths = getattr(args, "recipe", None)
+    if not paths:
+        if getattr(args, "set_values", None) or getattr(args, "framework", None):
+            raise SettingsError("--set and --framework apply to a recipe: give --recipe FILE")
+        return None
+    cached = getattr(args, "_recipe", None)
+    if cached is not None:
+        return cached
+    if getattr(args, "params", None) is not None or getattr(args, "weight_bytes", None) is not None:
+        raise SettingsError("give either --recipe or --params / --weight-bytes, not both")
+    from vramwise.recipes.reader import read_recipe
+
+    given = getattr(args, "given_flags", set())
+    # a sweep's comma-separated list is the sweep's, applied over the recipe (settings_of)
+    overrides = {name: getattr(args, name) for name in given if name != "profile"
+                 and not (isinstance(getattr(args, name), str) and "," in getattr(args, name))}
+    if "profile" in given:
+        overrides["profile"] = args.profile
+    if args.model is not None:
+        overrides["model"] = args.model
+    for key, value in getattr(args, "set_values", None) or ():
+        if key in given or (key == "model" and args.model is not None):
+            raise SettingsError(f"--set {key}=... and the flag for {key} both given: keep one")
+        if key in overrides:
+            raise SettingsError(f"--set {key} given twice")
+        overrides[key] = value
+    recipe = read_recipe(paths if len(paths) > 1 else paths[0], framework=args.framework, overrides=overrides)
+    args._recipe = recipe
+    return recipe
+
+
 def settings_of(args, skip: tuple = ()) -> dict:
-    """The training settings of the parsed arguments, by name."""
+    """The training settings of the parsed arguments, by name (a recipe's, under the flags given)."""
+    recipe = recipe_of(args)
+    if recipe is not None:
+        given = getattr(args, "given_flags", set())
+        return {name: getattr(args, name) if name in given else value
+                for name, value in recipe.settings.items() if name not in skip}
     return {s.name: getattr(args, s.name) for s in SETTINGS if s.name not in skip}
 
 
 def model_of(args) -> tuple[Any, str, str, bool]:
-    """(model source or ModelSpec, profile, label for the output, size_only) from MODEL / --params / --weight-bytes."""
+    """(model source or ModelSpec, profile, label for the output, size_only) from MODEL / --params / --weight-bytes
+    or --recipe."""
+    recipe = recipe_of(args)
+    if recipe is not None:
+        if recipe.model is None:
+            raise SettingsError(f"{recipe.path or 'the recipe'} names no model: give MODEL or --set model=ORG/NAME")
+        label = recipe.model if isinstance(recipe.model, str) else "the recipe's model"
+        return recipe.model, recipe.profile, label, False
     model, params, weight_bytes = args.model, args.params, args.weight_bytes
     size_only = params is not None or weight_bytes is not None
     if model is None and not size_only:
@@ -53,7 +99,7 @@ def model_of(args) -> tuple[Any, str, str, bool]:
 
 
 def run_estimate(args) -> Estimate:
-    """The estimate the arguments describe."""
+    """The estimate the arguments describe (a recipe's run with --recipe)."""
     model, profile, _, size_only = model_of(args)
     settings = settings_of(args)
     if size_only:
@@ -61,8 +107,46 @@ def run_estimate(args) -> Estimate:
     return estimate(model, profile=profile, trust_remote_code=args.trust_remote_code, **settings)
 
 
+def recipe_lines(recipe, everything: bool = False) -> list[str]:
+    """What a recipe gave: its parts, each setting it set (with file:line and key; ``everything``: the
+    defaults too, with theirs) and its warnings."""
+    if recipe is None:
+        return []
+    from vramwise.core.recipe import Origin
+
+    parts = ", ".join(f"{fmt} {path}" if path else fmt for fmt, path in recipe.parts)
+    lines = [f"recipe: {parts} ({recipe.framework} {recipe.framework_version}; profile {recipe.profile}, "
+             f"{recipe.origins.get('profile', Origin('vramwise default')).describe()})"]
+    shown = [(n, recipe.settings[n]) for n in recipe.settings
+             if everything or recipe.origins[n].kind != "vramwise default"]
+    shown += [(n, v) for n, v in recipe.extras.items()]
+    if "model" in recipe.origins:
+        shown.insert(0, ("model", recipe.model if isinstance(recipe.model, str) else "(a config mapping)"))
+    width = max((len(n) for n, _ in shown), default=0)
+    for name, value in shown:
+        text = ",".join(value) if isinstance(value, tuple) else str(value)
+        lines.append(f"  {name:<{width}}  {text:<24} {recipe.origins[name].describe()}")
+    lines += [f"  warning: {w}" for w in recipe.warnings]
+    return lines
+
+
+def show_recipe(args, out, everything: bool = False) -> None:
+    """Write the recipe's lines (nothing without --recipe)."""
+    for line in recipe_lines(recipe_of(args), everything):
+        out.write(line + "\n")
+
+
+def with_recipe(args, data: dict) -> dict:
+    """A command's JSON with the recipe it read under "recipe" (unchanged without --recipe)."""
+    recipe = recipe_of(args)
+    return data if recipe is None else {**data, "recipe": recipe.to_dict()}
+
+
 def label_of(args) -> str:
     """What the output calls the model: its path or hub id, or the size it was given as (never None)."""
+    recipe = recipe_of(args)
+    if recipe is not None and isinstance(recipe.model, str):
+        return recipe.model
     if args.model is not None:
         return args.model
     if args.params is not None:

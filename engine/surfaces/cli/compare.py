@@ -6,7 +6,7 @@ import sys
 
 from vramwise.answers.fit import MAX_GPUS, compare
 from vramwise.core.estimate import COMPONENTS
-from vramwise.surfaces.cli.common import model_of, plot, settings_of
+from vramwise.surfaces.cli.common import show_recipe, with_recipe, model_of, plot, settings_of
 from vramwise.surfaces.cli.format import applies, bar, dash, fits_word, gib, print_json, summary, write_wrapped
 from vramwise.surfaces.cli.parser import BadValue, name_list
 
@@ -31,8 +31,9 @@ def run(args, out) -> int:
     c = compare(model, methods=list(dict.fromkeys(methods)), profiles=list(dict.fromkeys(profiles)), gpu=args.gpu,
                 gpus=args.gpus, trust_remote_code=args.trust_remote_code, **settings)
     if args.json:
-        print_json(c.to_dict(), out)
+        print_json(with_recipe(args, c.to_dict()), out)
     else:
+        show_recipe(args, out)
         print_compare(c, label, {**settings}, out)
     plot("compare", c, args.plot, sys.stderr)
     return 0

@@ -8,7 +8,7 @@ from typing import Sequence
 from vramwise.answers.placement import inference_split
 from vramwise.core.estimate import COMPONENTS, Estimate
 from vramwise.core.registry import Registry
-from vramwise.surfaces.cli.common import label_of, other_profile_note, plot, run_estimate
+from vramwise.surfaces.cli.common import show_recipe, with_recipe, label_of, other_profile_note, plot, run_estimate
 from vramwise.surfaces.cli.format import bar, count, family_line, gib, print_json, summary, write_wrapped
 from vramwise.surfaces.cli.parser import int_list
 from vramwise.surfaces.views import estimate_view
@@ -30,8 +30,9 @@ def run(args, out) -> int:
     gpus = int_list("--gpus", args.gpus, 1, MAX_GPU_COUNT)  # arguments: checked before any work
     est = run_estimate(args)
     if args.json:
-        print_json(estimate_view(est, gpus), out)
+        print_json(with_recipe(args, estimate_view(est, gpus)), out)
     else:
+        show_recipe(args, out)
         note = other_profile_note(est, args.model, args.trust_remote_code)
         print_table(est, label_of(args), gpus, out, note=note)
     plot("estimate", est, args.plot, sys.stderr)

@@ -10,7 +10,7 @@ import re
 
 from vramwise.core.estimate import Estimate
 from vramwise.core.explain import live_formula_ids
-from vramwise.surfaces.cli.common import label_of, other_profile_note, run_estimate
+from vramwise.surfaces.cli.common import show_recipe, with_recipe, label_of, other_profile_note, run_estimate
 from vramwise.surfaces.cli.format import gib, print_json, ranges, settings_line, short, summary, value_text, write_wrapped
 from vramwise.surfaces.views import explain_view
 
@@ -22,8 +22,9 @@ _TITLES = {"fact": "facts of the config", "attribute": "layer attributes", "cons
 def run(args, out) -> int:
     est = run_estimate(args)
     if args.json:
-        print_json(explain_view(est), out)
+        print_json(with_recipe(args, explain_view(est)), out)
     else:
+        show_recipe(args, out, everything=True)
         note = other_profile_note(est, args.model, args.trust_remote_code)
         print_trace(est, label_of(args), out, args.all, note)
     return 0

@@ -38,7 +38,7 @@ def select(args, out) -> int:
         except ValueError:
             raise SettingsError(f"--gpu-ids must be comma-separated GPU ids, got {args.gpu_ids!r}") from None
     est, note = None, None
-    if args.model is None and args.params is None and args.weight_bytes is None:
+    if args.model is None and args.params is None and args.weight_bytes is None and not args.recipe:
         note = "no MODEL given"  # the documented fallback of select_gpus(None): every visible GPU
     else:  # a model that cannot be estimated is bad input, not a reason to take every GPU
         est = run_estimate(args)

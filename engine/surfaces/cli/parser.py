@@ -135,13 +135,45 @@ def _plot_path(text: str) -> str:
 
 # -- shared arguments -----------------------------------------------------------------------
 
+class _Given(argparse.Action):
+    """Store the value and remember that the flag was given (a recipe's value gives way only to a given flag)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        given = set(getattr(namespace, "given_flags", ()))
+        given.add(self.dest)
+        namespace.given_flags = given
+
+
+def set_pair(text: str) -> tuple:
+    """``--set KEY=VALUE``: a setting (or model, profile, an extra such as gradient_accumulation_steps) and its value."""
+    key, sep, value = text.partition("=")
+    key = key.strip().replace("-", "_")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. batch_size=2), got {text!r}")
+    return key, value.strip()
+
+
+def recipe_args(p: argparse.ArgumentParser) -> None:
+    """--recipe, --framework and --set: the run described by a training recipe."""
+    p.add_argument("--recipe", action="append", default=None, metavar="FILE",
+                   help="a training recipe (axolotl, LLaMA-Factory, torchtune, LitGPT, TrainingArguments/TRL, DeepSpeed, "
+                        "accelerate, PEFT adapter_config.json); repeat it to add parts (an accelerate config beside the "
+                        "training recipe). Its settings give way to the flags given and to --set")
+    p.add_argument("--framework", default=None, metavar="NAME[@VERSION]",
+                   help="the first recipe's format, when it cannot be told from its content (e.g. torchtune@0.6.1)")
+    p.add_argument("--set", dest="set_values", action="append", type=set_pair, default=None, metavar="KEY=VALUE",
+                   help="override one setting of the recipe (a setting name, model, profile or gradient_accumulation_steps)")
+
+
 def _training_args(p: argparse.ArgumentParser, *, skip: tuple = (), lists: tuple = (), json_flag: bool = True,
                    model_help: str | None = None) -> None:
     p.add_argument(
         "model", nargs="?", default=None,
         help=model_help or "config.json, model folder, or hub id (read from the local cache when offline); "
-        "optional with --params or --weight-bytes",
+        "optional with --params or --weight-bytes, or with --recipe (where it replaces the recipe's model)",
     )
+    recipe_args(p)
     p.add_argument("--params", type=param_count, default=None,
                    help="no config: estimate from a parameter count alone (e.g. 8B, 7.5B, 70e9)")
     p.add_argument("--weight-bytes", type=byte_size, default=None,
@@ -151,16 +183,17 @@ def _training_args(p: argparse.ArgumentParser, *, skip: tuple = (), lists: tuple
             continue
         default = s.default if s.default is not None else "unset"
         if s.name in lists:  # a comma-separated list: each value a point of the sweep
-            p.add_argument(s.flag, default=s.default, metavar="V[,V...]",
+            p.add_argument(s.flag, default=s.default, metavar="V[,V...]", action=_Given,
                            help=f"{s.help}; a comma-separated list sweeps it (default: {default})")
             continue
-        kwargs = {"default": s.default, "type": _CLI_TYPES[s.cli_type], "help": f"{s.help} (default: {default})"}
+        kwargs = {"default": s.default, "type": _CLI_TYPES[s.cli_type], "help": f"{s.help} (default: {default})",
+                  "action": _Given}
         if s.choices:
             kwargs["metavar"] = "{" + ",".join(s.choices) + "}"
         elif s.cli_type == "bool":
             kwargs["metavar"] = "{true,false}"
         p.add_argument(s.flag, **kwargs)
-    p.add_argument("--profile", default=DEFAULT_PROFILE,
+    p.add_argument("--profile", default=DEFAULT_PROFILE, action=_Given,
                    help="memory profile: unsloth (Unsloth's calibrated model) or hf (plain transformers + PEFT, phase by phase) "
                         f"(default: {DEFAULT_PROFILE})")
     p.add_argument("--trust-remote-code", action="store_true", help="allow a hub config's remote code to run (off by default)")

@@ -8,7 +8,7 @@ import sys
 from vramwise.answers.fit import SWEEPABLE, sweep
 from vramwise.core.estimate import COMPONENTS
 from vramwise.core.settings import SETTINGS
-from vramwise.surfaces.cli.common import model_of, plot, settings_of
+from vramwise.surfaces.cli.common import show_recipe, with_recipe, model_of, plot, settings_of
 from vramwise.surfaces.cli.format import bar, gib, print_json, settings_line, summary, write_wrapped
 from vramwise.surfaces.cli.parser import SWEEP_LISTS, BadValue, int_list
 
@@ -23,8 +23,10 @@ def run(args, out) -> int:
         settings["target_modules"] = None
     sw = sweep(model, profile=profile, trust_remote_code=args.trust_remote_code, **settings)
     if fmt == "json":
-        print_json(sw.to_dict(), out)
+        print_json(with_recipe(args, sw.to_dict()), out)
     else:
+        if fmt == "table":
+            show_recipe(args, out)
         print_sweep(sw, label, profile, settings, fmt, out)
     plot("sweep", sw, args.plot, sys.stderr)
     return 0
