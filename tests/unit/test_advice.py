@@ -285,3 +285,22 @@ def test_cli_says_when_nothing_fits(capsys):
     assert "no change found makes it fit, alone or combined" in out
     assert main(["fit", LLAMA, "--gpu", "80GiB"]) == 0
     assert "advice:" not in capsys.readouterr().out
+
+
+def test_axolotl_recipe_advice_in_axolotl_keys():
+    # tests/fixtures/recipes/axolotl/llama-3-lora-1b.yml: micro_batch_size 2, gradient_accumulation_steps 2
+    # (lines 39-40), so the same effective batch of 4 is micro_batch_size 1 with 4 steps, in axolotl's own
+    # keys (axolotl's config schema names both). The model is replaced by the bundled Llama 3.1 8B, which
+    # does not fit 12 GiB at these settings.
+    read_recipe = getattr(vramwise, "read_recipe", None)
+    if read_recipe is None:
+        pytest.skip("no recipe reader")
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "recipes" / "axolotl" / "llama-3-lora-1b.yml"
+    recipe = read_recipe(str(fixture), overrides={"model": LLAMA})
+    f = fit(recipe, gpu=12 * GIB, seq_lens=())
+    assert not f.fits
+    acc = next(a for a in f.advice if a.kinds == ("accumulation",))
+    assert dict(acc.changes) == {"batch_size": 1, "gradient_accumulation_steps": 4}
+    assert acc.recipe_changes == {"micro_batch_size": 1, "gradient_accumulation_steps": 4}
+    e = vramwise.estimate(LLAMA, profile=recipe.profile, **{**recipe.settings, "batch_size": 1})
+    assert acc.per_gpu == e.min_per_gpu(1)
