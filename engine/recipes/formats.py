@@ -87,9 +87,10 @@ class Condition:
                     return False
             elif raw is MISSING or canon(raw) != canon(self.equals):
                 return False
-        if self.within is not None and (raw is MISSING or canon(raw) not in self.within):
+        text = "null" if raw is MISSING else canon(raw)  # in lists, null stands for absent or null too
+        if self.within is not None and text not in self.within:
             return False
-        if self.not_within is not None and raw is not MISSING and canon(raw) in self.not_within:
+        if self.not_within is not None and text in self.not_within:
             return False
         if self.matches is not None and (raw is MISSING or raw is None or not self.matches.search(canon(raw))):
             return False

@@ -242,7 +242,7 @@ def _apply(rule: Rule, part: _Part, version: tuple | None, warnings: list, name:
         m = rule.match.search(canon(raw))
         if m is None:
             return None
-        value = m.group(1) if m.groups() else m.group(0)
+        value = _scalar(m.group(1) if m.groups() else m.group(0))
     if rule.mapping is not None:
         text = canon(value)
         if text in rule.mapping:
@@ -265,6 +265,15 @@ def _apply(rule: Rule, part: _Part, version: tuple | None, warnings: list, name:
         return _Found(value, Origin("framework default", key=rule.key, framework=fmt.framework,
                                     version=_version_text(fmt, version), source=rule.source))
     return _Found(value, Origin("recipe", key=rule.key, file=part.file, line=part.line(rule.key), source=rule.source))
+
+
+def _scalar(text: str) -> Any:
+    """Text taken out of a value by a regex: a number or true/false when it reads as one, else the text."""
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return value if isinstance(value, (bool, int, float)) else text
 
 
 def _version_text(fmt: Format, version: tuple | None) -> str:
@@ -407,10 +416,9 @@ def read_recipe(source: Any, *, framework: str | None = None, overrides: Mapping
             found = _resolve(lambda f, n=s.name: f.settings.get(n, ()), parts, versions, warnings, s.name)
             value, origin = (s.default, Origin("vramwise default")) if found is None else (found.value, found.origin)
         try:
-            s.parse(s.name, value)
+            settings[s.name] = s.parse(s.name, value)
         except SettingsError as e:
             raise RecipeError(_value_problem(origin, s.name, e)) from None
-        settings[s.name] = tuple(value) if isinstance(value, list) else value
         origins[s.name] = origin
     extras: dict = {}
     for name in sorted(extras_names):
