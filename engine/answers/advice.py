@@ -36,7 +36,7 @@ fewest GPUs on top of them are searched. Combinations use at most :data:`MAX_COM
 estimates, the whole advice at most :data:`MAX_ESTIMATES`.
 
 Entries are ranked: those that fit first, then by ``cost`` (the sum of the kinds' positions in
-:data:`KINDS`), then by the per-GPU figure.
+:data:`KINDS`), then by the per-GPU figure. The same in words, with an example: docs/fit-advice.md.
 """
 
 from __future__ import annotations
