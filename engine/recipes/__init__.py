@@ -5,6 +5,6 @@ The formats are data (``frameworks/*.yaml``, schema ``recipe-format-1``); :func:
 """
 
 from vramwise.recipes.formats import Format, Formats
-from vramwise.recipes.reader import bundled_formats, read_recipe
+from vramwise.recipes.reader import RecipeText, bundled_formats, read_recipe
 
-__all__ = ["read_recipe", "bundled_formats", "Format", "Formats"]
+__all__ = ["read_recipe", "RecipeText", "bundled_formats", "Format", "Formats"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
@@ -23,7 +24,7 @@ from vramwise.core.recipe import Origin, Recipe
 from vramwise.core.settings import DEFAULT_PROFILE, SETTINGS
 from vramwise.recipes.formats import MISSING, Format, Formats, Rule, canon, lookup, version_tuple
 
-__all__ = ["read_recipe", "bundled_formats", "MAX_PARTS", "MAX_WARNED_KEYS"]
+__all__ = ["read_recipe", "bundled_formats", "RecipeText", "MAX_PARTS", "MAX_WARNED_KEYS"]
 
 #: At most this many parts (files and inline mappings) make one recipe.
 MAX_PARTS = 16
@@ -35,6 +36,14 @@ MAX_DEPTH = 64
 _BY_NAME = {s.name: s for s in SETTINGS}
 #: Names an override may set beside the settings.
 _OVERRIDE_EXTRA = ("model", "profile")
+
+
+@dataclass(frozen=True)
+class RecipeText:
+    """A recipe given as its text (an upload): ``name`` is what messages call it (its file name)."""
+
+    text: str
+    name: str = "uploaded recipe"
 
 
 @lru_cache(maxsize=1)
@@ -140,8 +149,17 @@ def _load_file(path: Path, shown: str, referenced_at: str | None = None) -> _Par
     return _Part(data, shown, path.resolve().parent, df)
 
 
-def _load(source: Any, index: int) -> _Part:
+def _load(source: Any, index: int, read_files: bool) -> _Part:
+    if isinstance(source, RecipeText):
+        if not isinstance(source.text, str) or len(source.text) > MAX_FILE_BYTES:
+            raise RecipeError(f"{source.name}: a recipe's text of at most {MAX_FILE_BYTES:,} characters")
+        data, df = _parse_text(source.text, source.name)
+        if not isinstance(data, Mapping):
+            raise RecipeError(f"{source.name}:1: a recipe is a mapping of keys to values, got a {type(data).__name__}")
+        return _Part(data, source.name, None, df)
     if isinstance(source, (str, Path)):
+        if not read_files:
+            raise RecipeError(f"recipe part {index + 1}: files are not read here; give the recipe's text")
         return _load_file(Path(source), str(source))
     if isinstance(source, Mapping):
         return _Part(source, None, None, None)
@@ -174,7 +192,8 @@ def _detect(part: _Part, formats: Formats) -> Format:
     return scored[0][2]
 
 
-def _references(part: _Part, formats: Formats, out: list, seen: set, depth: int) -> None:
+def _references(part: _Part, formats: Formats, out: list, seen: set, depth: int, read_files: bool = True,
+                 warnings: list | None = None) -> None:
     for key, target, _ in part.fmt.references:
         raw = lookup(part.data, key)
         if raw is MISSING or raw is None or raw is False or raw == "":
@@ -183,6 +202,11 @@ def _references(part: _Part, formats: Formats, out: list, seen: set, depth: int)
             raise RecipeError(f"{part.where(key)}: {key}: a recipe has at most {MAX_PARTS} parts")
         if isinstance(raw, Mapping):
             child = _Part(raw, part.file, part.folder, part.df, part.prefix + tuple(key.split(".")))
+        elif isinstance(raw, str) and not read_files:
+            if warnings is not None:
+                warnings.append(f"{part.where(key)}: {key} names the {target} file {raw!r}, which is not read here: "
+                                "give its text as another part of the recipe")
+            continue
         elif isinstance(raw, str):
             path = Path(raw).expanduser()
             if not path.is_absolute():
@@ -202,7 +226,7 @@ def _references(part: _Part, formats: Formats, out: list, seen: set, depth: int)
         child.fmt = formats.get(target)
         out.append(child)
         if depth < 3:
-            _references(child, formats, out, seen, depth + 1)
+            _references(child, formats, out, seen, depth + 1, read_files, warnings)
 
 
 def _shown(part: _Part, raw: str) -> str:
@@ -377,13 +401,16 @@ def _profile_for_strategy(profile: str, settings: dict, origins: dict, warnings:
 
 
 def read_recipe(source: Any, *, framework: str | None = None, overrides: Mapping[str, Any] | None = None,
-                formats: Formats | None = None, registry=None) -> Recipe:
+                formats: Formats | None = None, registry=None, read_files: bool = True) -> Recipe:
     """Read a training recipe: a path, a mapping, or a list of them (the main recipe first, then the
     parts that complete it: a DeepSpeed or accelerate config, a PEFT adapter config...).
 
     ``framework`` names the main part's format (``"axolotl"``, ``"torchtune@0.6.1"`` for the defaults
     of that version) instead of detecting it. ``overrides`` (setting names, ``model``, ``profile`` or
     an extra such as ``gradient_accumulation_steps``) win over everything the recipe says.
+    A part may also be a :class:`RecipeText` (an upload). With ``read_files`` false no file is read:
+    parts are mappings or texts, and a file a recipe names is reported in a warning instead (the server
+    reads no file named by a request).
     Raises :class:`RecipeError` naming file, line and key for a recipe that cannot be read.
     """
     formats = formats or bundled_formats()
@@ -393,18 +420,18 @@ def read_recipe(source: Any, *, framework: str | None = None, overrides: Mapping
         raise RecipeError("no recipe given")
     if len(sources) > MAX_PARTS:
         raise RecipeError(f"a recipe has at most {MAX_PARTS} parts, got {len(sources)}")
-    given = [_load(s, i) for i, s in enumerate(sources)]
+    given = [_load(s, i, read_files) for i, s in enumerate(sources)]
     parts: list = []
     seen: set = set()
+    warnings: list = []
     for i, part in enumerate(given):
         part.fmt = forced if (i == 0 and forced is not None) else _detect(part, formats)
-        if part.file is not None:
+        if part.folder is not None:
             seen.add(Path(part.file).resolve())
         parts.append(part)
-        _references(part, formats, parts, seen, 1)
+        _references(part, formats, parts, seen, 1, read_files, warnings)
     main = given[0]
     versions = [forced_version if p is main else None for p in parts]
-    warnings: list = []
     extras_names = {n for p in parts for n in p.fmt.extras}
     over = _overrides(overrides, extras_names)
     settings: dict = {}

@@ -9,6 +9,7 @@ path                      method  answer (the CLI command whose ``--json`` it eq
 ``/api/explain``          POST    ``explain --json``
 ``/api/fit``              POST    ``fit --json`` (``gpu`` required)
 ``/api/compare``          POST    ``compare --json``
+``/api/recipe``           POST    an uploaded training recipe read: model, settings, profile, origins, warnings
 ``/api/families``         GET     ``families --json``
 ``/api/gpus``             GET     ``{"catalog": [...], "local": gpus --json}``
 ``/api/catalog?q=``       GET     ``catalog QUERY --json``
@@ -18,7 +19,11 @@ path                      method  answer (the CLI command whose ``--json`` it eq
 A POST body is one JSON object: ``model`` (a name in the model catalog) or ``config`` (a config.json
 object) or ``config_text`` (a config.json file's text), ``profile``, any setting of
 :data:`vramwise.SETTINGS` by name, and the command's own fields (``gpus``, ``gpu``, ``headroom``,
-``seq_lens``, ``methods``, ``profiles``). Bad input of any kind is answered 4xx with
+``seq_lens``, ``methods``, ``profiles``). Instead of a model, a body may upload a training recipe:
+``recipe`` (a list of ``{name, text}``, the main file first, then a DeepSpeed or accelerate config...)
+and ``framework`` when its content does not tell; its model must be in the catalog (or come as
+``config``/``config_text``), the body's settings override its own, and the answer holds ``recipe``
+(what was read, with origins and warnings). Bad input of any kind is answered 4xx with
 ``{"error": "<the library's one-line message>"}``; an unexpected failure 500 with one line and no
 traceback.
 
@@ -98,11 +103,54 @@ def _settings_names() -> dict:
     return {s.name: s for s in SETTINGS}
 
 
-def _model_of(body: dict):
-    """The model a request names: a catalog entry (never a path or a hub id) or an uploaded config."""
+#: Parts of an uploaded recipe a request may hold.
+MAX_RECIPE_PARTS = 8
+
+
+def _recipe_of(body: dict):
+    """The training recipe a request uploads (``recipe``: a list of {name, text}, the main part first;
+    ``framework``: its format when its content does not tell), read without reading any file; or None."""
+    parts = body.get("recipe")
+    if parts is None:
+        if body.get("framework") is not None:
+            raise SettingsError("framework names the format of a recipe: give recipe too")
+        return None
+    if isinstance(parts, dict):
+        parts = [parts]
+    if not isinstance(parts, list) or not 1 <= len(parts) <= MAX_RECIPE_PARTS:
+        raise SettingsError(f"recipe must be a list of 1 to {MAX_RECIPE_PARTS} parts, each {{name, text}}")
+    from vramwise.recipes.reader import RecipeText, read_recipe
+
+    texts = []
+    for i, part in enumerate(parts):
+        if not isinstance(part, dict) or not isinstance(part.get("text"), str) or set(part) - {"name", "text"}:
+            raise SettingsError(f"recipe part {i + 1} must be an object {{name, text}} with the file's text")
+        name = part.get("name") or f"recipe part {i + 1}"
+        if not isinstance(name, str) or len(name) > 200:
+            raise SettingsError(f"recipe part {i + 1}: name must be a file name of at most 200 characters")
+        texts.append(RecipeText(part["text"], name))
+    framework = body.get("framework")
+    if framework is not None and not isinstance(framework, str):
+        raise SettingsError("framework must be a format name such as axolotl or torchtune@0.6.1")
+    return read_recipe(texts, framework=framework, read_files=False)
+
+
+def _model_of(body: dict, recipe=None):
+    """The model a request names: a catalog entry (never a path or a hub id), an uploaded config, or the
+    catalog entry an uploaded recipe names."""
     from vramwise.inputs.config import parse_json_bytes
 
     given = [k for k in ("model", "config", "config_text") if body.get(k) is not None]
+    if not given and recipe is not None:
+        from vramwise.inputs.catalog import CATALOG_PREFIX, find_model
+
+        name = recipe.model if isinstance(recipe.model, str) else None
+        found = find_model(name) if name else None
+        if found is None:
+            raise _Bad(400, f"the recipe's model {name!r} is not in the model catalog: choose one, or upload its "
+                            "config.json (config_text)" if name else
+                            "the recipe names no model: choose one, or upload its config.json (config_text)")
+        return CATALOG_PREFIX + found.id
     if len(given) != 1:
         raise _Bad(400, "give one of: model (a name in the model catalog), config (a config.json object) "
                         "or config_text (a config.json file's text)")
@@ -123,9 +171,10 @@ def _model_of(body: dict):
     return parse_json_bytes(value.encode("utf-8", "surrogatepass"), "uploaded config.json", limit=MAX_BODY_BYTES)
 
 
-def _settings_of(body: dict, allowed_extra: tuple) -> tuple[dict, str]:
+def _settings_of(body: dict, allowed_extra: tuple, recipe=None) -> tuple[dict, str]:
+    """The settings and profile a request gives (over an uploaded recipe's)."""
     names = _settings_names()
-    known = set(names) | {"model", "config", "config_text", "profile"} | set(allowed_extra)
+    known = set(names) | {"model", "config", "config_text", "profile", "recipe", "framework"} | set(allowed_extra)
     unknown = sorted(k for k in body if k not in known)
     if unknown:
         raise _Bad(400, f"unknown field(s) {', '.join(repr(k)[:60] for k in unknown[:5])}; fields: "
@@ -144,10 +193,16 @@ def _settings_of(body: dict, allowed_extra: tuple) -> tuple[dict, str]:
             raise SettingsError(f"{name} must be a single value, got {type(value).__name__}")
         if isinstance(value, float) and not math.isfinite(value):
             raise SettingsError(f"{name} must be finite")
-    profile = body.get("profile", DEFAULT_PROFILE)
+    profile = body.get("profile", recipe.profile if recipe is not None else DEFAULT_PROFILE)
     if not isinstance(profile, str):
         raise SettingsError(f"profile must be a name, got {type(profile).__name__}")
+    if recipe is not None:
+        settings = {**recipe.settings, **settings}
     return settings, profile
+
+
+def _with_recipe(data: dict, recipe) -> dict:
+    return data if recipe is None else {**data, "recipe": recipe.to_dict()}
 
 
 def _int_field(body: dict, name: str, default, low: int, high: int):
@@ -200,36 +255,45 @@ def api_estimate(body: dict) -> dict:
     from vramwise.surfaces.views import estimate_view
 
     gpus = _int_list(body, "gpus", [1, 2, 4, 8], 1, 1 << 20)
-    settings, profile = _settings_of(body, ("gpus",))
-    est = estimate(_model_of(body), profile=profile, **settings)
-    return estimate_view(est, gpus)
+    recipe = _recipe_of(body)
+    settings, profile = _settings_of(body, ("gpus",), recipe)
+    est = estimate(_model_of(body, recipe), profile=profile, **settings)
+    return _with_recipe(estimate_view(est, gpus), recipe)
 
 
 def api_explain(body: dict) -> dict:
     from vramwise.core.estimate import estimate
     from vramwise.surfaces.views import explain_view
 
-    settings, profile = _settings_of(body, ())
-    return explain_view(estimate(_model_of(body), profile=profile, **settings))
+    recipe = _recipe_of(body)
+    settings, profile = _settings_of(body, (), recipe)
+    return _with_recipe(explain_view(estimate(_model_of(body, recipe), profile=profile, **settings)), recipe)
 
 
 def api_fit(body: dict) -> dict:
     from vramwise.answers.fit import fit
 
-    settings, profile = _settings_of(body, ("gpu", "gpus", "headroom", "seq_lens"))
+    recipe = _recipe_of(body)
+    settings, profile = _settings_of(body, ("gpu", "gpus", "headroom", "seq_lens"), recipe)
     headroom = body.get("headroom", 0.0)
     if isinstance(headroom, bool) or not isinstance(headroom, (int, float)):
         raise SettingsError("headroom must be a share from 0 to 0.9")
-    f = fit(_model_of(body), gpu=_gpu_field(body, True), gpus=_int_field(body, "gpus", None, 1, 1024),
+    model = _model_of(body, recipe)
+    if recipe is not None:  # the recipe itself, so that advice is written in its keys
+        from dataclasses import replace
+
+        model, settings = replace(recipe, model=model, settings=settings, profile=profile), {}
+    f = fit(model, gpu=_gpu_field(body, True), gpus=_int_field(body, "gpus", None, 1, 1024),
             headroom=float(headroom), seq_lens=_int_list(body, "seq_lens", None, 1, 1 << 25), profile=profile,
             **settings)
-    return f.to_dict()
+    return _with_recipe(f.to_dict(), recipe)
 
 
 def api_compare(body: dict) -> dict:
     from vramwise.answers.fit import compare
 
-    settings, profile = _settings_of(body, ("gpu", "gpus", "methods", "profiles"))
+    recipe = _recipe_of(body)
+    settings, profile = _settings_of(body, ("gpu", "gpus", "methods", "profiles"), recipe)
     settings.pop("method", None)
     methods = _str_list(body, "methods", ["qlora", "lora", "full"])
     profiles = _str_list(body, "profiles", [profile])
@@ -237,7 +301,22 @@ def api_compare(body: dict) -> dict:
     gpus = _int_field(body, "gpus", None, 1, 1024)
     if gpus is not None and gpu is None:
         raise SettingsError("gpus needs gpu (the kind of GPU to count)")
-    return compare(_model_of(body), methods=methods, profiles=profiles, gpu=gpu, gpus=gpus, **settings).to_dict()
+    c = compare(_model_of(body, recipe), methods=methods, profiles=profiles, gpu=gpu, gpus=gpus, **settings)
+    return _with_recipe(c.to_dict(), recipe)
+
+
+def api_recipe(body: dict) -> dict:
+    """An uploaded recipe read: its model, settings, profile, origins and warnings (the page fills its form)."""
+    unknown = sorted(k for k in body if k not in ("recipe", "framework"))
+    if unknown or body.get("recipe") is None:
+        raise _Bad(400, "send recipe (a list of {name, text}) and, if its content does not tell, framework")
+    recipe = _recipe_of(body)
+    data = recipe.to_dict()
+    from vramwise.inputs.catalog import find_model
+
+    found = find_model(recipe.model) if isinstance(recipe.model, str) else None
+    data["catalog_model"] = found.id if found is not None else None
+    return data
 
 
 def api_families(_query: dict) -> dict:
@@ -272,7 +351,7 @@ def api_settings(_query: dict) -> dict:
             "default_profile": DEFAULT_PROFILE}
 
 
-_POST = {"estimate": api_estimate, "explain": api_explain, "fit": api_fit, "compare": api_compare}
+_POST = {"estimate": api_estimate, "explain": api_explain, "fit": api_fit, "compare": api_compare, "recipe": api_recipe}
 _GET = {"families": api_families, "gpus": api_gpus, "catalog": api_catalog, "settings": api_settings}
 
 

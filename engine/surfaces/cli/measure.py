@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from vramwise.surfaces.cli.common import show_recipe, with_recipe
 from vramwise.surfaces.cli.format import count, print_json, write_wrapped
 
 #: What ``measure`` runs when a flag is not given: estimate's default where measure can run it, else the nearest
@@ -37,12 +38,62 @@ def _measure_settings(args) -> tuple[dict, list[str]]:
     return chosen, changed
 
 
+#: The settings a recipe gives measure, beside _MEASURE_DEFAULTS' (the flags of the same names win).
+_RECIPE_FLAGS = ("target_modules", "lora_dropout", "loss", "loss_chunks", "activation_offloading", "optimizer_in_bwd",
+                 "strategy", "world_size")
+#: A recipe's setting that measure cannot run, and what it runs instead.
+_RUNNABLE = {"gradient_checkpointing": {"unsloth": "true"}, "loss": {"fused": "standard"},
+             "attention": {"flash_attention_2": "sdpa", "flash_attention_3": "sdpa", "flex_attention": "sdpa"}}
+#: The stack that runs a profile's runs (the others run on transformers + PEFT).
+_STACK_OF_PROFILE = {"torchtune": "torchtune", "litgpt": "litgpt"}
+
+
+def _apply_recipe(args) -> list[str]:
+    """Fill the flags not given from the recipe (--recipe); what measure cannot run is changed and said."""
+    from vramwise.surfaces.cli.common import recipe_of
+
+    recipe = recipe_of(args)
+    if recipe is None:
+        if args.model is None:
+            from vramwise.core.errors import SettingsError
+
+            raise SettingsError("give a MODEL (config.json, folder or hub id), or --recipe FILE")
+        return []
+    if recipe.model is None:
+        from vramwise.core.errors import SettingsError
+
+        raise SettingsError(f"{recipe.path or 'the recipe'} names no model: give MODEL or --set model=ORG/NAME")
+    given = getattr(args, "given_flags", set())
+    changed = []
+    args.model = recipe.model
+    for name in (*_MEASURE_DEFAULTS, *_RECIPE_FLAGS):
+        if name in given or (name in _MEASURE_DEFAULTS and getattr(args, name) is not None):
+            continue
+        value = recipe.settings[name]
+        if isinstance(value, tuple):
+            value = ",".join(value)
+        if name == "strategy" and value == "none":
+            value = None
+        if name == "world_size" and recipe.settings["strategy"] == "none":
+            value = None
+        runnable = _RUNNABLE.get(name, {}).get(value)
+        if runnable is not None:
+            changed.append(f"{name.replace('_', ' ')} {runnable} (the recipe's {value} is not runnable here)")
+            value = runnable
+        setattr(args, name, value)
+    if "stack" not in given:
+        args.stack = _STACK_OF_PROFILE.get(recipe.profile, "hf")
+    return changed
+
+
 def run(args, out) -> int:
     import warnings
 
     from vramwise.measuring.steps import measure
 
+    from_recipe = _apply_recipe(args)
     chosen, changed = _measure_settings(args)
+    changed = from_recipe + changed
     with warnings.catch_warnings():  # deprecation notices of the libraries measured are not the user's concern
         warnings.simplefilter("ignore", FutureWarning)
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -53,8 +104,9 @@ def run(args, out) -> int:
             strategy=args.strategy, world_size=args.world_size, **chosen,
         )
     if args.json:
-        print_json(m.to_dict(), out)
+        print_json(with_recipe(args, m.to_dict()), out)
         return 0
+    show_recipe(args, out)
     unit, scale = ("GiB", 2**30) if m.peak >= 2**30 else ("MiB", 2**20)
 
     def size(n: int) -> str:

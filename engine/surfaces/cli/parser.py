@@ -290,7 +290,9 @@ def build_parser() -> argparse.ArgumentParser:
              "true and sdpa attention stand for Unsloth's checkpointing and flash attention; with --fake, lora and "
              "adamw_torch stand for qlora and adamw_8bit. The settings it ran are printed.",
              "vramwise measure examples/llama-3.1-8b.json --fake --method lora --batch-size 1 --seq-len 512")
-    p.add_argument("model", help="config.json, model folder, or hub id")
+    p.add_argument("model", nargs="?", default=None,
+                   help="config.json, model folder, or hub id (optional with --recipe, where it replaces the recipe's model)")
+    recipe_args(p)
     p.add_argument("--method", default=None, choices=("qlora", "lora", "full"),
                    help="fine-tuning method (default: qlora; lora with --fake)")
     p.add_argument("--batch-size", type=int, default=None, help="batch size (default: 4)")
@@ -304,18 +306,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="adamw_torch (foreach), adamw_torch_fused, adamw_8bit or sgd (default: adamw_8bit; adamw_torch with --fake)")
     p.add_argument("--steps", type=int, default=2, help="optimizer steps to run (default: 2; the last one is reported)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where to run (default: cpu)")
-    p.add_argument("--lora-dropout", type=float, default=0.0, help="LoRA dropout probability (default: 0)")
+    p.add_argument("--lora-dropout", type=float, action=_Given, default=0.0, help="LoRA dropout probability (default: 0)")
     p.add_argument("--fake", action="store_true",
                    help="simulate the step with fake tensors on CPU: nothing is allocated, so large models fit (full and lora)")
-    p.add_argument("--stack", default="hf", choices=STACKS,
+    p.add_argument("--stack", default="hf", action=_Given, choices=STACKS,
                    help="whose model, loss and optimizer step run: hf (transformers + PEFT), or torchtune / litgpt "
                         "(pip install 'vramwise[torchtune]' or '[litgpt]') (default: hf)")
-    p.add_argument("--loss", default="standard", choices=("standard", "chunked"),
+    p.add_argument("--loss", default="standard", action=_Given, choices=("standard", "chunked"),
                    help="the stack's cross-entropy: standard or chunked (torchtune, litgpt) (default: standard)")
-    p.add_argument("--loss-chunks", type=int, default=8, help="chunks of a chunked loss (torchtune) (default: 8)")
-    p.add_argument("--activation-offloading", type=bool_flag, default=False, metavar="{true,false}",
+    p.add_argument("--loss-chunks", type=int, action=_Given, default=8, help="chunks of a chunked loss (torchtune) (default: 8)")
+    p.add_argument("--activation-offloading", type=bool_flag, action=_Given, default=False, metavar="{true,false}",
                    help="torchtune's activation offloading (default: false)")
-    p.add_argument("--optimizer-in-bwd", type=bool_flag, default=False, metavar="{true,false}",
+    p.add_argument("--optimizer-in-bwd", type=bool_flag, action=_Given, default=False, metavar="{true,false}",
                    help="torchtune's optimizer step inside the backward pass (default: false)")
     p.add_argument("--strategy", default=None, choices=MEASURED_STRATEGIES,
                    help="run the step in --world-size CPU processes (gloo): DistributedDataParallel, or FSDP2 "
