@@ -18,7 +18,8 @@ least to the one that changes it most:
 7. ``qlora``: the base model in 4 bit (LoRA only);
 8. ``seq_len``: the longest sequence that fits (the search ``fit`` already made);
 9. ``offload``: the current strategy moves the optimizer, then the parameters too, to host memory;
-10. ``strategy``: a sharding strategy on the same GPUs (fsdp, zero3, then zero3 with offload);
+10. ``strategy``: a sharding strategy on the same GPUs (fsdp, zero3, then zero3 with offload; on one
+    GPU only the offloading ones);
 11. ``gpus``: the fewest GPUs of the kind (``fit``'s ``min_gpus``).
 
 A kind is offered only where it applies to the method (no LoRA advice for full fine-tuning) and where
@@ -324,6 +325,8 @@ def _kinds(ctx: _Context, s, max_batch: int | None, max_rank: int | None) -> lis
     if training and s.strategy not in ("fsdp", "zero3"):
         variants = []
         for strategy, offload in _SHARDING:
+            if ctx.gpus == 1 and offload == "none":
+                continue  # sharding over one GPU shards nothing: only the offload can help
             info = ctx.registry.strategy_info(strategy)
             if prof.name not in info["profiles"] or offload not in info["offload"] or \
                     ctx.gpus < info.get("min_world_size", 1):

@@ -257,7 +257,8 @@ def fit(
     if not fits_here:
         steps = recipe.extras.get("gradient_accumulation_steps") if recipe is not None else None
         accumulation = steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else 1
-        advice = advise(here, lambda changes: est(**changes), gpus=n, usable=usable, share=share, profile=prof,
+        layout = here.settings.experts_layout  # resolved once, not again for every new combination of settings
+        advice = advise(here, lambda changes: est(experts_layout=layout, **changes), gpus=n, usable=usable, share=share, profile=prof,
                         registry=reg, max_batch_size=max_batch, max_seq_len=max_seq, max_lora_rank=max_rank,
                         min_gpus=min_gpus, max_gpus=MAX_GPUS, accumulation=accumulation, recipe=recipe)
     return Fit(
