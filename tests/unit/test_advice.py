@@ -304,3 +304,20 @@ def test_axolotl_recipe_advice_in_axolotl_keys():
     assert acc.recipe_changes == {"micro_batch_size": 1, "gradient_accumulation_steps": 4}
     e = vramwise.estimate(LLAMA, profile=recipe.profile, **{**recipe.settings, "batch_size": 1})
     assert acc.per_gpu == e.min_per_gpu(1)
+
+
+def test_cli_fit_of_a_recipe_prints_its_keys(capsys):
+    # the same recipe as above, read by `vramwise fit --recipe`: the advice in axolotl's keys
+    from vramwise.surfaces.cli.main import main
+
+    if getattr(vramwise, "read_recipe", None) is None:
+        pytest.skip("no recipe reader")
+    fixture = str(Path(__file__).resolve().parents[1] / "fixtures" / "recipes" / "axolotl" / "llama-3-lora-1b.yml")
+    args = ["fit", "--recipe", fixture, "--set", f"model={LLAMA}", "--gpu", "12GiB"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "in the recipe: micro_batch_size: 1, gradient_accumulation_steps: 4" in out
+    assert main(args + ["--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    acc = next(a for a in data["advice"] if a["kinds"] == ["accumulation"])
+    assert acc["recipe_changes"] == {"micro_batch_size": 1, "gradient_accumulation_steps": 4}

@@ -8,7 +8,7 @@ import textwrap
 from vramwise.answers.fit import MAX_GPUS, fit
 from vramwise.answers.placement import GpuSet, pooled_bytes, spare_per_gpu
 from vramwise.core.errors import VramwiseError
-from vramwise.surfaces.cli.common import model_of, plot, settings_of
+from vramwise.surfaces.cli.common import model_of, plot, recipe_of, settings_of, show_recipe, with_recipe
 from vramwise.surfaces.cli.format import WRAP, bar, dash, family_line, fits_word, gib, print_json, summary, write_wrapped
 from vramwise.surfaces.cli.parser import BadValue, int_list
 
@@ -21,14 +21,20 @@ def run(args, out) -> int:
     if args.gpus is not None and not 1 <= args.gpus <= MAX_GPUS:
         raise BadValue(f"--gpus must be a number of GPUs from 1 to {MAX_GPUS:,}, got {args.gpus}")
     model, profile, label, size_only = model_of(args)
-    settings = settings_of(args)
-    if size_only:
-        settings["target_modules"] = None
-    f = fit(model, gpu=args.gpu, gpus=args.gpus, headroom=args.headroom, seq_lens=seq_lens, profile=profile,
-            trust_remote_code=args.trust_remote_code, **settings)
-    if args.json:
-        print_json(f.to_dict(), out)
+    recipe = recipe_of(args)
+    if recipe is not None:  # the flags given are in the recipe already; the advice is written in its keys
+        f = fit(recipe, gpu=args.gpu, gpus=args.gpus, headroom=args.headroom, seq_lens=seq_lens,
+                trust_remote_code=args.trust_remote_code)
     else:
+        settings = settings_of(args)
+        if size_only:
+            settings["target_modules"] = None
+        f = fit(model, gpu=args.gpu, gpus=args.gpus, headroom=args.headroom, seq_lens=seq_lens, profile=profile,
+                trust_remote_code=args.trust_remote_code, **settings)
+    if args.json:
+        print_json(with_recipe(args, f.to_dict()), out)
+    else:
+        show_recipe(args, out)
         print_fit(f, label, out, args.gpu)
     plot("fit", f, args.plot, sys.stderr)
     return 0
@@ -174,7 +180,7 @@ def _print_advice(f, out) -> None:
         verdict = "fits" if a.fits else "does not fit"
         _wrap(out, f"{a.rank:>3}. {gib(a.per_gpu)} GiB per GPU{on}, {verdict}: {a.description}", "       ")
         _wrap(out, "set " + ", ".join(_change_text(k, v) for k, v in a.changes.items()), "       ", "       ")
-        if a.recipe_changes is not None:
+        if a.recipe_changes:
             _wrap(out, "in the recipe: " + ", ".join(f"{k}: {_recipe_value(v)}" for k, v in a.recipe_changes.items()),
                   "       ", "       ")
 
