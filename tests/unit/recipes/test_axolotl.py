@@ -153,7 +153,7 @@ def test_mixtral_qlora_all_linear():
     assert r.model == "mistralai/Mixtral-8x7B-v0.1"  # line 2
     assert s["method"] == "qlora" and s["load_in_4bit"] is True  # adapter: qlora (33), load_in_4bit: true (12)
     # lora_target_linear: true (line 43): every linear layer (loaders/adapter.py:174-182)
-    assert s["target_modules"] == "all-linear"
+    assert s["target_modules"] == ("all-linear",)
     assert where(r, "target_modules") == ("recipe", "lora_target_linear", 43)
     assert s["lora_rank"] == 32 and s["batch_size"] == 1 and s["seq_len"] == 4096  # lines 40, 61, 36
 

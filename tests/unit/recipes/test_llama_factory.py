@@ -14,7 +14,6 @@ import pytest
 
 import vramwise
 from vramwise import RecipeError
-from vramwise.core.settings import normalise_settings
 from vramwise.recipes.reader import bundled_formats
 
 pytestmark = pytest.mark.unit
@@ -56,7 +55,7 @@ def test_lora_sft_settings_and_origins():
     s = r.settings
     assert s["method"] == "lora"  # finetuning_type: lora (line 9)
     assert s["lora_rank"] == 8  # lora_rank: 8 (line 10)
-    assert s["target_modules"] == "all-linear"  # lora_target: all (line 11)
+    assert s["target_modules"] == ("all-linear",)  # lora_target: all (line 11)
     assert s["seq_len"] == 2048  # cutoff_len: 2048 (line 16)
     assert s["batch_size"] == 1  # per_device_train_batch_size: 1 (line 31)
     assert r.extras["gradient_accumulation_steps"] == 8  # line 32
@@ -168,7 +167,7 @@ def test_defaults_and_their_sources(tmp_path):
         "batch_size": (8, "training_args.py:777"),  # transformers' per_device_train_batch_size default 8
         "seq_len": (2048, "data_args.py:46"),  # cutoff_len default 2048
         "lora_rank": (8, "finetuning_args.py:77"),  # lora_rank default 8
-        "target_modules": ("all-linear", "finetuning_args.py:81"),  # lora_target default all
+        "target_modules": (("all-linear",), "finetuning_args.py:81"),  # lora_target default all
         "lora_dropout": (0.0, "finetuning_args.py:73"),
         "gradient_checkpointing": ("true", "model_args.py:145"),
         "optimizer": ("adamw_torch_fused", "training_args.py:806"),
@@ -223,8 +222,7 @@ def test_liger_kernel_fuses_the_loss_for_sft_only():
 def test_lora_target_list_and_packing():
     r = vramwise.read_recipe({**BASE, "lora_target": "q_proj,v_proj", "packing": True})
     # lora_target is comma-separated (finetuning_args.py:561-564); the setting splits it the same way
-    assert r.settings["target_modules"] == "q_proj,v_proj"
-    assert normalise_settings(target_modules=r.settings["target_modules"]).target_modules == ("q_proj", "v_proj")
+    assert r.settings["target_modules"] == ("q_proj", "v_proj")
     assert any("packing = true" in w for w in r.warnings)
     # stage pt packs unless packing says otherwise (hparams/parser.py:520)
     r = vramwise.read_recipe({**BASE, "stage": "pt"})
