@@ -35,7 +35,8 @@ def recipe_of(args):
 
     given = getattr(args, "given_flags", set())
     # a sweep's comma-separated list is the sweep's, applied over the recipe (settings_of)
-    overrides = {name: getattr(args, name) for name in given if name != "profile"
+    names = {s.name for s in SETTINGS}
+    overrides = {name: getattr(args, name) for name in given if name in names
                  and not (isinstance(getattr(args, name), str) and "," in getattr(args, name))}
     if "profile" in given:
         overrides["profile"] = args.profile

@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Write docs/recipes.md from the recipe formats (frameworks/*.yaml): for each format, how each setting
+is read (key, conditions, value map) and the framework's defaults with their sources.
+
+    python scripts/build_recipe_docs.py [--check]
+
+``--check`` compares with the file on disk instead of writing it (exit 1 when it is out of date);
+tests/unit/recipes/test_recipe_docs.py runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "docs" / "recipes.md"
+
+INTRO = """\
+# Training recipes
+
+vramwise reads the configuration files people already train with and estimates the run they
+describe. Nothing is translated by hand: the batch, sequence length, LoRA rank and targets,
+checkpointing, optimizer, loss, DeepSpeed stage, FSDP and process count come from the files.
+
+```bash
+vramwise estimate --recipe examples/recipes/axolotl-qlora.yaml
+vramwise fit --recipe train.yaml --recipe accelerate.yaml --gpu "RTX 4090"   # a recipe and a part that completes it
+vramwise explain --recipe lora.yaml --set seq_len=4096 --batch-size 1        # overrides: --set or the setting's flag
+```
+
+```python
+import vramwise
+
+recipe = vramwise.read_recipe("train.yaml")            # or a mapping, or a list: [recipe, ds_config.json]
+recipe.settings["batch_size"], recipe.origins["batch_size"].describe()   # 2, 'train.yaml:31 micro_batch_size'
+vramwise.estimate(recipe).total
+vramwise.fit(recipe, gpu="H100").advice                 # what to change, written in the recipe's own keys
+```
+
+## How a recipe is read
+
+- **The format** is told from the content (each format weighs the keys it knows); when two
+  formats tie, or the content is not enough, name it: `--framework torchtune` or
+  `read_recipe(..., framework="torchtune@0.6.1")` (a version picks that version's defaults).
+- **Parts**: a key that names another file (axolotl's and LLaMA-Factory's `deepspeed:`,
+  TrainingArguments' `deepspeed`, accelerate's `deepspeed_config_file`) is read relative to the
+  file that names it. Further parts can be given: `--recipe train.yaml --recipe accelerate.yaml`.
+- **Each setting** takes the first value found: the flags given on the command line and `--set`
+  (or `overrides=`); the recipe's own keys (the main file first, then its parts); the frameworks'
+  defaults (the version the format file records, with the framework's source file); vramwise's
+  default. `Recipe.origins` says which for every setting; `explain --recipe` prints them all.
+- **Warnings, not failures**: a key vramwise does not know is named in a warning; a key that changes
+  memory but is not modelled (Liger kernels other than the fused loss, sample packing, NEFTune...)
+  is named with the reason. A key with a value of the wrong type, a file that is not a recipe or a
+  referenced file that does not exist is an error naming the file, line and key.
+- **The profile** follows the framework: `torchtune`, `litgpt`, `hf` for transformers / TRL /
+  axolotl / LLaMA-Factory, `unsloth` where the recipe uses Unsloth. A multi-GPU strategy that the
+  framework's profile does not model is estimated with the profile that does (a warning says so).
+- The page of `vramwise serve` takes a recipe upload; files it names are not read there (upload
+  them as further parts).
+
+The rest of this page is generated from the format files (`frameworks/*.yaml`, schema
+`schemas/recipe-format-1.schema.json`) by `scripts/build_recipe_docs.py`.
+"""
+
+
+def _value(v) -> str:
+    from vramwise.recipes.formats import canon
+
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    return canon(v)
+
+
+def _cond(c) -> str:
+    from vramwise.recipes.formats import MISSING
+
+    if c.equals is not MISSING:
+        return f"`{c.key}` is {'absent' if c.equals is None else _value(c.equals)}"
+    if c.within is not None:
+        return f"`{c.key}` in {{{', '.join(c.within)}}}"
+    if c.not_within is not None:
+        return f"`{c.key}` not in {{{', '.join(c.not_within)}}}"
+    if c.matches is not None:
+        return f"`{c.key}` matches `{c.matches.pattern}`"
+    if c.present is not None:
+        return f"`{c.key}` {'present' if c.present else 'absent'}"
+    return f"`{c.key}` {'set' if c.truthy else 'unset'}"
+
+
+def _rule(r) -> str:
+    if r.key is not None:
+        text = f"`{r.key}`"
+        if r.match is not None:
+            text += f" (the part matching `{r.match.pattern}`)"
+        if r.mapping:
+            text += " (" + ", ".join(f"{k} → {_value(v)}" for k, v in r.mapping.items()) + ")"
+        if r.divide_by:
+            text += f" / `{r.divide_by}`"
+    else:
+        text = _value(r.value)
+    if r.when:
+        text += " when " + " and ".join(_cond(c) for c in r.when)
+    return text.replace("|", "\\|")
+
+
+def _default(r) -> str:
+    text = _rule(r)
+    span = []
+    if r.since:
+        span.append("from " + ".".join(map(str, r.since)))
+    if r.until:
+        span.append("before " + ".".join(map(str, r.until)))
+    if span:
+        text += " (" + ", ".join(span) + ")"
+    if r.source:
+        text += f"; source: {r.source}"
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _table(title: str, groups: dict) -> list[str]:
+    if not groups:
+        return []
+    out = [f"| {title} | read from (first that applies) | framework default |", "|---|---|---|"]
+    for name, rules in groups.items():
+        read = "<br>".join(_rule(r) for r in rules if not r.default) or "—"
+        default = "<br>".join(_default(r) for r in rules if r.default) or "—"
+        out.append(f"| `{name}` | {read} | {default} |")
+    return out + [""]
+
+
+def render() -> str:
+    sys.path.insert(0, str(ROOT / "engine"))  # noqa: the installed package is vramwise; nothing here is imported by it
+    from vramwise.recipes.formats import Formats
+
+    formats = Formats.load(ROOT / "frameworks", validate=True)
+    lines = [INTRO]
+    for fmt in sorted(formats, key=lambda f: (f.part, f.name)):
+        lines.append(f"## {fmt.name}")
+        lines.append("")
+        lines.append(" ".join(fmt.description.split()))
+        lines.append("")
+        lines.append(f"Framework: {fmt.framework} {fmt.version} (keys defined in {fmt.source})"
+                     + (f"; also named {', '.join(fmt.aliases)}" if fmt.aliases else "")
+                     + ("; a part that completes a recipe" if fmt.part else "") + ".")
+        signals = ", ".join(f"`{k}`" + (f" matching `{rx.pattern}`" if rx else "") + f" ({w})" for k, w, rx in fmt.signals)
+        lines.append(f"Recognised by: {signals}" + (f"; requires {', '.join(f'`{k}`' for k in fmt.requires)}"
+                                                     if fmt.requires else "") + ".")
+        lines.append("")
+        lines += _table("setting", dict(fmt.settings))
+        other = {}
+        if fmt.model:
+            other["model"] = fmt.model
+        if fmt.profile:
+            other["profile"] = fmt.profile
+        other.update(fmt.extras)
+        lines += _table("other value", other)
+        if fmt.references:
+            lines.append("Files it names: " + "; ".join(f"`{k}` ({t}: {d})" for k, t, d in fmt.references) + ".")
+            lines.append("")
+        if fmt.unmodelled:
+            lines.append("Keys that change memory but are not modelled (named in a warning):")
+            lines.append("")
+            for key, conds, why in fmt.unmodelled:
+                when = (" when " + " and ".join(_cond(c) for c in conds)) if conds else ""
+                lines.append(f"- `{key}`{when}: {' '.join(why.split())}")
+            lines.append("")
+        if fmt.write:
+            lines.append("Advice writes: " + "; ".join(
+                f"{name} as " + ", ".join(f"`{k}`" for keys in table.values() for k in keys)
+                for name, table in fmt.write.items()) + ".")
+            lines.append("")
+        lines.append(f"Keys known not to change memory: {len(fmt.ignored)} (listed under `ignored` in {fmt.file}).")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="compare with docs/recipes.md instead of writing it")
+    args = ap.parse_args()
+    text = render()
+    if args.check:
+        if OUT.read_text(encoding="utf-8") != text:
+            print(f"{OUT} is out of date: run python scripts/build_recipe_docs.py", file=sys.stderr)
+            return 1
+        return 0
+    OUT.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
