@@ -374,7 +374,7 @@ def _combinations(ctx: _Context, kinds: list, s) -> list:
             break
     if found:
         best = _minimal(ctx, chosen)
-        if best is not None:
+        if best:
             entry = ctx.entry([k for k, _ in best], [i for _, i in best])
             if entry is not None and entry.fits:
                 out.append(entry)
@@ -391,7 +391,9 @@ def _combinations(ctx: _Context, kinds: list, s) -> list:
     fits_on = lambda n: (lambda g: g is not None and g[2])(ctx.judge(_merge(everything), n))
     fewest = _fewest_above(fits_on, ctx.gpus, ctx.max_gpus)
     if fewest is not None:
-        best = _minimal(ctx, everything, fewest) or everything
+        best = _minimal(ctx, everything, fewest)
+        if not best:  # the GPUs alone are enough: the single entry for more GPUs says so
+            return out
         entry = ctx.entry([k for k, _ in best], [i for _, i in best], k_gpus=fewest)
         if entry is not None and entry.fits:
             out.append(entry)
@@ -405,17 +407,18 @@ def _merge(chosen: list) -> dict:
     return changes
 
 
-def _minimal(ctx: _Context, chosen: list, k_gpus: int | None = None) -> list | None:
+def _minimal(ctx: _Context, chosen: list, k_gpus: int | None = None) -> list:
     """``chosen`` (which fits) without the kinds it does not need, most expensive first, then each
-    kind relaxed to its mildest variant that still fits (bisected over its variants)."""
+    kind relaxed to its mildest variant that still fits (bisected over its variants). On ``k_gpus``
+    GPUs every kind may go (an empty list: the GPUs alone are enough)."""
     def ok(c: list) -> bool:
         got = ctx.judge(_merge(c), k_gpus)
         return got is not None and got[2]
 
     keep = list(chosen)
     for item in sorted(chosen, key=lambda ki: -_COST[ki[0].kind]):
-        if len(keep) == 1:
-            break
+        if len(keep) == 1 and k_gpus is None:
+            break  # on the same GPUs one kind alone was judged already
         trial = [x for x in keep if x is not item]
         if ok(trial):
             keep = trial

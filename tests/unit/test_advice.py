@@ -12,6 +12,7 @@ import pytest
 import vramwise
 from vramwise.answers.advice import KINDS, MAX_COMBINATION_ESTIMATES, MAX_ESTIMATES, advise
 from vramwise.answers.fit import MAX_GPUS, fit
+from vramwise.core.estimate import size_only_model
 from vramwise.core.registry import Registry
 
 GIB = 2**30
@@ -321,3 +322,22 @@ def test_cli_fit_of_a_recipe_prints_its_keys(capsys):
     data = json.loads(capsys.readouterr().out)
     acc = next(a for a in data["advice"] if a["kinds"] == ["accumulation"])
     assert acc["recipe_changes"] == {"micro_batch_size": 1, "gradient_accumulation_steps": 4}
+
+
+def test_a_combination_with_more_gpus_needs_fewer_than_the_gpus_alone():
+    # QLoRA of the 8B model at batch 1 on 4 GiB GPUs: the cheap changes do not fit even together, and
+    # on the fewest GPUs for all of them none is needed, so no combination is listed beside "3 GPUs"
+    f = fit(LLAMA, gpu=4 * GIB, method="qlora", batch_size=1, seq_lens=())
+    assert [a.kinds for a in f.advice if a.fits] == [("gpus",)]
+    # a 70B model known by its size, batch 4 on 24 GiB GPUs: batch 1 x 4 steps on fewer GPUs than
+    # more GPUs alone need; without the smaller batch it does not fit on those GPUs
+    spec = size_only_model(params=70e9)
+    f = fit(spec, gpu=24 * GIB, profile="size_only", batch_size=4, target_modules=None, seq_lens=())
+    alone = next(a for a in f.advice if a.kinds == ("gpus",))
+    combo = next(a for a in f.advice if a.kinds == ("accumulation", "gpus"))
+    assert combo.fits and combo.gpus < alone.gpus
+    assert dict(combo.changes) == {"batch_size": 1, "gradient_accumulation_steps": 4, "gpus": combo.gpus}
+    e = vramwise.estimate(spec, profile="size_only", target_modules=None, batch_size=1)
+    assert combo.per_gpu == e.min_per_gpu(combo.gpus) and _rule(e, combo.gpus, f.usable_bytes, f.further_gpu_share)
+    e4 = vramwise.estimate(spec, profile="size_only", target_modules=None, batch_size=4)
+    assert not _rule(e4, combo.gpus, f.usable_bytes, f.further_gpu_share)
