@@ -21,7 +21,10 @@ from vramwise.inputs.catalog import find_model  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recipes" / "litgpt"
 NAMES = sorted(p.name for p in FIXTURES.glob("*.yaml"))
-SWITCHES = ("query", "key", "value", "projection", "mlp", "head")  # lora_<name>, finetune/lora.py:58-63
+# lora_<switch> (finetune/lora.py:58-63) -> the modules it adapts: LitGPT's own module names in litgpt.lora's
+# GPT (attn.qkv's query/key/value parts, attn.proj, mlp.fc_1/fc_2/proj, lm_head) in transformers' names
+SWITCHES = {"query": ("q_proj",), "key": ("k_proj",), "value": ("v_proj",), "projection": ("o_proj",),
+            "mlp": ("gate_proj", "up_proj", "down_proj"), "head": ("lm_head",)}
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +70,7 @@ def test_settings_agree_with_litgpts_parser(parser, name):
         assert s["method"] == ("qlora" if four_bit else "lora")
         assert s["lora_rank"] == ns.lora_r
         assert s["lora_dropout"] == ns.lora_dropout
-        assert set(s["target_modules"]) == {n for n in SWITCHES if ns[f"lora_{n}"]}
+        assert set(s["target_modules"]) == {m for n, ms in SWITCHES.items() if ns[f"lora_{n}"] for m in ms}
     assert s["batch_size"] == train.micro_batch_size
     assert s["seq_len"] == train.max_seq_length
 
@@ -125,7 +128,7 @@ def test_defaults_left_out_agree_with_setups_defaults(parser, tmp_path):
     s = r.settings
     assert s["batch_size"] == train.micro_batch_size
     assert s["lora_dropout"] == ns.lora_dropout
-    assert set(s["target_modules"]) == {n for n in SWITCHES if ns[f"lora_{n}"]}
+    assert set(s["target_modules"]) == {m for n, ms in SWITCHES.items() if ns[f"lora_{n}"] for m in ms}
     assert s["world_size"] == ns.devices * ns.num_nodes
     assert r.extras["global_batch_size"] == train.global_batch_size
     assert r.extras["gradient_accumulation_steps"] == train.gradient_accumulation_iters(ns.devices, ns.num_nodes)

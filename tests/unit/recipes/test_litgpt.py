@@ -15,6 +15,10 @@ import vramwise
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recipes" / "litgpt"
 CKPT = "checkpoints/meta-llama/Meta-Llama-3.1-8B"
+# LitGPT's six LoRA switches (finetune/lora.py:58-63) and the modules each adapts in a llama-style model
+# (LLaMAMLP's fc_1, fc_2, proj are gate_proj, up_proj, down_proj)
+SWITCH_NAMES = ("query", "key", "value", "projection", "mlp", "head")
+ALL_SIX = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
 
 
 def read(name_or_mapping, **kw):
@@ -55,7 +59,7 @@ CASES = {
             "lora_rank": (32, ("recipe", "lora_r", 21)),
             "lora_dropout": (0.05, ("recipe", "lora_dropout", 27)),
             # lora_query true (30), lora_key false, lora_value true, projection/mlp/head false
-            "target_modules": (("query", "value"), ("recipe", "lora_query", 30)),
+            "target_modules": (("q_proj", "v_proj"), ("recipe", "lora_query", 30)),
             "optimizer": ("adamw_torch", ("recipe", "optimizer.class_path", 120)),
             "world_size": (1, ("recipe", "devices", 15)),
             **ONE_DEVICE,
@@ -71,7 +75,7 @@ CASES = {
             "seq_len": (512, ("recipe", "train.max_seq_length", 86)),
             "lora_rank": (32, ("recipe", "lora_r", 21)),
             "lora_dropout": (0.05, ("recipe", "lora_dropout", 27)),
-            "target_modules": (("query", "value"), ("recipe", "lora_query", 30)),
+            "target_modules": (("q_proj", "v_proj"), ("recipe", "lora_query", 30)),
             "optimizer": ("adamw_torch", ("recipe", "optimizer.class_path", 122)),
             "world_size": (1, ("recipe", "devices", 15)),
             **ONE_DEVICE,
@@ -85,7 +89,7 @@ CASES = {
             "batch_size": (2, ("recipe", "train.micro_batch_size", 71)),
             "seq_len": (512, ("recipe", "train.max_seq_length", 86)),
             "lora_rank": (32, ("recipe", "lora_r", 21)),
-            "target_modules": (("query", "value"), ("recipe", "lora_query", 30)),
+            "target_modules": (("q_proj", "v_proj"), ("recipe", "lora_query", 30)),
             "world_size": (1, ("recipe", "devices", 15)),
             **ONE_DEVICE,
         },
@@ -98,7 +102,7 @@ CASES = {
             "batch_size": (4, ("recipe", "train.micro_batch_size", 67)),
             "lora_rank": (8, ("recipe", "lora_r", 18)),
             # all six switches true; the first switch the rule needs written is lora_key (line 30)
-            "target_modules": (("query", "key", "value", "projection", "mlp", "head"), ("recipe", "lora_key", 30)),
+            "target_modules": (ALL_SIX, ("recipe", "lora_key", 30)),
             # no num_nodes key: setup's num_nodes=1 (lora.py:54), so world_size is devices (line 15)
             "world_size": (1, ("recipe", "devices", 15)),
             **ONE_DEVICE,
@@ -174,7 +178,7 @@ def test_framework_defaults_with_their_source():
         # setup's train=TrainArgs(micro_batch_size=1) (lora.py:69), not TrainArgs' own 4 (args.py:18)
         "batch_size": (1, "lora.py:69"),
         "lora_dropout": (0.05, "lora.py:57"),  # lora_dropout: float = 0.05
-        "target_modules": (("query", "value"), "lora.py:58-63"),  # lora_query=True, lora_value=True
+        "target_modules": (("q_proj", "v_proj"), "lora.py:58-63"),  # lora_query=True, lora_value=True
         "optimizer": ("adamw_torch", "lora.py:76"),  # optimizer="AdamW" -> torch.optim.AdamW
         "gradient_checkpointing": ("none", "lora.py:162-163"),  # strategy "auto"
         "loss": ("chunked", "lora.py:335-338"),  # chunked_cross_entropy, chunk 128
@@ -211,26 +215,37 @@ def test_a_recipe_without_lora_keys_is_full_finetuning():
 
 
 @pytest.mark.parametrize("switches, targets, key", [
-    ({"lora_query": False, "lora_mlp": True}, ("value", "mlp"), "lora_query"),
-    ({"lora_key": True}, ("query", "key", "value"), "lora_key"),
-    ({"lora_value": False, "lora_head": True}, ("query", "head"), "lora_value"),
-    ({"lora_projection": True, "lora_mlp": True}, ("query", "value", "projection", "mlp"), "lora_projection"),
-    ({"lora_query": True, "lora_value": True, "lora_key": False}, ("query", "value"), "lora_query"),
+    ({"lora_query": False, "lora_mlp": True}, ("v_proj", "gate_proj", "up_proj", "down_proj"), "lora_query"),
+    ({"lora_key": True}, ("q_proj", "k_proj", "v_proj"), "lora_key"),
+    ({"lora_value": False, "lora_head": True}, ("q_proj", "lm_head"), "lora_value"),
+    ({"lora_projection": True, "lora_mlp": True}, ("q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+     "lora_projection"),
+    ({"lora_query": True, "lora_value": True, "lora_key": False}, ("q_proj", "v_proj"), "lora_query"),
 ])
-def test_lora_switches_give_litgpt_target_names(switches, targets, key):
+def test_lora_switches_give_the_modules_they_adapt(switches, targets, key):
     # absent switches take setup's defaults: query and value on, key/projection/mlp/head off (lora.py:58-63)
     r = read({"checkpoint_dir": CKPT, **switches})
     assert r.settings["target_modules"] == targets
     assert origin(r, "target_modules") == ("recipe", key, None)
 
 
-def test_litgpt_target_names_are_ones_the_litgpt_profile_reads():
+def test_target_names_are_the_litgpt_profiles_own_switch_sets():
+    # formulas/litgpt/profile.yaml lora.target_sets names each LitGPT switch by the modules it adapts: the
+    # names the format writes give the same adapters as the switches' names
     kw = dict(profile="litgpt", method="lora", batch_size=1, seq_len=128, gradient_checkpointing="none",
               optimizer="adamw_torch", loss="chunked")
-    six = vramwise.estimate("meta-llama/Llama-3.2-3B", target_modules=("query", "key", "value", "projection", "mlp", "head"), **kw)
-    peft = vramwise.estimate("meta-llama/Llama-3.2-3B", target_modules=(
-        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"), **kw)
-    assert six.params_trainable == peft.params_trainable > 0
+    switches = vramwise.estimate("meta-llama/Llama-3.1-8B", target_modules=SWITCH_NAMES, **kw)  # untied head
+    modules = vramwise.estimate("meta-llama/Llama-3.1-8B", target_modules=ALL_SIX, **kw)
+    assert switches.params_trainable == modules.params_trainable > 0
+    assert set(modules.lora_targets) == set(ALL_SIX)
+
+
+def test_an_fsdp_lora_recipe_keeps_its_targets_on_the_hf_profile():
+    r = read({"checkpoint_dir": CKPT, "devices": 2, "lora_r": 8, "lora_mlp": True, "precision": "bf16-true",
+              "train": {"max_seq_length": 512}})
+    assert r.profile == "hf"
+    e = vramwise.estimate(r)
+    assert set(e.lora_targets) == {"q_proj", "v_proj", "gate_proj", "up_proj", "down_proj"}
 
 
 @pytest.mark.parametrize("optimizer, expected, key", [
@@ -329,6 +344,6 @@ def test_estimate_of_a_recipe_is_the_estimate_of_its_settings():
     # llama-3.1-8b-lora.yaml by hand: micro_batch_size 1, max_seq_length 512, lora_r 32, lora_dropout 0.05,
     # query and value, torch AdamW, one device (no checkpointing), LitGPT's chunked loss
     by_hand = vramwise.estimate("meta-llama/Llama-3.1-8B", profile="litgpt", method="lora", batch_size=1, seq_len=512,
-                                lora_rank=32, lora_dropout=0.05, target_modules=["query", "value"],
+                                lora_rank=32, lora_dropout=0.05, target_modules=["q_proj", "v_proj"],
                                 optimizer="adamw_torch", gradient_checkpointing="none", loss="chunked")
     assert vramwise.estimate(read("llama-3.1-8b-lora.yaml")).total == by_hand.total
