@@ -374,7 +374,11 @@ def test_write_back_in_torchtune_keys():
     assert r.write({"loss_chunks": 16}) == {"loss._component_": "torchtune.modules.loss.CEWithChunkedOutputLoss",
                                             "loss.num_output_chunks": 16}
     assert r.write({"optimizer": "paged_adamw_8bit"}) == {"optimizer._component_": "bitsandbytes.optim.PagedAdamW8bit"}
-    assert r.write({"method": "qlora"}) == {"model.quantize_base": True}
+    assert r.write({"method": "qlora", "load_in_4bit": True}) == {"model.quantize_base": True}
+    # advice's "attention modules only" (the current attention targets, sorted) in torchtune's switches
+    assert r.write({"target_modules": ("o_proj", "q_proj", "v_proj")}) == {
+        "model.lora_attn_modules": ["q_proj", "v_proj", "output_proj"],
+        "model.apply_lora_to_mlp": False, "model.apply_lora_to_output": False}
 
 
 def test_estimate_of_the_lora_recipe():
