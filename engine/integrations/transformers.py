@@ -250,9 +250,22 @@ class MemoryCheckCallback(TrainerCallback):
             raise SettingsError(f"steps must be a whole number from 1, got {steps!r}")
         self.strict, self.db_path, self.gpu, self.profile = bool(strict), db_path, gpu, profile
         self.steps, self.record = steps, bool(record)
+        self._mode = self._hook = None
         self._reset()
 
+    def close(self) -> None:
+        """Stop measuring now: remove the forward hook and the CPU tracker. The callback does this itself
+        after the measured steps and when training ends; call it when training raised before then."""
+        self._measuring = False
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            self._mode = None
+
     def _reset(self) -> None:
+        self.close()
         self.report: dict = {}
         self.run_id: int | None = None
         self.recipe = None
@@ -261,7 +274,8 @@ class MemoryCheckCallback(TrainerCallback):
         self._estimate = None
         self._estimated_shape = None
         self._shape = None  # the largest (batch, seq) seen while measuring
-        self._tracker = self._mode = self._hook = None
+        self._tracker = None
+        self._start_step = 0
         self._kind, self._index, self._capacity, self._device = "cpu", None, None, "cpu"
         self._notes: list[str] = []
         self._db = None
@@ -310,6 +324,7 @@ class MemoryCheckCallback(TrainerCallback):
                    f"sequence {s.seq_len}, profile {est.profile}) but {self._device} has {_gib(self._capacity)}; "
                    f"`vramwise fit` lists changes that make it fit")
         if self.strict:
+            self.close()  # nothing of the callback stays installed after the run stops
             raise SettingsError(message)
         warnings.warn(message, MemoryCheckWarning, stacklevel=3)
 
@@ -335,10 +350,11 @@ class MemoryCheckCallback(TrainerCallback):
             warnings.warn(f"vramwise: runs are not recorded: {e}", MemoryCheckWarning, stacklevel=3)
 
     # -- the Trainer's events -------------------------------------------------------------------
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
+    def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         self._reset()
         if model is None:
             return
+        self._start_step = int(getattr(state, "global_step", 0) or 0)
         self._kind, self._device, self._capacity, self._index = _device(args, self.gpu)
         try:
             self._read(args, model)
@@ -354,13 +370,13 @@ class MemoryCheckCallback(TrainerCallback):
             self._notes.append(f"the model's weights are {str(dtype).replace('torch.', '')}; the estimate assumes "
                                "bfloat16 weights as the profiles do")
         self._check_fit(est, "at the recipe's sequence length")
-        rank = getattr(state, "process_index", None)
+        rank = getattr(args, "process_index", None)
         self._write(model=_model_name(model), profile=est.profile, method=est.settings.method, device=self._device,
                     device_bytes=self._capacity, rank=rank, world_size=_world_size(args),
                     versions=_versions(), notes=self._notes, **self._predicted(est))
-        self._start_measuring(model)
+        self._start_measuring(model, optimizer)
 
-    def _start_measuring(self, model) -> None:
+    def _start_measuring(self, model, optimizer) -> None:
         self._hook = model.register_forward_pre_hook(self._before_forward, with_kwargs=True)
         self._measuring = True
         if self._kind == "cuda":
@@ -372,7 +388,9 @@ class MemoryCheckCallback(TrainerCallback):
             from vramwise.measuring.tracker import StorageTracker
 
             self._tracker = StorageTracker()
-            for t in list(model.parameters()) + list(model.buffers()):
+            state = getattr(optimizer, "state", None) or {}  # a resumed run's optimizer state exists already
+            kept = [v for per_param in state.values() if isinstance(per_param, Mapping) for v in per_param.values()]
+            for t in list(model.parameters()) + list(model.buffers()) + kept:
                 self._tracker.add(t)
             self._tracker.reset_peak()
             self._mode = self._tracker.mode()
@@ -403,18 +421,16 @@ class MemoryCheckCallback(TrainerCallback):
         return None
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self._measuring and state.global_step >= self.steps:
-            self._finish(state.global_step)
+        if self._measuring and state.global_step - self._start_step >= self.steps:
+            self._finish(state.global_step - self._start_step)
 
     def on_train_end(self, args, state, control, **kwargs):
         if self._measuring:
-            self._finish(state.global_step)
+            self._finish(state.global_step - self._start_step)
 
     def _finish(self, steps: int) -> None:
-        self._measuring = False
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
+        tracker = self._tracker
+        self.close()
         measured: dict = {"steps": steps, "device": self._kind}
         if self._kind == "cuda":
             import torch
@@ -422,10 +438,8 @@ class MemoryCheckCallback(TrainerCallback):
             torch.cuda.synchronize(self._index)
             measured["peak"] = int(torch.cuda.max_memory_allocated(self._index))
             measured["reserved"] = int(torch.cuda.max_memory_reserved(self._index))
-        elif self._tracker is not None:
-            self._mode.__exit__(None, None, None)
-            self._mode = None
-            measured["peak"] = int(self._tracker.peak)
+        elif tracker is not None:
+            measured["peak"] = int(tracker.peak)
             measured["tracker"] = "vramwise.measuring.tracker.StorageTracker (storages rounded to 512 bytes)"
             self._tracker = None
         if "peak" not in measured or self._settings is None:

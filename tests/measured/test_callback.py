@@ -25,14 +25,20 @@ BATCH, SEQ, RANK, VOCAB = 2, 128, 8, 4096
 TARGETS = ["down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"]
 
 
-def _trainer(tmp_path, callback, steps=3):
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, LlamaConfig, Trainer, TrainingArguments
+def _model(attention="sdpa"):
+    from transformers import AutoModelForCausalLM, LlamaConfig
 
     cfg = LlamaConfig(hidden_size=128, intermediate_size=344, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=512)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16, attn_implementation="sdpa")
+    return AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16, attn_implementation=attention)
+
+
+def _trainer(tmp_path, callback, steps=3):
+    from peft import LoraConfig, get_peft_model
+    from transformers import Trainer, TrainingArguments
+
+    model = _model()
     model.config._name_or_path = "tiny-llama"
     model = get_peft_model(model, LoraConfig(r=RANK, lora_alpha=2 * RANK, target_modules=TARGETS, lora_dropout=0.0))
     gen = torch.Generator().manual_seed(1)
@@ -55,6 +61,9 @@ def test_trainer_run_is_estimated_measured_recorded_and_listed(tmp_path, capsys)
     said = [str(w.message) for w in caught if issubclass(w.category, MemoryCheckWarning)]
     assert not [m for m in said if "per GPU" in m or "no estimate" in m], said  # a CPU run without gpu= is not fitted
 
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    assert _get_current_dispatch_mode() is None  # the CPU tracker is gone after the measured steps
     report = check.report
     assert report["method"] == "lora" and report["profile"] == "hf" and report["steps"] == 2
     assert report["batch_shape"] == (BATCH, SEQ)  # read from the first batch by the forward pre-hook
@@ -94,3 +103,27 @@ def test_a_run_that_does_not_fit_warns_or_raises(tmp_path):
         _trainer(tmp_path, check, steps=1).train()
     (run,) = RunsDB(db).runs()
     assert run.device_bytes == 2**20 and run.measured_steps == 1
+
+
+def test_what_the_live_objects_say(tmp_path):
+    from peft import LoraConfig, get_peft_model
+    from transformers import TrainingArguments
+
+    from vramwise.integrations.transformers import recipe_parts
+
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=3, optim="sgd", use_cpu=True,
+                             report_to=[], gradient_checkpointing=True)
+    model = get_peft_model(_model("eager"), LoraConfig(r=4, target_modules="all-linear", lora_dropout=0.1))
+    model.activation_checkpointing_enable()
+    parts, overrides, fallback = recipe_parts(args, model)
+    train, adapter = parts  # no DeepSpeed, no quantization config
+    assert train["per_device_train_batch_size"] == 3 and train["optim"] == "sgd"
+    # PEFT expands all-linear to every linear layer but the output head: the seven projections
+    assert adapter["target_modules"] == TARGETS and adapter["r"] == 4
+    assert overrides["model"]["model_type"] == "llama" and overrides["model"]["vocab_size"] == VOCAB
+    assert (overrides["method"], overrides["attention"], overrides["gradient_checkpointing"]) == ("lora", "eager", "true")
+    assert "world_size" not in overrides and "strategy" not in overrides  # one process
+    assert fallback == {"load_in_4bit": False, "batch_size": 3, "optimizer": "sgd", "lora_rank": 4,
+                        "target_modules": tuple(TARGETS), "lora_dropout": 0.1}
+    full_parts, full, _ = recipe_parts(args, _model())
+    assert len(full_parts) == 1 and full["method"] == "full" and full["gradient_checkpointing"] == "none"
