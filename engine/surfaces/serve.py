@@ -11,6 +11,7 @@ path                      method  answer (the CLI command whose ``--json`` it eq
 ``/api/compare``          POST    ``compare --json``
 ``/api/recipe``           POST    an uploaded training recipe read: model, settings, profile, origins, warnings
 ``/api/families``         GET     ``families --json``
+``/api/formats``          GET     the recipe formats: format, framework, version, description, part (a part of a recipe)
 ``/api/gpus``             GET     ``{"catalog": [...], "local": gpus --json}``
 ``/api/catalog?q=``       GET     ``catalog QUERY --json``
 ``/api/settings``         GET     the settings table (names, defaults, choices) and the default profile: the page's form
@@ -343,6 +344,13 @@ def api_catalog(query: dict) -> dict:
     return {"query": q, "models": [m.to_dict() for m in list_models(q)]}
 
 
+def api_formats(_query: dict) -> dict:
+    from vramwise.recipes import bundled_formats
+
+    return {"formats": [{"format": f.name, "framework": f.framework, "version": f.version, "description": f.description,
+                         "part": f.part} for f in sorted(bundled_formats(), key=lambda f: f.name)]}
+
+
 def api_settings(_query: dict) -> dict:
     from vramwise.core.settings import SETTINGS
 
@@ -352,7 +360,8 @@ def api_settings(_query: dict) -> dict:
 
 
 _POST = {"estimate": api_estimate, "explain": api_explain, "fit": api_fit, "compare": api_compare, "recipe": api_recipe}
-_GET = {"families": api_families, "gpus": api_gpus, "catalog": api_catalog, "settings": api_settings}
+_GET = {"families": api_families, "gpus": api_gpus, "catalog": api_catalog, "settings": api_settings,
+        "formats": api_formats}
 
 
 # -- the application ---------------------------------------------------------------------------
