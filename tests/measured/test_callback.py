@@ -127,3 +127,28 @@ def test_what_the_live_objects_say(tmp_path):
                         "target_modules": tuple(TARGETS), "lora_dropout": 0.1}
     full_parts, full, _ = recipe_parts(args, _model())
     assert len(full_parts) == 1 and full["method"] == "full" and full["gradient_checkpointing"] == "none"
+
+
+def test_without_the_recipe_reader_the_live_values_are_used(tmp_path, monkeypatch):
+    from peft import LoraConfig, get_peft_model
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    import vramwise.recipes
+    from vramwise.core.errors import RecipeError
+
+    def refuse(*a, **k):
+        raise RecipeError("the recipe mapping:1: not a recipe of a format vramwise reads")
+
+    monkeypatch.setattr(vramwise.recipes, "read_recipe", refuse)
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=3, optim="sgd", use_cpu=True,
+                             report_to=[])
+    model = get_peft_model(_model(), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    check = MemoryCheckCallback(db_path=tmp_path / "runs.sqlite3")
+    check.on_train_begin(args, TrainerState(), TrainerControl(), model=model, optimizer=None)
+    check.close()
+    (run,) = RunsDB(tmp_path / "runs.sqlite3").runs()
+    s = run.settings
+    assert (s["method"], s["batch_size"], s["optimizer"], s["lora_rank"]) == ("lora", 3, "sgd", 4)
+    assert sorted(s["target_modules"]) == ["q_proj", "v_proj"] and run.profile == "hf"
+    assert check.recipe is None and any("could not read" in n for n in run.notes)
+    assert run.measured_peak is None  # closed before any step
