@@ -136,3 +136,58 @@ def test_page_in_headless_chromium(monkeypatch, tmp_path):
     assert (tmp_path / "serve.png").stat().st_size > 10_000
     if SCREENSHOT:
         shutil.copyfile(tmp_path / "serve.png", SCREENSHOT)
+
+
+def test_recipe_upload_in_headless_chromium(monkeypatch):
+    # tests/fixtures/recipes/axolotl/llama-3-lora-1b.yml: base_model NousResearch/Llama-3.2-1B (line 2, not in
+    # the catalog), adapter: lora (13), sequence_len: 2048 (16), sample_packing: true (17), lora_r: 16 (21),
+    # gradient_accumulation_steps: 2 (39), micro_batch_size: 2 (40), optimizer: adamw_8bit (43)
+    _require()
+    import httpx
+    from pathlib import Path
+    from playwright.sync_api import sync_playwright
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "recipes" / "axolotl" / "llama-3-lora-1b.yml"
+    monkeypatch.setattr(_source, "_read_hub", lambda repo, trust: pytest.fail(f"the hub was asked for {repo!r}"))
+    with live_server() as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(url)
+            page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            page.click("#recipe-box summary")
+            page.set_input_files("#recipe-files", str(fixture))
+            page.wait_for_selector("#recipe-loaded:not([hidden])", timeout=15_000)
+            # the form takes the recipe's values
+            values = {f: page.input_value("#" + f) for f in ("method", "batch_size", "seq_len", "lora_rank", "optimizer")}
+            assert values == {"method": "lora", "batch_size": "2", "seq_len": "2048", "lora_rank": "16",
+                              "optimizer": "adamw_8bit"}
+            assert "NousResearch/Llama-3.2-1B is not in the catalog: upload its config.json" in page.text_content("#recipe-model")
+            # each setting with its origin, file:line and key; the warnings
+            assert "llama-3-lora-1b.yml:40 micro_batch_size" in page.text_content("#recipe-origins li[data-setting='batch_size']")
+            assert "llama-3-lora-1b.yml:17: sample_packing" in page.text_content("#recipe-warnings")
+
+            # a catalog model for it (Llama 3.1 8B) on a T4: advice in axolotl's keys (2 x 2 = 1 x 4 samples a step)
+            page.select_option("#model-list", MODEL)
+            page.select_option("#gpu", "t4")
+            page.wait_for_function("() => document.getElementById('advice-list').textContent.includes("
+                                   "'in the recipe: micro_batch_size: 1, gradient_accumulation_steps: 4')", timeout=15_000)
+            parts = [{"name": fixture.name, "text": fixture.read_text(encoding="utf-8")}]
+            with httpx.Client(base_url=url, timeout=10) as c:
+                want = c.post("/api/estimate", json={"recipe": parts, "model": MODEL}).json()["total"]
+                over = c.post("/api/estimate", json={"recipe": parts, "model": MODEL, "batch_size": 1}).json()["total"]
+            assert page.get_attribute("#total", "data-bytes") == str(want)
+            assert "batch_size=2" in page.url and "base_model" not in page.url and "recipe" not in page.url
+
+            # a field changed on the page overrides the recipe's value
+            page.fill("#batch_size", "1")
+            page.wait_for_function("b => document.getElementById('total').dataset.bytes === b", arg=str(over), timeout=15_000)
+            assert "overridden" in page.get_attribute("#recipe-origins li[data-setting='batch_size']", "class")
+
+            page.click("#recipe-clear")
+            assert page.is_hidden("#recipe-loaded")
+            assert not errors, errors
+        finally:
+            browser.close()

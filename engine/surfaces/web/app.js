@@ -9,7 +9,8 @@
   const FIELDS = ["method", "batch_size", "seq_len", "lora_rank", "target_modules", "gradient_checkpointing",
     "optimizer", "attention", "loss", "load_in_4bit", "strategy", "offload", "gpus_per_node"];
   const SVGNS = "http://www.w3.org/2000/svg";
-  const state = { table: {}, defaultProfile: null, models: [], upload: null, uploadName: null, seq: 0, inflight: null, timer: null };
+  const state = { table: {}, defaultProfile: null, models: [], upload: null, uploadName: null, seq: 0, inflight: null, timer: null,
+    recipe: null, formats: {} };  // recipe: {parts: [{name, text}], framework, data: /api/recipe's answer, catalog}
 
   const gib = (n) => (n / GIB).toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 });
   const count = (n) => n >= 1e9 ? (n / 1e9).toFixed(2) + " B" : n >= 1e6 ? (n / 1e6).toFixed(2) + " M" : String(n);
@@ -53,10 +54,13 @@
     if (keep) sel.value = keep;
   }
 
-  function currentModel() {
-    if (state.upload !== null) return { config_text: state.upload };
+  function currentModel() {  // with a recipe: the recipe, and the model when the server cannot find it in the catalog
+    const r = state.recipe, out = {};
+    if (r) { out.recipe = r.parts; if (r.framework) out.framework = r.framework; }
+    if (state.upload !== null) return Object.assign(out, { config_text: state.upload });
+    if (r && r.catalog) return out;
     const id = $("model-list").value;
-    return id ? { model: id } : null;
+    return id ? Object.assign(out, { model: id }) : null;
   }
 
   function settings() {
@@ -79,6 +83,40 @@
     }
     return out;
   }
+
+  // a setting's value as the form shows it
+  const fieldText = (v) => v === null || v === undefined ? "" : Array.isArray(v) ? v.join(",") : String(v);
+
+  function formValue(f) {
+    const spec = state.table[f];
+    let v = $(f).value.trim();
+    if (spec && spec.type === "int") { const n = Number(v); v = Number.isInteger(n) ? n : v; }
+    else if (spec && spec.type === "bool") v = v === "true";
+    return v;
+  }
+
+  // what the form changes of the loaded recipe: the fields that differ from the recipe's values (they override it)
+  function recipeOverrides() {
+    const d = state.recipe.data, out = {};
+    for (const f of FIELDS) {
+      const e = $(f);
+      if (!e || e.closest("label").hidden) continue;
+      const text = e.value.trim();
+      if (text === fieldText(d.settings[f])) continue;
+      if (text === "") { if (f === "load_in_4bit" || f === "target_modules") out[f] = null; continue; }
+      out[f] = formValue(f);
+    }
+    const p = $("profile").value;
+    if (p && p !== d.profile) out.profile = p;
+    if ($("strategy").value !== "none") {
+      const n = parseInt($("gpus").value, 10);
+      if (Number.isInteger(n) && n > 0 && n !== d.settings.world_size) out.world_size = n;
+    }
+    return out;
+  }
+
+  // the settings a request carries: the form's (over vramwise's defaults), or with a recipe what the form overrides
+  function requestSettings() { return state.recipe ? recipeOverrides() : settings(); }
 
   function gpuChoice() {
     const g = $("gpu").value;
@@ -133,6 +171,7 @@
   function schedule() {
     applies();
     writeUrl();
+    if (state.recipe) markOverrides();
     clearTimeout(state.timer);
     state.timer = setTimeout(update, 60);
   }
@@ -145,11 +184,14 @@
 
   async function update() {
     const model = currentModel();
-    if (!model) { $("total").textContent = "choose a model"; return; }
+    if (!model) {
+      $("total").textContent = state.recipe ? "choose a model or upload its config.json" : "choose a model";
+      return;
+    }
     if (state.inflight) state.inflight.abort();
     const ctl = new AbortController(), seq = ++state.seq;
     state.inflight = ctl;
-    const body = Object.assign({}, model, settings());
+    const body = Object.assign({}, model, requestSettings());
     const g = gpuChoice();
     const t0 = performance.now();
     const jobs = [api("/api/estimate", body, ctl.signal)];
@@ -365,8 +407,9 @@
 
   // -- start ----------------------------------------------------------------------------------
   async function start() {
-    const [table, catalog, gpus, families] = await Promise.all([
-      api("/api/settings"), api("/api/catalog"), api("/api/gpus"), api("/api/families")]);
+    const [table, catalog, gpus, families, formats] = await Promise.all([
+      api("/api/settings"), api("/api/catalog"), api("/api/gpus"), api("/api/families"),
+      api("/api/formats").catch(() => ({ formats: [] }))]);
     for (const s of table.settings) state.table[s.name] = s;
     state.defaultProfile = table.default_profile;
     for (const f of ["method", "gradient_checkpointing", "attention", "loss", "strategy", "offload"]) fillSelect($(f), state.table[f].choices);
@@ -384,6 +427,12 @@
       lab.appendChild(cb); lab.appendChild(document.createTextNode(p)); box.appendChild(lab);
     }
     state.models = catalog.models;
+    for (const f of formats.formats) {
+      state.formats[f.format] = f;
+      if (f.part) continue;  // a format named here is the main file's; the parts are read from their content
+      const o = h("option", f.format + " (" + f.framework + " " + f.version + ")"); o.value = f.format; o.title = f.description;
+      $("recipe-format").appendChild(o);
+    }
     showModels("");
     const gsel = $("gpu");
     for (const g of gpus.catalog) { const o = h("option", g.name + " (" + gib(g.memory_bytes) + " GiB)"); o.value = g.id; gsel.appendChild(o); }
@@ -394,7 +443,14 @@
       $("model-list").value = dflt.id;
     }
     $("model-search").addEventListener("input", (e) => showModels(e.target.value));
-    $("model-list").addEventListener("change", () => { state.upload = null; describeModel(); schedule(); });
+    $("model-list").addEventListener("change", () => {
+      state.upload = null;
+      if (state.recipe && state.recipe.catalog) dropRecipe();  // another model: the recipe is left
+      describeModel(); schedule();                              // (a recipe whose model is not in the catalog takes it)
+    });
+    $("recipe-files").addEventListener("change", () => loadRecipe().catch((e) => showError(e.message)));
+    $("recipe-format").addEventListener("change", () => { if ($("recipe-files").files.length) loadRecipe().catch((e) => showError(e.message)); });
+    $("recipe-clear").addEventListener("click", () => { dropRecipe(); describeModel(); schedule(); });
     for (const id of [...FIELDS, "profile", "gpu", "gpus", "headroom"]) $(id).addEventListener("input", schedule);
     box.addEventListener("change", schedule);
     $("upload").addEventListener("change", async (e) => {
@@ -404,7 +460,7 @@
       state.upload = await f.text(); state.uploadName = f.name; describeModel(); schedule();
     });
     $("paste-apply").addEventListener("click", () => { state.upload = $("paste").value; state.uploadName = "pasted config"; describeModel(); schedule(); });
-    $("trace").addEventListener("toggle", () => { if ($("trace").open) loadTrace(Object.assign({}, currentModel(), settings()), state.seq); });
+    $("trace").addEventListener("toggle", () => { if ($("trace").open) loadTrace(Object.assign({}, currentModel(), requestSettings()), state.seq); });
     describeModel();
     applies();
     writeUrl();
@@ -413,9 +469,109 @@
   }
 
   function describeModel() {
-    if (state.upload !== null) { $("model-info").textContent = "your config: " + state.uploadName + " (not kept in the address)"; return; }
+    const with_ = state.recipe ? " with the recipe" : "";
+    if (state.upload !== null) { $("model-info").textContent = "your config: " + state.uploadName + with_ + " (not kept in the address)"; return; }
+    if (state.recipe && !state.recipe.catalog && !$("model-list").value) { $("model-info").textContent = "the recipe's model: not in the catalog"; return; }
     const m = state.models.find((x) => x.id === $("model-list").value);
-    $("model-info").textContent = m ? m.id + ": " + count(m.params) + " parameters, family " + m.family + "; " + m.source : "";
+    $("model-info").textContent = m ? m.id + ": " + count(m.params) + " parameters, family " + m.family + "; " + m.source + with_ : "";
+  }
+
+  // -- a training recipe (POST /api/recipe reads it; the page's requests carry it while it is loaded) ----------
+  const MAX_RECIPE_CHARS = 900 * 1024;  // the parts' text together, under the server's 1 MiB body
+
+  function mainFirst(parts) {  // the likeliest main file first: YAML before JSON (DeepSpeed, PEFT, bitsandbytes parts)
+    const json = (p) => /\.json$/i.test(p.name) ? 1 : 0;
+    return [...parts].sort((a, b) => json(a) - json(b));
+  }
+
+  async function loadRecipe() {
+    const files = [...$("recipe-files").files];
+    if (!files.length) return;
+    if (files.length > 8) { showError("a recipe has at most 8 files; " + files.length + " were chosen"); return; }
+    const size = files.reduce((n, f) => n + f.size, 0);
+    if (size > MAX_RECIPE_CHARS) { showError("the recipe's files are " + size.toLocaleString("en-US") + " bytes; at most 900 KiB are accepted"); return; }
+    const parts = await Promise.all(files.map(async (f) => ({ name: f.name, text: await f.text() })));
+    const framework = $("recipe-format").value || null;
+    // each file as the main one in turn until the main one reads as a recipe, not as a part of one (a DeepSpeed JSON...)
+    let found = null, fallback = null, failure = null;
+    for (const main of mainFirst(parts)) {
+      const ordered = [main, ...parts.filter((p) => p !== main)];
+      const body = { recipe: ordered };
+      if (framework) body.framework = framework;
+      try {
+        const data = await api("/api/recipe", body);
+        const fmt = state.formats[data.format];
+        if (!(fmt && fmt.part) || parts.length === 1) { found = [ordered, data]; break; }
+        if (!fallback) fallback = [ordered, data];
+      } catch (e) { if (!failure) failure = e; }
+    }
+    const got = found || (failure ? null : fallback);
+    if (!got) { showError(failure.message); return; }
+    showError("");
+    applyRecipe(got[0], framework, got[1]);
+  }
+
+  function applyRecipe(parts, framework, data) {
+    state.recipe = { parts, framework, data, catalog: data.catalog_model };
+    state.upload = null;
+    if (data.catalog_model) {
+      $("model-search").value = "";
+      showModels("");
+      $("model-list").value = data.catalog_model;
+    } else $("model-list").value = "";
+    for (const f of FIELDS) if ($(f)) $(f).value = fieldText(data.settings[f]);
+    if (state.profiles.includes(data.profile)) $("profile").value = data.profile;
+    if (data.settings.strategy && data.settings.strategy !== "none") $("gpus").value = data.settings.world_size;
+    showRecipe();
+    describeModel();
+    schedule();
+  }
+
+  function dropRecipe() {
+    state.recipe = null;
+    $("recipe-files").value = "";
+    $("recipe-loaded").hidden = true;
+    clear($("recipe-origins")); clear($("recipe-warnings"));
+  }
+
+  function showRecipe() {
+    const d = state.recipe.data;
+    $("recipe-loaded").hidden = false;
+    $("recipe-name").textContent = d.parts.map((p) => p.file + " (" + p.format + ")").join(" + ") +
+      (d.framework ? ", " + d.framework + " " + d.framework_version + " defaults" : "");
+    const model = $("recipe-model");
+    if (d.catalog_model) { model.textContent = "model " + d.model + ": " + d.catalog_model + " of the catalog"; model.className = ""; }
+    else {
+      model.textContent = d.model ? "the recipe's model " + d.model + " is not in the catalog: upload its config.json (or choose a model of the catalog for it)"
+        : "the recipe names no model: upload its config.json (or choose a model of the catalog for it)";
+      model.className = "nofit";
+      $("upload-box").open = true;
+    }
+    const list = $("recipe-origins");
+    clear(list);
+    const valueOf = (k) => k in d.settings ? d.settings[k] : k in d.extras ? d.extras[k] : k === "model" ? d.model : k === "profile" ? d.profile : null;
+    for (const [k, o] of Object.entries(d.origins)) {
+      const li = h("li");
+      li.dataset.setting = k; li.dataset.kind = o.kind;
+      li.appendChild(h("code", k + " = " + fieldText(valueOf(k))));
+      li.appendChild(h("span", " " + o.text, "origin"));
+      list.appendChild(li);
+    }
+    const warn = $("recipe-warnings");
+    clear(warn);
+    for (const w of d.warnings) warn.appendChild(h("li", w));
+    markOverrides();
+  }
+
+  function markOverrides() {  // the settings the form overrides, struck through in the list
+    const over = recipeOverrides();
+    for (const li of document.querySelectorAll("#recipe-origins li")) {
+      const k = li.dataset.setting, on = k in over;
+      li.classList.toggle("overridden", on);
+      const old = li.querySelector(".page");
+      if (old) old.remove();
+      if (on) li.appendChild(h("span", " the page: " + fieldText(over[k]), "page"));
+    }
   }
 
   start().catch((e) => showError(e.message));
