@@ -48,7 +48,7 @@ _LAZY = {
     "read_recipe": "recipes.reader",
     "GpuSpec": "gpus.catalog", "gpu_spec": "gpus.catalog", "list_gpus": "gpus.catalog",
     "fit": "answers.fit", "compare": "answers.fit", "sweep": "answers.fit", "Fit": "answers.fit", "MethodFit": "answers.fit", "Comparison": "answers.fit",
-    "Sweep": "answers.fit", "GpuTarget": "answers.fit",
+    "Sweep": "answers.fit", "GpuTarget": "answers.fit", "Advice": "answers.advice",
     "plot_estimate": "answers.plots", "plot_compare": "answers.plots", "plot_fit": "answers.plots", "plot_sweep": "answers.plots",
 }
 
@@ -85,6 +85,7 @@ __all__ = [
     "Comparison",
     "Sweep",
     "GpuTarget",
+    "Advice",
     "plot_estimate",
     "plot_compare",
     "plot_fit",

@@ -23,6 +23,7 @@ from vramwise.answers.placement import GpuSet, fits as _fits_on, rule_text
 from vramwise.core.errors import SettingsError, VramwiseError
 from vramwise.core.estimate import COMPONENTS, Estimate, estimate, load_model
 from vramwise.core.model import ModelSpec
+from vramwise.core.recipe import unpack
 from vramwise.core.registry import Registry
 from vramwise.core.settings import DEFAULT_PROFILE, DEFAULTS, LIMITS, METHODS, SWEEPABLE
 
@@ -287,11 +288,17 @@ class Comparison:
         return {"gpu": self.gpu.to_dict() if self.gpu else None, "cells": out}
 
 
-def compare(model: Any, *, methods: Iterable[str] = ("qlora", "lora", "full"), profiles: Iterable[str] = (DEFAULT_PROFILE,),
+def compare(model: Any, *, methods: Iterable[str] = ("qlora", "lora", "full"), profiles: Iterable[str] | None = None,
             gpu: Any = None, gpus: int | None = None, registry: Registry | None = None, trust_remote_code: bool = False,
             **settings: Any) -> Comparison:
-    """One estimate per (profile, method) at the same settings; with ``gpu``, whether each fits."""
+    """One estimate per (profile, method) at the same settings; with ``gpu``, whether each fits. ``model`` may
+    be a :class:`~vramwise.Recipe` (its settings under the ones given; ``profiles`` None: its profile, else
+    the default one)."""
     reg = registry or Registry.default()
+    model, profile, settings = unpack(model, None, settings)
+    settings.pop("method", None)  # compare sets the method of each column
+    if profiles is None:
+        profiles = (profile or DEFAULT_PROFILE,)
     spec = load_model(model, registry=reg, trust_remote_code=trust_remote_code)
     target = gpu_target(gpu, gpus) if gpu is not None else None
     methods, profiles = tuple(methods), tuple(profiles)
@@ -338,10 +345,14 @@ class Sweep:
         }
 
 
-def sweep(model: Any, *, profile: str = DEFAULT_PROFILE, registry: Registry | None = None, trust_remote_code: bool = False,
+def sweep(model: Any, *, profile: str | None = None, registry: Registry | None = None, trust_remote_code: bool = False,
           **settings: Any) -> Sweep:
-    """Estimates over every combination of the settings given as lists (among :data:`SWEEPABLE`)."""
+    """Estimates over every combination of the settings given as lists (among :data:`SWEEPABLE`). ``model`` may
+    be a :class:`~vramwise.Recipe` (its settings under the ones given; ``profile`` None: its profile, else the
+    default one)."""
     reg = registry or Registry.default()
+    model, profile, settings = unpack(model, profile, settings)
+    profile = profile or DEFAULT_PROFILE
     spec = load_model(model, registry=reg, trust_remote_code=trust_remote_code)
     axes = []
     fixed = {}

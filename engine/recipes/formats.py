@@ -35,14 +35,16 @@ MISSING = _Missing()
 
 
 def canon(value: Any) -> str:
-    """A raw value as the text ``map``, ``when`` and ``skip`` compare: true/false/null, numbers and strings
-    as written."""
+    """A raw value as the text ``map``, ``when``, ``skip`` and ``write`` compare: true/false/null, numbers and
+    strings as written, a list as its items' texts sorted and joined by commas."""
     if value is True:
         return "true"
     if value is False:
         return "false"
     if value is None:
         return "null"
+    if isinstance(value, (list, tuple)):
+        return ",".join(sorted(canon(v) for v in value))
     return str(value)
 
 
@@ -123,13 +125,21 @@ class Rule:
     mapping: Mapping[str, Any] | None
     strict_map: bool
     match: Any
-    divide_by: str | None
+    divide_by: tuple  # keys whose whole values divide the value, in turn
+    multiply_by: tuple  # keys whose whole values multiply it
+    floor: bool  # divide_by rounds down instead of requiring an exact quotient
     skip: frozenset
     default: bool
     since: tuple | None
     until: tuple | None
     source: str | None
     where: str
+    collect: tuple = ()  # ((key, items mapping or None, if_true tuple or None, absent), ...)
+    when_any: tuple = ()  # conditions of which one must hold
+
+    def holds(self, data: Any) -> bool:
+        """The rule's conditions hold for ``data`` (all of when, one of when_any)."""
+        return all(c.holds(data) for c in self.when) and (not self.when_any or any(c.holds(data) for c in self.when_any))
 
     def applies_to(self, version: tuple | None) -> bool:
         if version is None:
@@ -138,12 +148,19 @@ class Rule:
 
     def keys(self) -> list[str]:
         """Every recipe key the rule reads."""
-        out = [c.key for c in self.when]
+        out = [c.key for c in self.when + self.when_any]
         if self.key:
             out.append(self.key)
-        if self.divide_by:
-            out.append(self.divide_by)
+        out.extend(self.divide_by)
+        out.extend(self.multiply_by)
+        out.extend(c[0] for c in self.collect)
         return out
+
+
+def _keys(value: Any) -> tuple:
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)
 
 
 def _rule(r: Mapping, where: str) -> Rule:
@@ -153,11 +170,16 @@ def _rule(r: Mapping, where: str) -> Rule:
     return Rule(
         key=r.get("key"), value=r.get("value"), when=_conditions(r.get("when")), mapping=mapping,
         strict_map=bool(r.get("strict_map", False)), match=re.compile(r["match"]) if "match" in r else None,
-        divide_by=r.get("divide_by"), skip=frozenset(canon(v) for v in r.get("skip", ())),
+        divide_by=_keys(r.get("divide_by")), multiply_by=_keys(r.get("multiply_by")),
+        floor=r.get("rounding") == "floor", skip=frozenset(canon(v) for v in r.get("skip", ())),
         default=bool(r.get("default", False)),
         since=version_tuple(r["since"]) if "since" in r else None,
         until=version_tuple(r["until"]) if "until" in r else None,
         source=r.get("source"), where=where,
+        collect=tuple((c["key"], {canon(k): tuple(v) for k, v in c["items"].items()} if "items" in c else None,
+                       tuple(c["if_true"]) if "if_true" in c else None, bool(c.get("absent", False)))
+                      for c in r.get("collect", ())),
+        when_any=_conditions(r.get("when_any")),
     )
 
 

@@ -247,9 +247,11 @@ class _Found:
 def _apply(rule: Rule, part: _Part, version: tuple | None, warnings: list, name: str) -> _Found | None:
     if not rule.applies_to(version):
         return None
-    if not all(c.holds(part.data) for c in rule.when):
+    if not rule.holds(part.data):
         return None
     fmt = part.fmt
+    if rule.collect:
+        return _collect(rule, part, version)
     if rule.key is None:
         value = rule.value
         if rule.default:
@@ -275,20 +277,73 @@ def _apply(rule: Rule, part: _Part, version: tuple | None, warnings: list, name:
             warnings.append(f"{part.where(rule.key)}: {rule.key} = {canon(raw)[:60]!r} is not a value vramwise "
                             f"knows for {name}: not used")
             return None
-    if rule.divide_by is not None:
-        by = lookup(part.data, rule.divide_by)
-        if isinstance(by, bool) or not isinstance(by, int) or by < 1 or isinstance(value, bool) \
-                or not isinstance(value, int):
-            raise RecipeError(f"{part.where(rule.key)}: {rule.key}: {canon(raw)[:40]} / {rule.divide_by} "
-                              f"({canon(by)[:40]}) must be whole numbers")
-        if value % by:
-            raise RecipeError(f"{part.where(rule.key)}: {rule.key} ({value}) is not a multiple of "
-                              f"{rule.divide_by} ({by})")
-        value //= by
+    if rule.divide_by or rule.multiply_by:
+        value = _arithmetic(rule, part, raw, value)
+        if value is None:
+            return None
     if rule.default:
         return _Found(value, Origin("framework default", key=rule.key, framework=fmt.framework,
                                     version=_version_text(fmt, version), source=rule.source))
     return _Found(value, Origin("recipe", key=rule.key, file=part.file, line=part.line(rule.key), source=rule.source))
+
+
+def _collect(rule: Rule, part: _Part, version: tuple | None) -> _Found | None:
+    """The names a collect rule builds from its keys (None when there are none)."""
+    names: list = []
+    first = None
+    for key, items, if_true, absent in rule.collect:
+        raw = lookup(part.data, key)
+        present = raw is not MISSING and raw is not None
+        if present and first is None:
+            first = key
+        if items is not None:
+            if not present:
+                continue
+            entries = [t.strip() for t in raw.split(",")] if isinstance(raw, str) else raw
+            if not isinstance(entries, (list, tuple)):
+                raise RecipeError(f"{part.where(key)}: {key}: expected a list of module names, got {canon(raw)[:60]!r}")
+            given = [canon(item) for item in entries]
+            # in the order the format lists its items (the recipe's order does not matter), unknown ones after
+            names.extend(n for item, adds in items.items() if item in given for n in adds)
+            names.extend(item for item in given if item not in items)
+        elif (raw if present else absent) not in (False, None, 0, "", "false", "False"):
+            names.extend(if_true)
+    names = list(dict.fromkeys(n for n in names if n))
+    if not names:
+        return None
+    fmt = part.fmt
+    if rule.default or first is None:  # every switch at its default: the framework's choice
+        return _Found(tuple(names), Origin("framework default", framework=fmt.framework,
+                                           version=_version_text(fmt, version), source=rule.source))
+    return _Found(tuple(names), Origin("recipe", key=first, file=part.file, line=part.line(first), source=rule.source))
+
+
+def _arithmetic(rule: Rule, part: _Part, raw: Any, value: Any) -> Any:
+    """The value multiplied by the multiply_by keys and divided by the divide_by keys (None: one is absent)."""
+    def whole(key: str, v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise RecipeError(f"{part.where(key)}: {key}: a positive whole number is needed here "
+                              f"(it scales {rule.key}), got {canon(v)[:40]!r}")
+        return v
+
+    value = whole(rule.key, value)
+    for key in rule.multiply_by:
+        by = lookup(part.data, key)
+        if by is MISSING or by is None:
+            return None
+        value *= whole(key, by)
+    for key in rule.divide_by:
+        by = lookup(part.data, key)
+        if by is MISSING or by is None:
+            return None
+        by = whole(key, by)
+        if value % by and not rule.floor:
+            raise RecipeError(f"{part.where(rule.key)}: {rule.key} ({canon(raw)}) is not a multiple of {key} ({by})")
+        value //= by
+    if value < 1:
+        raise RecipeError(f"{part.where(rule.key)}: {rule.key} ({canon(raw)}) divided by "
+                          f"{', '.join(rule.divide_by)} is below 1")
+    return value
 
 
 def _scalar(text: str) -> Any:
@@ -500,10 +555,19 @@ def _model(over: dict, parts: list, versions: list, warnings: list, origins: dic
         raise RecipeError(f"{found.origin.location or 'the recipe'}: {found.origin.key}: the model must be a name "
                           f"or a path, got {canon(value)[:60]!r}")
     value = value.strip()
-    folder = next((p.folder for p in parts if p.file == found.origin.file), None)
-    candidate = Path(value).expanduser()
-    if not candidate.is_absolute() and folder is not None and (folder / candidate).exists():
-        return str(folder / candidate)
+    part = next((p for p in parts if p.file == found.origin.file), None)
+    folder = part.folder if part is not None else None
+    if folder is not None and found.origin.key is not None:  # the key's own text, before any rule changed it
+        raw = lookup(part.data, found.origin.key)
+        candidates = [raw.strip(), value] if isinstance(raw, str) and raw.strip() != value else [value]
+    else:
+        candidates = [value]
+    for text in candidates:
+        candidate = Path(text).expanduser()
+        if candidate.is_absolute():
+            continue
+        if folder is not None and (folder / candidate).exists():
+            return str(folder / candidate)
     return value
 
 

@@ -21,18 +21,45 @@ def _render(template: Any, value: Any) -> Any:
 def _plain_key(fmt: Format, name: str) -> str | None:
     """The key of the first rule that copies a recipe key into ``name`` unchanged."""
     for rule in fmt.settings.get(name, ()) + fmt.extras.get(name, ()):
-        if (rule.key and not rule.default and not rule.when and rule.mapping is None and rule.match is None
-                and rule.divide_by is None):
+        if (rule.key and not rule.default and not rule.when and not rule.when_any and rule.mapping is None and rule.match is None
+                and not rule.divide_by and not rule.multiply_by):
             return rule.key
+    return None
+
+
+def _invert_collect(fmt: Format, name: str, value: Any) -> dict | None:
+    """The keys a collect rule reads, set so that the rule builds ``value`` (None when it cannot)."""
+    wanted = list(value) if isinstance(value, (list, tuple)) else [value]
+    for rule in fmt.settings.get(name, ()):
+        if not rule.collect:
+            continue
+        out: dict = {}
+        covered: set = set()
+        for key, items, if_true, _ in rule.collect:
+            if items is not None:
+                chosen = [item for item, names in items.items() if names and set(names) <= set(wanted)]
+                out[key] = chosen
+                covered.update(n for item in chosen for n in items[item])
+            else:
+                on = set(if_true) <= set(wanted)
+                out[key] = on
+                covered.update(if_true if on else ())
+        if covered == set(wanted):
+            return out
     return None
 
 
 def _write_one(formats: tuple, name: str, value: Any) -> dict | None:
     for fmt in formats:
+        inverted = _invert_collect(fmt, name, value) if name not in fmt.write else None
+        if inverted is not None:
+            return inverted
         table = fmt.write.get(name)
         if table:
-            keys = table.get(canon(value)) or table.get("*")
-            if keys:
+            keys = table.get(canon(value))
+            if keys is None:
+                keys = table.get("*")
+            if keys is not None:  # empty: the recipe derives this change from others (nothing to write)
                 return {k: _render(t, value) for k, t in keys.items()}
             continue
         key = _plain_key(fmt, name)

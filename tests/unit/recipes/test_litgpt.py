@@ -101,8 +101,8 @@ CASES = {
             "method": ("lora", ("recipe", "lora_r", 18)),
             "batch_size": (4, ("recipe", "train.micro_batch_size", 67)),
             "lora_rank": (8, ("recipe", "lora_r", 18)),
-            # all six switches true; the first switch the rule needs written is lora_key (line 30)
-            "target_modules": (ALL_SIX, ("recipe", "lora_key", 30)),
+            # all six switches true; the origin is the first switch written, lora_query (line 27)
+            "target_modules": (ALL_SIX, ("recipe", "lora_query", 27)),
             # no num_nodes key: setup's num_nodes=1 (lora.py:54), so world_size is devices (line 15)
             "world_size": (1, ("recipe", "devices", 15)),
             **ONE_DEVICE,
