@@ -186,6 +186,7 @@
     const model = currentModel();
     if (!model) {
       $("total").textContent = state.recipe ? "choose a model or upload its config.json" : "choose a model";
+      $("total").dataset.bytes = ""; $("verdict").textContent = ""; $("summary").textContent = "";
       return;
     }
     if (state.inflight) state.inflight.abort();
@@ -449,7 +450,7 @@
       describeModel(); schedule();                              // (a recipe whose model is not in the catalog takes it)
     });
     $("recipe-files").addEventListener("change", () => loadRecipe().catch((e) => showError(e.message)));
-    $("recipe-format").addEventListener("change", () => { if ($("recipe-files").files.length) loadRecipe().catch((e) => showError(e.message)); });
+    $("recipe-format").addEventListener("change", () => { if ($("recipe-files").files.length) loadRecipe(true).catch((e) => showError(e.message)); });
     $("recipe-clear").addEventListener("click", () => { dropRecipe(); describeModel(); schedule(); });
     for (const id of [...FIELDS, "profile", "gpu", "gpus", "headroom"]) $(id).addEventListener("input", schedule);
     box.addEventListener("change", schedule);
@@ -484,7 +485,7 @@
     return [...parts].sort((a, b) => json(a) - json(b));
   }
 
-  async function loadRecipe() {
+  async function loadRecipe(again) {  // again: the same files in another format (an uploaded config.json stays)
     const files = [...$("recipe-files").files];
     if (!files.length) return;
     if (files.length > 8) { showError("a recipe has at most 8 files; " + files.length + " were chosen"); return; }
@@ -508,12 +509,12 @@
     const got = found || (failure ? null : fallback);
     if (!got) { showError(failure.message); return; }
     showError("");
-    applyRecipe(got[0], framework, got[1]);
+    applyRecipe(got[0], framework, got[1], again && !got[1].catalog_model);
   }
 
-  function applyRecipe(parts, framework, data) {
+  function applyRecipe(parts, framework, data, keepUpload) {
     state.recipe = { parts, framework, data, catalog: data.catalog_model };
-    state.upload = null;
+    if (!keepUpload) state.upload = null;
     if (data.catalog_model) {
       $("model-search").value = "";
       showModels("");
