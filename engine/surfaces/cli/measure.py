@@ -55,9 +55,9 @@ def _apply_recipe(args) -> list[str]:
     recipe = recipe_of(args)
     if recipe is None:
         if args.model is None:
-            from vramwise.core.errors import SettingsError
+            from vramwise.surfaces.cli.parser import BadValue
 
-            raise SettingsError("give a MODEL (config.json, folder or hub id), or --recipe FILE")
+            raise BadValue("give a MODEL (config.json, folder or hub id), or --recipe FILE")
         return []
     if recipe.model is None:
         from vramwise.core.errors import SettingsError
