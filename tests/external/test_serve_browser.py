@@ -3,8 +3,10 @@
 Start the server on a free loopback port, open the page, choose a model from the catalog and a GPU,
 change the batch size; the displayed total must equal /api/estimate (and vramwise.estimate) for the same
 settings, the charts must have bars, the address must hold the settings, and a bad upload must show the
-library's error message. The run takes a screenshot of the page in its temporary folder; to refresh
-docs/serve.png, the picture of the documentation, name it in VRAMWISE_SCREENSHOT:
+library's error message. A second test uploads a training recipe: the form takes its values, its
+origins show file:line and the fit advice is written in the recipe's keys. The first run takes a
+screenshot of the page in its temporary folder; to refresh docs/serve.png, the picture of the
+documentation, name it in VRAMWISE_SCREENSHOT:
 
     VRAMWISE_SCREENSHOT=docs/serve.png python -m pytest -q -m external tests/external/test_serve_browser.py
 
@@ -161,19 +163,23 @@ def test_recipe_upload_in_headless_chromium(monkeypatch):
             page.set_input_files("#recipe-files", str(fixture))
             page.wait_for_selector("#recipe-loaded:not([hidden])", timeout=15_000)
             # the form takes the recipe's values
-            values = {f: page.input_value("#" + f) for f in ("method", "batch_size", "seq_len", "lora_rank", "optimizer")}
+            fields = ("method", "batch_size", "seq_len", "lora_rank", "optimizer")
+            values = {f: page.input_value("#" + f) for f in fields}
             assert values == {"method": "lora", "batch_size": "2", "seq_len": "2048", "lora_rank": "16",
                               "optimizer": "adamw_8bit"}
-            assert "NousResearch/Llama-3.2-1B is not in the catalog: upload its config.json" in page.text_content("#recipe-model")
+            missing = "NousResearch/Llama-3.2-1B is not in the catalog: upload its config.json"
+            assert missing in page.text_content("#recipe-model")
             # each setting with its origin, file:line and key; the warnings
-            assert "llama-3-lora-1b.yml:40 micro_batch_size" in page.text_content("#recipe-origins li[data-setting='batch_size']")
+            batch = "#recipe-origins li[data-setting='batch_size']"
+            assert "llama-3-lora-1b.yml:40 micro_batch_size" in page.text_content(batch)
             assert "llama-3-lora-1b.yml:17: sample_packing" in page.text_content("#recipe-warnings")
 
             # a catalog model for it (Llama 3.1 8B) on a T4: advice in axolotl's keys (2 x 2 = 1 x 4 samples a step)
             page.select_option("#model-list", MODEL)
             page.select_option("#gpu", "t4")
             page.wait_for_function("() => document.getElementById('advice-list').textContent.includes("
-                                   "'in the recipe: micro_batch_size: 1, gradient_accumulation_steps: 4')", timeout=15_000)
+                                   "'in the recipe: micro_batch_size: 1, gradient_accumulation_steps: 4')",
+                                   timeout=15_000)
             parts = [{"name": fixture.name, "text": fixture.read_text(encoding="utf-8")}]
             with httpx.Client(base_url=url, timeout=10) as c:
                 want = c.post("/api/estimate", json={"recipe": parts, "model": MODEL}).json()["total"]
@@ -183,8 +189,9 @@ def test_recipe_upload_in_headless_chromium(monkeypatch):
 
             # a field changed on the page overrides the recipe's value
             page.fill("#batch_size", "1")
-            page.wait_for_function("b => document.getElementById('total').dataset.bytes === b", arg=str(over), timeout=15_000)
-            assert "overridden" in page.get_attribute("#recipe-origins li[data-setting='batch_size']", "class")
+            page.wait_for_function("b => document.getElementById('total').dataset.bytes === b", arg=str(over),
+                                   timeout=15_000)
+            assert "overridden" in page.get_attribute(batch, "class")
 
             page.click("#recipe-clear")
             assert page.is_hidden("#recipe-loaded")
