@@ -88,6 +88,7 @@ def test_wrong_type(tmp_path):
 
 def test_write_back():
     r = vramwise.read_recipe(DS / "zero_stage2_config.json")
-    assert r.write({"strategy": "zero3", "offload": "optimizer", "batch_size": 2, "gradient_accumulation_steps": 4}) == {
+    changes = {"strategy": "zero3", "offload": "optimizer", "batch_size": 2, "gradient_accumulation_steps": 4}
+    assert r.write(changes) == {
         "zero_optimization.stage": 3, "zero_optimization.offload_optimizer.device": "cpu",
         "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4}

@@ -42,8 +42,8 @@ def test_null_targets_warn():
     r = vramwise.read_recipe(PEFT / "metamathqa_llama-3.2-3B-rank64.json")
     assert r.settings["lora_rank"] == 64
     assert r.origins["target_modules"].kind == "vramwise default"
-    assert any("rank64.json:26: target_modules = null" in w and "TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING" in w
-               for w in r.warnings)
+    assert any("rank64.json:26: target_modules = null" in w
+               and "TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING" in w for w in r.warnings)
 
 
 def test_docs_bert_adapter_names_its_base_model():

@@ -136,7 +136,8 @@ def test_qlora_from_model_config_keys(tmp_path):
     assert tuple(s["target_modules"]) == ("all-linear",)
     assert s["seq_len"] == 4096 and where(r, "seq_len") == ("recipe", "max_length", 7)
     assert s["batch_size"] == 2
-    assert s["gradient_checkpointing"] == "none" and where(r, "gradient_checkpointing") == ("recipe", "gradient_checkpointing", 9)
+    assert s["gradient_checkpointing"] == "none"
+    assert where(r, "gradient_checkpointing") == ("recipe", "gradient_checkpointing", 9)
     assert s["optimizer"] == "paged_adamw_8bit"
     assert s["attention"] == "flash_attention_2"  # the kernels-community FlashAttention-2 build
     # use_liger_kernel: Liger's fused linear cross-entropy is on by default (liger monkey_patch
