@@ -85,10 +85,18 @@ class Recipe:
     def write(self, changes: Mapping[str, Any]) -> dict:
         """The changes (settings or extras -> new values) in the recipe's own keys, e.g.
         ``{"batch_size": 1, "gradient_accumulation_steps": 8}`` -> ``{"micro_batch_size": 1,
-        "gradient_accumulation_steps": 8}``. A change the format cannot write keeps its vramwise name."""
+        "gradient_accumulation_steps": 8}``. A change the recipe's formats cannot write is left out:
+        :meth:`unwritten` names those."""
         if self.writer is None:
-            return dict(changes)
-        return self.writer(self, changes)
+            return {}
+        return self.writer(self, changes)[0]
+
+    def unwritten(self, changes: Mapping[str, Any]) -> tuple:
+        """The names among ``changes`` that :meth:`write` cannot write in the recipe's keys (set them another
+        way: the launcher's process count, or vramwise's own settings)."""
+        if self.writer is None:
+            return tuple(changes)
+        return self.writer(self, changes)[1]
 
     def to_dict(self) -> dict:
         """Plain data, suitable for JSON."""

@@ -193,7 +193,9 @@ def _detect(part: _Part, formats: Formats) -> Format:
 
 
 def _references(part: _Part, formats: Formats, out: list, seen: set, depth: int, read_files: bool = True,
-                 warnings: list | None = None) -> None:
+                 warnings: list | None = None, given_names: frozenset = frozenset()) -> None:
+    """Add the parts ``part`` names (read relative to its folder). Without ``read_files``, a file named but
+    not read is a warning, unless a part of that file name was given beside it."""
     for key, target, _ in part.fmt.references:
         raw = lookup(part.data, key)
         if raw is MISSING or raw is None or raw is False or raw == "":
@@ -203,7 +205,7 @@ def _references(part: _Part, formats: Formats, out: list, seen: set, depth: int,
         if isinstance(raw, Mapping):
             child = _Part(raw, part.file, part.folder, part.df, part.prefix + tuple(key.split(".")))
         elif isinstance(raw, str) and not read_files:
-            if warnings is not None:
+            if warnings is not None and Path(raw).name not in given_names:
                 warnings.append(f"{part.where(key)}: {key} names the {target} file {raw!r}, which is not read here: "
                                 "give its text as another part of the recipe")
             continue
@@ -226,7 +228,7 @@ def _references(part: _Part, formats: Formats, out: list, seen: set, depth: int,
         child.fmt = formats.get(target)
         out.append(child)
         if depth < 3:
-            _references(child, formats, out, seen, depth + 1, read_files, warnings)
+            _references(child, formats, out, seen, depth + 1, read_files, warnings, given_names)
 
 
 def _shown(part: _Part, raw: str) -> str:
@@ -484,11 +486,14 @@ def read_recipe(source: Any, *, framework: str | None = None, overrides: Mapping
         if part.folder is not None:
             seen.add(Path(part.file).resolve())
         parts.append(part)
-        _references(part, formats, parts, seen, 1, read_files, warnings)
+        _references(part, formats, parts, seen, 1, read_files, warnings,
+                    frozenset(Path(p.file).name for p in given if p.file))
     main = given[0]
     versions = [forced_version if p is main else None for p in parts]
     extras_names = {n for p in parts for n in p.fmt.extras}
     over = _overrides(overrides, extras_names)
+    if "method" in over and "load_in_4bit" not in over:  # a method given over the recipe brings its own base
+        over["load_in_4bit"] = None
     settings: dict = {}
     origins: dict = {}
     for s in SETTINGS:

@@ -68,15 +68,38 @@ def _write_one(formats: tuple, name: str, value: Any) -> dict | None:
     return None
 
 
-def writer(formats: tuple) -> Callable:
-    """A function (recipe, changes) -> {recipe key: value} for a recipe read with these part formats
-    (the main part's first: a change is written in the first part whose format knows how)."""
+def _write_together(formats: tuple, changes: Mapping[str, Any], out: dict) -> set:
+    """Write the changes that a format's joined entries (strategy+offload) take together; their names."""
+    done: set = set()
+    for fmt in formats:
+        for joined, table in fmt.write.items():
+            names = joined.split("+")
+            if len(names) < 2 or not all(n in changes and n not in done for n in names):
+                continue
+            keys = table.get("+".join(canon(changes[n]) for n in names))
+            if keys is not None:
+                out.update({k: _render(t, changes[names[0]]) for k, t in keys.items()})
+                done.update(names)
+    return done
 
-    def write(recipe, changes: Mapping[str, Any]) -> dict:
+
+def writer(formats: tuple) -> Callable:
+    """A function (recipe, changes) -> ({recipe key: value}, names it could not write) for a recipe read
+    with these part formats (the main part's first: a change is written in the first part whose format
+    knows how)."""
+
+    def write(recipe, changes: Mapping[str, Any]) -> tuple[dict, tuple]:
         out: dict = {}
+        done = _write_together(formats, changes, out)
+        left = []
         for name, value in changes.items():
+            if name in done:
+                continue
             keys = _write_one(formats, name, value)
-            out.update(keys if keys is not None else {name: value})
-        return out
+            if keys is None:
+                left.append(name)
+            else:
+                out.update(keys)
+        return out, tuple(left)
 
     return write

@@ -257,9 +257,26 @@ def test_overrides(tmp_path, formats):
 def test_write_back_in_the_recipes_keys(tmp_path, formats):
     r = read_recipe(_write(tmp_path, "run.yaml", "base: m\nmbs: 8\naccum: 1\n"), formats=formats)
     # batch_size through the write table, the extra through its plain key rule, method qlora through its table;
-    # lora_rank has no key in this format: it keeps its vramwise name
-    assert r.write({"batch_size": 1, "gradient_accumulation_steps": 8, "method": "qlora", "lora_rank": 8}) == {
-        "mbs": 1, "accum": 8, "adapter": "lora", "bits": 4, "lora_rank": 8}
+    # lora_rank has no key in this format: it is not written, and unwritten names it
+    changes = {"batch_size": 1, "gradient_accumulation_steps": 8, "method": "qlora", "lora_rank": 8}
+    assert r.write(changes) == {"mbs": 1, "accum": 8, "adapter": "lora", "bits": 4}
+    assert r.unwritten(changes) == ("lora_rank",)
+
+
+def test_changes_made_together_are_written_together(tmp_path):
+    folder = tmp_path / "formats"
+    folder.mkdir()
+    (folder / "toy.yaml").write_text(TOY.replace(
+        "  method: {qlora: {adapter: lora, bits: 4}}",
+        "  method: {qlora: {adapter: lora, bits: 4}}\n"
+        "  strategy: {zero3: {ds: zero3.json}}\n"
+        "  strategy+offload: {zero3+parameters: {ds: zero3_offload.json}}"))
+    (folder / "toypart.yaml").write_text(TOYPART)
+    r = read_recipe({"base": "m"}, formats=Formats.load(folder))
+    # the joined entry takes both changes; alone, strategy uses its own entry and offload has none
+    assert r.write({"strategy": "zero3", "offload": "parameters"}) == {"ds": "zero3_offload.json"}
+    assert r.write({"strategy": "zero3"}) == {"ds": "zero3.json"}
+    assert r.unwritten({"strategy": "zero3", "offload": "optimizer"}) == ("offload",)
 
 
 def test_model_paths_are_read_from_the_recipes_folder(tmp_path, formats):
