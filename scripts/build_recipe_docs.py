@@ -132,7 +132,6 @@ def _table(title: str, groups: dict) -> list[str]:
 
 
 def render() -> str:
-    sys.path.insert(0, str(ROOT / "engine"))  # noqa: the installed package is vramwise; nothing here is imported by it
     from vramwise.recipes.formats import Formats
 
     formats = Formats.load(ROOT / "frameworks", validate=True)
