@@ -136,6 +136,7 @@ class Rule:
     where: str
     collect: tuple = ()  # ((key, items mapping or None, if_true tuple or None, absent), ...)
     when_any: tuple = ()  # conditions of which one must hold
+    wins: bool = False  # wins over the other parts' own keys
 
     def holds(self, data: Any) -> bool:
         """The rule's conditions hold for ``data`` (all of when, one of when_any)."""
@@ -180,6 +181,7 @@ def _rule(r: Mapping, where: str) -> Rule:
                        tuple(c["if_true"]) if "if_true" in c else None, bool(c.get("absent", False)))
                       for c in r.get("collect", ())),
         when_any=_conditions(r.get("when_any")),
+        wins=bool(r.get("wins", False)),
     )
 
 
@@ -205,6 +207,7 @@ class Format:
     ignored: tuple
     write: Mapping[str, Mapping[str, Mapping[str, Any]]]
     file: str
+    warn_unknown: bool = True  # an unknown key gives a warning
 
     def score(self, data: Mapping) -> int:
         """How strongly ``data`` looks like this format (0: not at all)."""
@@ -257,7 +260,7 @@ def _compile(df) -> Format:
         ignored=tuple(d.get("ignored", ())),
         write={k: {canon(v) if v != "*" else "*": dict(keys) for v, keys in table.items()}
                for k, table in d.get("write", {}).items()},
-        file=path,
+        file=path, warn_unknown=d.get("unknown_keys", "warn") == "warn",
     )
 
 

@@ -68,6 +68,8 @@ class _Part:
         """1-based line of ``key`` (a dotted path), when the part came from text."""
         if self.df is None:
             return None
+        if lookup(self.data, key) is MISSING:  # a key the recipe does not have has no line
+            return None
         parts = self.prefix + tuple(key.split("."))
         node = self.df.key_node(parts[:-1], parts[-1])
         if node is None:
@@ -362,7 +364,14 @@ def _version_text(fmt: Format, version: tuple | None) -> str:
 
 
 def _resolve(rules_of, parts: list, versions: list, warnings: list, name: str) -> _Found | None:
-    """The first value of ``name``: the parts' keys first (in part order), then their defaults."""
+    """The first value of ``name``: a winning rule of any part, the parts' keys (in part order), then their
+    defaults."""
+    for part, version in zip(parts, versions):
+        for rule in rules_of(part.fmt):
+            if rule.wins and not rule.default:
+                found = _apply(rule, part, version, warnings, name)
+                if found is not None:
+                    return found
     for want_default in (False, True):
         for part, version in zip(parts, versions):
             for rule in rules_of(part.fmt):
@@ -404,6 +413,8 @@ def _key_warnings(part: _Part, warnings: list) -> None:
             continue
         shown = "" if raw is MISSING else f" = {canon(raw)[:60]}"
         warnings.append(f"{part.where(key)}: {key}{shown} changes memory but is not modelled: {why}")
+    if not fmt.warn_unknown:
+        return
     known = fmt.known_keys()
     unknown = [p for p in _leaves(part.data) if not _covered(p, known)]
     for path in unknown[:MAX_WARNED_KEYS]:
@@ -502,11 +513,16 @@ def read_recipe(source: Any, *, framework: str | None = None, overrides: Mapping
         else:
             found = _resolve(lambda f, n=s.name: f.settings.get(n, ()), parts, versions, warnings, s.name)
             value, origin = (s.default, Origin("vramwise default")) if found is None else (found.value, found.origin)
+        if origin.kind == "vramwise default":  # vramwise's own default, kept as the table has it (None: resolved later)
+            settings[s.name] = s.default
+            origins[s.name] = origin
+            continue
         try:
             settings[s.name] = s.parse(s.name, value)
         except SettingsError as e:
             raise RecipeError(_value_problem(origin, s.name, e)) from None
         origins[s.name] = origin
+    _joint_rules(settings, origins, warnings, parts)
     extras: dict = {}
     for name in sorted(extras_names):
         if name in over:
@@ -536,6 +552,18 @@ def read_recipe(source: Any, *, framework: str | None = None, overrides: Mapping
         parts=tuple((p.fmt.name, p.file) for p in parts if p.prefix == ()),
         writer=writer(tuple(p.fmt for p in parts)),
     )
+
+
+def _joint_rules(settings: dict, origins: dict, warnings: list, parts: list) -> None:
+    """What one setting implies for another across parts: LoRA on a 4-bit base (an adapter config beside a
+    4-bit quantization config) is QLoRA; a sequence length that the recipe's formats could give but that
+    it does not is said."""
+    if settings["method"] == "lora" and settings["load_in_4bit"] is True and origins["method"].kind != "override":
+        settings["method"] = "qlora"
+        origins["method"] = origins["load_in_4bit"]
+    if origins["seq_len"].kind == "vramwise default" and any(p.fmt.settings.get("seq_len") for p in parts):
+        warnings.append(f"the recipe gives no sequence length: vramwise's default {settings['seq_len']} is used "
+                        "(set seq_len, --set seq_len=N)")
 
 
 def _value_problem(origin: Origin, name: str, error: Exception) -> str:

@@ -4,7 +4,7 @@ Fixtures: tests/fixtures/recipes/litgpt/, recipes of litgpt v0.5.9's config_hub/
 below a first ``# source:`` line, so a key's line in a fixture is its config_hub line plus one. Defaults:
 litgpt 0.5.9 (the installed package), cited at each case: finetune/lora.py and finetune/full.py setup(),
 args.py TrainArgs, utils.py. LitGPT's own parser reads the same fixtures in
-tests/conformance/recipes/test_litgpt.py.
+tests/conformance/recipe_formats/test_litgpt.py.
 """
 
 from pathlib import Path

@@ -322,3 +322,42 @@ def test_a_format_file_that_breaks_its_schema_is_named_with_its_line(tmp_path):
     (folder / "toy.yaml").write_text(TOY.replace("  seq_len:", "  seq_length:"))
     with pytest.raises(FileFormatError, match="'seq_length' is not a vramwise setting"):
         Formats.load(folder)
+
+
+def test_a_winning_rule_of_a_part_beats_the_main_recipes_key(tmp_path):
+    folder = tmp_path / "f"
+    folder.mkdir()
+    (folder / "toy.yaml").write_text(TOY.replace("  seq_len:\n", "  optimizer:\n    - {key: optim}\n  seq_len:\n"))
+    # the part's optimizer section wins (like DeepSpeed's over the Trainer's optim); its batch key does not
+    (folder / "toypart.yaml").write_text(TOYPART.replace(
+        "  offload:\n", "  optimizer:\n    - {key: opt.type, map: {AdamW: adamw_torch_fused}, wins: true}\n  offload:\n"))
+    formats = Formats.load(folder)
+    r = read_recipe({"base": "m", "optim": "sgd", "mbs": 2, "ds": {"stage": 3, "micro": 5, "opt": {"type": "AdamW"}}},
+                    formats=formats)
+    assert r.settings["optimizer"] == "adamw_torch_fused" and r.settings["batch_size"] == 2
+
+
+def test_unknown_keys_ignored_by_a_format_that_says_so(tmp_path):
+    folder = tmp_path / "f"
+    folder.mkdir()
+    (folder / "toy.yaml").write_text(TOY)
+    (folder / "toypart.yaml").write_text(TOYPART.replace("part: true\n", "part: true\nunknown_keys: ignore\n"))
+    r = read_recipe({"base": "m", "ds": {"stage": 3, "hidden_size": 4096}}, formats=Formats.load(folder))
+    assert not any("hidden_size" in w for w in r.warnings)
+
+
+def test_lora_on_a_4bit_base_is_qlora_and_a_missing_key_has_no_line(tmp_path, formats):
+    path = _write(tmp_path, "run.yaml", "base: m\nadapter: lora\n")
+    r = read_recipe(path, formats=formats, overrides={"load_in_4bit": True})
+    # adapter lora (line 2) with a 4-bit base (the override): QLoRA, placed where the 4-bit base comes from
+    assert r.settings["method"] == "qlora" and r.origins["method"].kind == "override"
+    # no tokens key: the format could give the sequence length and the recipe does not, which is said
+    assert any("the recipe gives no sequence length: vramwise's default 2048" in w for w in r.warnings)
+    # a method given over the recipe is kept as given
+    r2 = read_recipe(path, formats=formats, overrides={"method": "lora", "load_in_4bit": True})
+    assert r2.settings["method"] == "lora"
+    # a key the file does not have has no line (it used to take the line of its nearest parent)
+    from vramwise.recipes.reader import _load_file
+
+    part = _load_file(path, str(path))
+    assert part.line("adapter") == 2 and part.line("adapter.sub") is None and part.line("absent") is None

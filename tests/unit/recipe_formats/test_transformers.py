@@ -281,7 +281,10 @@ def test_trl_with_adapter_config_and_bitsandbytes_parts():
                               FIXTURES / "bitsandbytes" / "bnb_nf4_double_quant.json"])
     assert [f for f, _ in r.parts] == ["transformers", "peft", "bitsandbytes"]
     s = r.settings
-    assert s["method"] == "lora" and s["load_in_4bit"] is True  # the adapter's peft_type, the 4-bit base
+    # the adapter's peft_type (LoRA) on the 4-bit base of the bitsandbytes part: LoRA on a 4-bit base is QLoRA,
+    # placed where the 4-bit base comes from
+    assert s["method"] == "qlora" and s["load_in_4bit"] is True
+    assert r.origins["method"] == r.origins["load_in_4bit"]
     assert s["lora_rank"] == 10 and tuple(s["target_modules"]) == ("gate_proj", "up_proj", "down_proj")
     assert s["batch_size"] == 4 and s["seq_len"] == 2048
 

@@ -4,7 +4,7 @@ apply when a key is absent (each expectation cites the torchtune source that giv
 
 The fixtures (tests/fixtures/recipes/torchtune/) are torchtune 0.6.1's recipes/configs copied verbatim
 below a first-line comment naming the file, so a line number here is the config's own line plus one.
-tests/conformance/recipes/test_torchtune.py compares the same fields with torchtune's own config
+tests/conformance/recipe_formats/test_torchtune.py compares the same fields with torchtune's own config
 loader and model builders.
 """
 
