@@ -136,8 +136,8 @@ CASES = {
             "loss": ("chunked", FW),
             "optimizer": ("adamw_torch", ("recipe", "optimizer.class_path", 96)),
         },
-        # per device 64 // 4 // 4 = 4 (args.py:55-65), but a format rule divides by one key only: not given
-        {"global_batch_size": 64, "num_nodes": 1},
+        # per device: 64 // (devices 4 * num_nodes 1) // micro_batch_size 4 = 4 (args.py:55-65)
+        {"global_batch_size": 64, "gradient_accumulation_steps": 4, "num_nodes": 1},
     ),
 }
 
@@ -293,7 +293,6 @@ def _warned(recipe, key):
     ({"quantize": "bnb.int8-training", "precision": "bf16-true"}, "quantize"),  # 8-bit weights
     ({"devices": "auto", "precision": "bf16-true"}, "devices"),  # every visible GPU (utils.py:532-534)
     ({"devices": 2, "quantize": "bnb.nf4", "precision": "bf16-true"}, "quantize"),  # lora.py:149-154 refuses
-    ({"num_nodes": 2, "precision": "bf16-true"}, "num_nodes"),  # devices * num_nodes ranks
     ({"precision": "bf16-true", "optimizer": {"class_path": "torch.optim.SGD", "init_args": {"momentum": 0.9}}},
      "optimizer.init_args.momentum"),
     ({"precision": "bf16-true", "lora_query": False, "lora_value": False}, "lora_query"),  # no adapter at all
@@ -318,10 +317,15 @@ def test_quantize_variants_and_devices():
     auto = read({**base, "lora_r": 8, "devices": "auto"})
     assert (auto.settings["strategy"], auto.settings["world_size"]) == ("none", 1)
     assert origin(auto, "world_size") == ("vramwise default",)
-    nodes = read({**base, "lora_r": 8, "devices": 4, "num_nodes": 2})
-    # FSDP; world_size would be 4 * 2 = 8, which no rule computes: vramwise's default and a warning
-    assert nodes.settings["strategy"] == "fsdp" and origin(nodes, "world_size") == ("vramwise default",)
-    assert any("set world_size" in w for w in nodes.warnings)
+    nodes = read({**base, "lora_r": 8, "devices": 4, "num_nodes": 2, "train": {"global_batch_size": 64,
+                                                                          "micro_batch_size": 2}})
+    # FSDP on devices 4 * num_nodes 2 = 8 ranks (lora.py:149); per rank 64 // 8 // 2 = 4 accumulation steps
+    assert nodes.settings["strategy"] == "fsdp" and nodes.settings["world_size"] == 8
+    assert origin(nodes, "world_size")[:2] == ("recipe", "devices")
+    assert nodes.extras["gradient_accumulation_steps"] == 4
+    # LitGPT rounds down: 10 // 4 // 1 = 2 (args.py:57-63), not an error
+    odd = read({**base, "lora_r": 8, "devices": 4, "train": {"global_batch_size": 10, "micro_batch_size": 1}})
+    assert odd.extras["gradient_accumulation_steps"] == 2
 
 
 def test_unknown_key_is_a_warning():
