@@ -23,7 +23,7 @@ try:  # libyaml keeps marks too and is several times faster
 except AttributeError:  # pragma: no cover - PyYAML without libyaml
     _Loader = yaml.SafeLoader
 
-__all__ = ["DataFile", "load_data_file", "read_data_text", "read_folder", "json_path", "load_schema", "MAX_FILE_BYTES",
+__all__ = ["DataFile", "compose_yaml", "load_data_file", "read_data_text", "read_folder", "json_path", "load_schema", "MAX_FILE_BYTES",
            "MAX_DEPTH", "MAX_NODES"]
 
 
@@ -204,6 +204,21 @@ def _check_tree(root: yaml.Node, path: str) -> None:
             stack.extend((v, depth + 1) for v in node.value)
 
 
+def compose_yaml(text: str, check) -> tuple[Any, yaml.Node | None]:
+    """(data, root node) of one YAML document, its nodes kept for their positions; ``check(root)`` runs on
+    the composed nodes before anything is constructed (the limits on aliases, depth and size). An empty
+    document is (None, None); invalid YAML raises yaml.MarkedYAMLError."""
+    loader = _Loader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return None, None
+        check(root)
+        return loader.construct_document(root), root
+    finally:
+        loader.dispose()
+
+
 def load_data_file(text: str, path: str, schema: str, *, validate: bool = True) -> DataFile:
     """Compose, construct and (unless ``validate`` is false) validate one YAML data file.
 
@@ -214,15 +229,9 @@ def load_data_file(text: str, path: str, schema: str, *, validate: bool = True) 
     if len(text) > MAX_FILE_BYTES:
         raise FileFormatError(f"{path}:1:1: $: the file has {len(text):,} characters; data files hold at most {MAX_FILE_BYTES:,}")
     try:
-        loader = _Loader(text)
-        try:
-            root = loader.get_single_node()
-            if root is None:
-                raise FileFormatError(f"{path}:1:1: $: the file is empty")
-            _check_tree(root, path)
-            data = loader.construct_document(root)
-        finally:
-            loader.dispose()
+        data, root = compose_yaml(text, lambda node: _check_tree(node, path))
+        if root is None:
+            raise FileFormatError(f"{path}:1:1: $: the file is empty")
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from vramwise.core.datafiles import DataFile, MAX_FILE_BYTES
+from vramwise.core.datafiles import DataFile, MAX_FILE_BYTES, compose_yaml
 from vramwise.core.errors import RecipeError, SettingsError, VramwiseError
 from vramwise.core.recipe import Origin, Recipe
 from vramwise.core.settings import DEFAULT_PROFILE, SETTINGS
@@ -106,15 +106,9 @@ def _check_nodes(root: yaml.Node, path: str) -> None:
 
 def _parse_text(text: str, shown: str) -> tuple[Any, DataFile | None]:
     try:
-        loader = yaml.CSafeLoader(text) if hasattr(yaml, "CSafeLoader") else yaml.SafeLoader(text)
-        try:
-            root = loader.get_single_node()
-            if root is None:
-                raise RecipeError(f"{shown}:1: the recipe is empty")
-            _check_nodes(root, shown)
-            data = loader.construct_document(root)
-        finally:
-            loader.dispose()
+        data, root = compose_yaml(text, lambda node: _check_nodes(node, shown))
+        if root is None:
+            raise RecipeError(f"{shown}:1: the recipe is empty")
         return data, DataFile(path=shown, data=data, root=root)
     except yaml.MarkedYAMLError as e:
         try:  # JSON that YAML does not take (tabs): the data without positions
