@@ -179,3 +179,10 @@ def matrix_checks(vm):
         assert median_abs_error([result(c) for c in cells]) <= MEDIAN_LIMIT
 
     return test_cell_within_ten_percent, test_median_within_five_percent
+
+
+
+def where(recipe, name: str) -> tuple:
+    """(kind, key, line) of where a recipe's setting or extra came from."""
+    o = recipe.origins[name]
+    return (o.kind, o.key, o.line)

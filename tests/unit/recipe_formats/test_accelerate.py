@@ -13,16 +13,13 @@ import pytest
 
 import vramwise
 from vramwise import RecipeError
+from helpers import where
 
 pytestmark = pytest.mark.unit
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recipes"
 ACC = FIXTURES / "accelerate"
 
-
-def where(recipe, name):
-    o = recipe.origins[name]
-    return (o.kind, o.key, o.line)
 
 
 def test_multi_node_template():

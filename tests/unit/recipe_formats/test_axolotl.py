@@ -14,6 +14,7 @@ import pytest
 import vramwise
 from vramwise import RecipeError
 from vramwise.recipes.reader import bundled_formats
+from helpers import where
 
 pytestmark = pytest.mark.unit
 
@@ -24,10 +25,6 @@ HAS_DEEPSPEED = "deepspeed" in bundled_formats().names()
 def read(name: str, **kw):
     return vramwise.read_recipe(FIXTURES / name, **kw)
 
-
-def where(recipe, name):
-    o = recipe.origins[name]
-    return (o.kind, o.key, o.line)
 
 
 def write_recipe(tmp_path: Path, text: str) -> Path:

@@ -9,16 +9,13 @@ from pathlib import Path
 import pytest
 
 import vramwise
+from helpers import where
 
 pytestmark = pytest.mark.unit
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recipes"
 BNB = FIXTURES / "bitsandbytes"
 
-
-def where(recipe, name):
-    o = recipe.origins[name]
-    return (o.kind, o.key, o.line)
 
 
 def test_nf4_is_qlora():

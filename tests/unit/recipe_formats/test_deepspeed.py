@@ -12,15 +12,12 @@ import pytest
 
 import vramwise
 from vramwise import RecipeError
+from helpers import where
 
 pytestmark = pytest.mark.unit
 
 DS = Path(__file__).resolve().parents[2] / "fixtures" / "recipes" / "deepspeed"
 
-
-def where(recipe, name):
-    o = recipe.origins[name]
-    return (o.kind, o.key, o.line)
 
 
 @pytest.mark.parametrize("name, strategy, offload, stage_line", [

@@ -15,6 +15,7 @@ import pytest
 import vramwise
 from vramwise import RecipeError
 from vramwise.recipes.reader import bundled_formats
+from helpers import where
 
 pytestmark = pytest.mark.unit
 
@@ -27,10 +28,6 @@ QWEN3_4B = "Qwen/Qwen3-4B"
 def read(name: str, **kw):
     return vramwise.read_recipe(FIXTURES / name, **kw)
 
-
-def where(recipe, name):
-    o = recipe.origins[name]
-    return (o.kind, o.key, o.line)
 
 
 def default_source(recipe, name):

@@ -15,16 +15,13 @@ import pytest
 
 import vramwise
 from vramwise import RecipeError
+from helpers import where
 
 pytestmark = pytest.mark.unit
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recipes"
 TF = FIXTURES / "transformers"
 
-
-def where(recipe, name):
-    o = recipe.origins[name]
-    return (o.kind, o.key, o.line)
 
 
 def write(tmp_path: Path, text: str, name: str = "sft.yaml") -> Path:
