@@ -181,7 +181,6 @@ def matrix_checks(vm):
     return test_cell_within_ten_percent, test_median_within_five_percent
 
 
-
 def where(recipe, name: str) -> tuple:
     """(kind, key, line) of where a recipe's setting or extra came from."""
     o = recipe.origins[name]
