@@ -171,7 +171,8 @@ def render() -> str:
                 f"{name} as " + ", ".join(f"`{k}`" for keys in table.values() for k in keys)
                 for name, table in fmt.write.items()) + ".")
             lines.append("")
-        lines.append(f"Keys known not to change memory: {len(fmt.ignored)} (listed under `ignored` in {fmt.file}).")
+        lines.append(f"Keys known not to change memory: {len(fmt.ignored)} (listed under `ignored` in "
+                     f"frameworks/{Path(fmt.file).name}).")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
