@@ -46,6 +46,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
 from vramwise.answers.placement import GpuSet, fits as _fits_on
+from vramwise.answers.search import fewest_above, largest_below
 from vramwise.core.errors import VramwiseError
 
 __all__ = ["Advice", "advise", "KINDS", "MAX_ESTIMATES", "MAX_COMBINATION_ESTIMATES"]
@@ -382,14 +383,14 @@ def _combinations(ctx: _Context, kinds: list, s) -> list:
     everything = chosen
     if s.seq_len > 1:  # the longest sequence with every change
         fits_at = lambda q: (lambda g: g is not None and g[2])(ctx.judge({**_merge(everything), "seq_len": q}))
-        longest = _largest_below(fits_at, s.seq_len - 1)
+        longest = largest_below(fits_at, s.seq_len - 1)
         if longest is not None:
             seq = _Kind("seq_len", [({"seq_len": longest}, _seq_words(longest, s.seq_len, False))], 0)
             entry = ctx.entry([k for k, _ in everything] + [seq], [i for _, i in everything] + [0])
             if entry is not None and entry.fits:
                 out.append(entry)
     fits_on = lambda n: (lambda g: g is not None and g[2])(ctx.judge(_merge(everything), n))
-    fewest = _fewest_above(fits_on, ctx.gpus, ctx.max_gpus)
+    fewest = fewest_above(fits_on, ctx.gpus, ctx.max_gpus)
     if fewest is not None:
         best = _minimal(ctx, everything, fewest)
         if not best:  # the GPUs alone are enough: the single entry for more GPUs says so
@@ -433,37 +434,3 @@ def _minimal(ctx: _Context, chosen: list, k_gpus: int | None = None) -> list:
                 lo = mid
         keep[pos] = (k, hi)
     return keep
-
-
-def _largest_below(pred: Callable[[int], bool], hi: int) -> int | None:
-    """The largest x in [1, hi] with pred(x), bisecting (pred assumed to hold up to some point)."""
-    if hi < 1 or not pred(1):
-        return None
-    if pred(hi):
-        return hi
-    yes, no = 1, hi
-    while no - yes > 1:
-        mid = (yes + no) // 2
-        if pred(mid):
-            yes = mid
-        else:
-            no = mid
-    return yes
-
-
-def _fewest_above(pred: Callable[[int], bool], low: int, hi: int) -> int | None:
-    """The smallest k in (low, hi] with pred(k) (pred assumed to hold from some point on)."""
-    k = low + 1
-    no = low
-    while k <= hi and not pred(k):
-        no, k = k, min(hi, k * 2) if k < hi else hi + 1
-    if k > hi:
-        return None
-    yes = k
-    while yes - no > 1:
-        mid = (yes + no) // 2
-        if pred(mid):
-            yes = mid
-        else:
-            no = mid
-    return yes

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from vramwise.answers.advice import Advice, advise
 from vramwise.answers.placement import GpuSet, fits as _fits_on, rule_text
+from vramwise.answers.search import fewest as _fewest, largest as _largest
 from vramwise.core.errors import SettingsError, VramwiseError
 from vramwise.core.estimate import COMPONENTS, Estimate, estimate, load_model
 from vramwise.core.model import ModelSpec
@@ -131,44 +132,6 @@ class Fit:
 def _fits(est: Estimate, n: int, usable: int, share: float) -> bool:
     """The placement rule on ``n`` GPUs of ``usable`` bytes each."""
     return _fits_on(est, GpuSet.alike(usable, n), share)
-
-
-def _largest(pred: Callable[[int], bool], hi: int) -> int | None:
-    """The largest x in [1, hi] with pred(x), assuming pred holds up to some point; checked at the answer."""
-    if not pred(1):
-        return None
-    lo, step = 1, 1  # lo fits; grow exponentially, then bisect between lo and the first failure
-    while True:
-        nxt = min(lo + step, hi)
-        if nxt == lo:
-            return lo
-        if not pred(nxt):
-            bad = nxt
-            break
-        lo, step = nxt, step * 2
-    return _boundary(pred, lo, bad)
-
-
-def _fewest(pred: Callable[[int], bool], hi: int) -> int | None:
-    """The smallest k in [1, hi] with pred(k), assuming pred holds from some point on."""
-    if not pred(hi):
-        return None
-    lo, good = 0, 1  # lo fails (0 stands for "none checked"); find a good k by doubling, then bisect
-    while not pred(good):
-        lo, good = good, min(good * 2, hi)
-    return _boundary(pred, good, lo)
-
-
-def _boundary(pred: Callable[[int], bool], yes: int, no: int) -> int:
-    """Bisect between ``yes`` (pred holds) and ``no`` (it does not), either side of the other: the x next
-    to the boundary on the side where pred holds."""
-    while abs(yes - no) > 1:
-        mid = (yes + no) // 2
-        if pred(mid):
-            yes = mid
-        else:
-            no = mid
-    return yes
 
 
 def fit(
