@@ -23,7 +23,7 @@ try:  # libyaml keeps marks too and is several times faster
 except AttributeError:  # pragma: no cover - PyYAML without libyaml
     _Loader = yaml.SafeLoader
 
-__all__ = ["DataFile", "compose_yaml", "load_data_file", "read_data_text", "read_folder", "json_path", "load_schema", "MAX_FILE_BYTES",
+__all__ = ["DataFile", "compose_yaml", "iter_nodes", "load_data_file", "read_data_text", "read_folder", "json_path", "load_schema", "MAX_FILE_BYTES",
            "MAX_DEPTH", "MAX_NODES"]
 
 
@@ -177,6 +177,21 @@ def read_folder(location, display: str | None) -> list[tuple[str, str]]:
     return out
 
 
+def iter_nodes(root: yaml.Node):
+    """(node, depth) of every composed node, depth first, without recursion; an alias's node comes once per
+    use. Lazy: a caller that stops (raises) at a bound never walks an alias bomb or a self-reference."""
+    stack = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        yield node, depth
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                stack.append((k, depth + 1))
+                stack.append((v, depth + 1))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((v, depth + 1) for v in node.value)
+
+
 def _check_tree(root: yaml.Node, path: str) -> None:
     """Reject YAML aliases (a node met twice), nesting beyond MAX_DEPTH and more than MAX_NODES nodes.
 
@@ -184,9 +199,7 @@ def _check_tree(root: yaml.Node, path: str) -> None:
     before anything expands it.
     """
     seen: set[int] = set()
-    stack = [(root, 1)]
-    while stack:
-        node, depth = stack.pop()
+    for node, depth in iter_nodes(root):
         mark = node.start_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}"
         if id(node) in seen:
@@ -196,12 +209,6 @@ def _check_tree(root: yaml.Node, path: str) -> None:
             raise FileFormatError(f"{where}: $: more than {MAX_NODES:,} YAML nodes")
         if depth > MAX_DEPTH:
             raise FileFormatError(f"{where}: $: nested more than {MAX_DEPTH} levels deep")
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                stack.append((k, depth + 1))
-                stack.append((v, depth + 1))
-        elif isinstance(node, yaml.SequenceNode):
-            stack.extend((v, depth + 1) for v in node.value)
 
 
 def compose_yaml(text: str, check) -> tuple[Any, yaml.Node | None]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from importlib import resources
 from typing import Any, Mapping
 
@@ -224,7 +225,11 @@ class Format:
         return total
 
     def known_keys(self) -> frozenset:
-        """Every key the format reads or knows (a key covers the keys under it)."""
+        """Every key the format reads or knows (a key covers the keys under it); worked out once."""
+        return self._known_keys
+
+    @cached_property
+    def _known_keys(self) -> frozenset:
         keys: set = set(self.requires) | {s[0] for s in self.signals} | set(self.ignored)
         for group in (self.model, self.profile, *self.settings.values(), *self.extras.values()):
             for rule in group:

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from vramwise.core.datafiles import DataFile, MAX_FILE_BYTES, compose_yaml
+from vramwise.core.datafiles import DataFile, MAX_FILE_BYTES, compose_yaml, iter_nodes
 from vramwise.core.errors import RecipeError, SettingsError, VramwiseError
 from vramwise.core.recipe import Origin, Recipe
 from vramwise.core.settings import DEFAULT_PROFILE, SETTINGS
@@ -87,21 +87,11 @@ class _Part:
 def _check_nodes(root: yaml.Node, path: str) -> None:
     """Bound what a recipe's YAML expands to: aliases are allowed (recipes use anchors), but every use
     counts, so an alias bomb or a self-reference stops at MAX_NODES / MAX_DEPTH."""
-    count = 0
-    stack = [(root, 1)]
-    while stack:
-        node, depth = stack.pop()
-        count += 1
+    for count, (node, depth) in enumerate(iter_nodes(root), 1):
         if count > MAX_NODES or depth > MAX_DEPTH:
             mark = node.start_mark
             raise RecipeError(f"{path}:{mark.line + 1}: the recipe expands to more than {MAX_NODES:,} YAML nodes "
                               f"or {MAX_DEPTH} levels")
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                stack.append((k, depth + 1))
-                stack.append((v, depth + 1))
-        elif isinstance(node, yaml.SequenceNode):
-            stack.extend((v, depth + 1) for v in node.value)
 
 
 def _parse_text(text: str, shown: str) -> tuple[Any, DataFile | None]:
