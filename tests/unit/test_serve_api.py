@@ -13,29 +13,15 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("httpx")
 
-from starlette.testclient import TestClient  # noqa: E402
 
 import vramwise  # noqa: E402
-from vramwise.inputs import config as _source
-from vramwise.surfaces import serve as _serve
+from serve_client import client, no_hub  # noqa: E402,F401 - the fixtures
+from vramwise.inputs import config as _source  # noqa: E402
+from vramwise.surfaces import serve as _serve  # noqa: E402
 from vramwise.surfaces.cli import main as cli  # noqa: E402
 from vramwise.surfaces.views import estimate_view  # noqa: E402
 
 MODEL = "meta-llama/Llama-3.1-8B"
-
-
-@pytest.fixture(scope="module")
-def client():
-    with TestClient(_serve.create_app(), base_url="http://127.0.0.1:8000", raise_server_exceptions=False) as c:
-        yield c
-
-
-@pytest.fixture(autouse=True)
-def no_hub(monkeypatch):
-    def refuse(repo, trust):  # pragma: no cover - reached only on a bug
-        raise AssertionError(f"the server asked the hub for {repo!r}")
-
-    monkeypatch.setattr(_source, "_read_hub", refuse)
 
 
 def cli_json(*argv) -> dict:
