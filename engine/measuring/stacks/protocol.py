@@ -44,5 +44,7 @@ class Stack(Protocol):
     def check(self, settings, *, device: str, fake: bool) -> None:
         """Raise SettingsError for settings this stack does not run (nothing is imported or built)."""
 
-    def prepare(self, cfg: dict, settings, *, dtype: Any, device: str, fake: bool) -> Prepared:
-        """The model of ``cfg`` (a config dict) at ``settings``, its optimizer, a batch and the loss."""
+    def prepare(self, cfg: dict, settings, *, dtype: Any, device: str, fake: bool, wrap: Any = None) -> Prepared:
+        """The model of ``cfg`` (a config dict) at ``settings``, its optimizer, a batch and the loss;
+        ``wrap(model)``, when given, shards or wraps the model for a distributed strategy before the
+        optimizer is built (a stack that cannot take it raises StackUnsupportedError)."""

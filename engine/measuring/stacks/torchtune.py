@@ -332,8 +332,10 @@ def _to_fake(model, mode) -> None:
                     m._buffers[name] = torch.zeros(b.shape, dtype=b.dtype) if b.is_meta else mode.from_tensor(b)
 
 
-def prepare(cfg: dict, settings, *, dtype, device: str, fake: bool) -> Prepared:
-    """torchtune's model, loss and optimizer for ``cfg`` (a Hugging Face config dict) and ``settings``."""
+def prepare(cfg: dict, settings, *, dtype, device: str, fake: bool, wrap=None) -> Prepared:
+    """torchtune's model, loss and optimizer for ``cfg`` (a Hugging Face config dict) and ``settings``;
+    ``wrap(model)`` (a distributed strategy's sharding) runs after activation checkpointing and before
+    the optimizer is built, as in torchtune's distributed recipes."""
     require("torchtune", extra="torchtune")
     require("torchao", extra="torchtune")
     import torch
@@ -386,6 +388,8 @@ def prepare(cfg: dict, settings, *, dtype, device: str, fake: bool) -> Prepared:
         else:
             loss_mod = torch.nn.CrossEntropyLoss(ignore_index=IGNORE_INDEX)
         model.train()
+        if wrap is not None:
+            model = wrap(model)
         trainable = [p for p in model.parameters() if p.requires_grad]
         if settings.optimizer_in_bwd:
             optim_dict = {p: build_optimizer([p], settings, []) for p in trainable}
