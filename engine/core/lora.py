@@ -17,7 +17,7 @@ from typing import Iterable, Mapping
 __all__ = ["LoraSums", "NO_ADAPTERS", "LORA_NAMES", "unsloth_sums", "peft_sums"]
 
 #: Formula names of the LoRA sums (see :meth:`LoraSums.formula_names`).
-LORA_NAMES = ("lora_io", "lora_inputs", "lora_adapters", "lora_merged_params")
+LORA_NAMES = ("lora_io", "lora_inputs", "lora_adapters", "lora_merged_params", "lora_quantizable_params")
 
 
 @dataclass(frozen=True)
@@ -29,10 +29,11 @@ class LoraSums:
     adapters: int  # number of adapters
     matched: frozenset  # the targets that matched a module
     merged_params: int = 0  # weights of parameters carrying an adapter (PEFT merges them in the forward)
+    quantizable_params: int = 0  # quantizable weights of the linear modules (or fused parts) carrying an adapter
 
     def formula_names(self) -> dict:
         """The sums as formula inputs (see :data:`LORA_NAMES`)."""
-        return dict(zip(LORA_NAMES, (self.io, self.inputs, self.adapters, self.merged_params)))
+        return dict(zip(LORA_NAMES, (self.io, self.inputs, self.adapters, self.merged_params, self.quantizable_params)))
 
 
 #: No adapters (full fine-tuning, inference, the size-only fallback).
@@ -48,7 +49,7 @@ def unsloth_sums(groups: Iterable[tuple], targets: frozenset, explicit: frozense
     target is named gets its own. Parts marked explicit-only count only for names in
     ``explicit`` (named by the user, not brought in by a keyword such as all-linear).
     """
-    io = ins = n_adapters = 0
+    io = ins = n_adapters = quantizable = 0
     matched: set[str] = set()
     for count, _, mods in groups:
         for m in mods:
@@ -56,6 +57,7 @@ def unsloth_sums(groups: Iterable[tuple], targets: frozenset, explicit: frozense
                 io += count * m.repeat * (m.in_features + m.out_features)
                 ins += count * m.repeat * m.in_features
                 n_adapters += count * m.repeat
+                quantizable += count * m.weight_params if m.quantizable else 0
                 matched.add(m.name)
                 continue
             for target, fin, fout, n, explicit_only in m.lora_parts:
@@ -63,8 +65,9 @@ def unsloth_sums(groups: Iterable[tuple], targets: frozenset, explicit: frozense
                     io += count * n * (fin + fout)
                     ins += count * n * fin
                     n_adapters += count * n
+                    quantizable += count * n * fin * fout if m.quantizable else 0
                     matched.add(target)
-    return LoraSums(io, ins, n_adapters, frozenset(matched))
+    return LoraSums(io, ins, n_adapters, frozenset(matched), 0, quantizable)
 
 
 def peft_sums(groups: Iterable[tuple], target_parameters: Mapping[str, str], targets: frozenset) -> LoraSums:
@@ -81,7 +84,7 @@ def peft_sums(groups: Iterable[tuple], target_parameters: Mapping[str, str], tar
     for t in sorted(targets):
         if t in target_parameters:
             fused.setdefault(target_parameters[t], []).append(t)
-    io = ins = n_adapters = merged = 0
+    io = ins = n_adapters = merged = quantizable = 0
     matched: set[str] = set()
     for count, _, mods in groups:
         for m in mods:
@@ -90,6 +93,7 @@ def peft_sums(groups: Iterable[tuple], target_parameters: Mapping[str, str], tar
                 io += count * m.repeat * (m.in_features + m.out_features)
                 ins += count * m.repeat * m.in_features
                 n_adapters += count * m.repeat
+                quantizable += count * m.weight_params if m.quantizable else 0
                 matched.add(leaf)
                 continue
             # a bare parameter is named by its path, a module's weight by path + ".weight"
@@ -100,4 +104,4 @@ def peft_sums(groups: Iterable[tuple], target_parameters: Mapping[str, str], tar
                     io += count * m.repeat * len(names) * experts * (m.shape[-1] + m.shape[-2])
                     merged += count * m.weight_params
                     matched.update(names)
-    return LoraSums(io, ins, n_adapters, frozenset(matched), merged)
+    return LoraSums(io, ins, n_adapters, frozenset(matched), merged, quantizable)

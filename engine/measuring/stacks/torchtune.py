@@ -23,6 +23,8 @@ tests/measured/test_validation_matrix_torchtune.py::test_qlora_fake_equals_real)
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass, field
+from typing import Callable
 
 from vramwise.core.errors import SettingsError, StackUnsupportedError
 from vramwise.core.registry import Registry
@@ -34,6 +36,18 @@ __all__ = ["PROFILE", "DEVICES", "check", "prepare", "lora_arguments"]
 #: The profile that models this stack; its ``families`` are the configs built here.
 PROFILE = "torchtune"
 DEVICES = ("cpu",)
+
+
+def _llama3():
+    from torchtune.models.llama3 import _component_builders
+
+    return _component_builders
+
+
+def _llama3_1():
+    from torchtune.models.llama3_1 import _component_builders
+
+    return _component_builders
 
 
 def _llama3_2():
@@ -54,11 +68,55 @@ def _qwen2():
     return _component_builders
 
 
-#: family -> (its torchtune component builders, full builder, LoRA builder, ties the embedding)
+@dataclass(frozen=True)
+class _Builders:
+    """One torchtune model's component builders: the module holding them, the full and LoRA builder,
+    and the arguments they take beyond the dimensions every builder takes (:func:`_dims`)."""
+
+    module: Callable
+    full: str
+    lora: str
+    extra: dict = field(default_factory=dict)
+    head_adapter: bool = True  # the LoRA builder has apply_lora_to_output
+
+
+def _rope_scaling(cfg: dict) -> dict:
+    scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    return scaling if isinstance(scaling, dict) else {}
+
+
+def _llama(cfg: dict, tied: bool) -> _Builders:
+    """Llama 3.2's builders for a tied head (they alone tie it); Llama 3.1's for an untied one that
+    scales RoPE as Llama 3.1 does (one Llama3ScaledRoPE of the config's factor, shared by the layers in
+    both); Llama 3's otherwise: Llama 2 and 3 shapes (plain RoPE of the config's base; its LoRA builder
+    gives each layer its own, as llama2's does). The family fact torchtune_lora_rope_per_layer
+    (families/llama.yaml) follows this choice."""
+    scaling = _rope_scaling(cfg)
+    llama3_scaled = (scaling.get("rope_type") or scaling.get("type")) == "llama3"
+    if tied:
+        # scale factor 1 leaves every frequency as it is (Llama3ScaledRoPE.apply_scaling): plain RoPE
+        return _Builders(_llama3_2, "llama3_2", "lora_llama3_2", {"tie_word_embeddings": True,
+                         "scale_factor": scaling.get("factor", 1) if llama3_scaled else 1}, head_adapter=False)
+    if llama3_scaled:
+        return _Builders(_llama3_1, "llama3_1", "lora_llama3_1", {"scale_factor": scaling.get("factor", 8)})
+    return _Builders(_llama3, "llama3", "lora_llama3")
+
+
+def _qwen2_builders(cfg: dict, tied: bool) -> _Builders:
+    return _Builders(_qwen2, "qwen2", "lora_qwen2", {"tie_word_embeddings": tied}, head_adapter=not tied)
+
+
+def _mistral_builders(cfg: dict, tied: bool) -> _Builders:
+    if tied:
+        raise SettingsError("torchtune's mistral builder has no tied output head; the config ties it")
+    return _Builders(_mistral, "mistral", "lora_mistral")
+
+
+#: family -> the function choosing its torchtune builders from the config (and whether it ties the head)
 _BUILDERS = {
-    "llama": (_llama3_2, "llama3_2", "lora_llama3_2", True),
-    "mistral": (_mistral, "mistral", "lora_mistral", False),
-    "qwen2": (_qwen2, "qwen2", "lora_qwen2", True),
+    "llama": _llama,
+    "mistral": _mistral_builders,
+    "qwen2": _qwen2_builders,
 }
 #: The names vramwise (PEFT) gives the projections -> torchtune's names in its LoRA builders.
 _ATTN = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "o_proj": "output_proj", "output_proj": "output_proj"}
@@ -80,15 +138,14 @@ def _family(cfg: dict) -> str:
     family, families = served_family(cfg, PROFILE)
     if family not in _BUILDERS:
         raise SettingsError(
-            f"--stack torchtune builds {', '.join(families)} configs with torchtune's own component builders "
-            f"({', '.join(_BUILDERS[f][1] for f in families if f in _BUILDERS)}); "
-            f"model_type {cfg.get('model_type')!r} has no builder mapped here"
+            f"--stack torchtune builds {', '.join(f for f in families if f in _BUILDERS)} configs with torchtune "
+            f"0.6.1's own component builders; model_type {cfg.get('model_type')!r} has no builder there"
         )
     return family
 
 
-def _dims(cfg: dict, family: str) -> dict:
-    """The builder arguments the config's dimensions give (torchtune's names)."""
+def _dims(cfg: dict) -> dict:
+    """The builder arguments the config's dimensions give (torchtune's names), every builder's."""
     mt = cfg.get("model_type")
     heads = _int(cfg, "num_attention_heads")
     hidden = _int(cfg, "hidden_size")
@@ -98,9 +155,6 @@ def _dims(cfg: dict, family: str) -> dict:
             f"torchtune's {mt} builder derives head_dim as hidden_size // num_attention_heads "
             f"({hidden // heads}); the config's head_dim {head_dim} cannot be built"
         )
-    tied = bool(cfg.get("tie_word_embeddings", False))
-    if tied and not _BUILDERS[family][3]:
-        raise SettingsError(f"torchtune's {mt} builder has no tied output head; the config ties it")
     if cfg.get("mlp_bias") or cfg.get("attention_bias"):
         raise SettingsError(f"torchtune's {mt} builder has no attention_bias / mlp_bias option")
     max_seq = cfg.get("max_position_embeddings") or 2048
@@ -112,9 +166,13 @@ def _dims(cfg: dict, family: str) -> dict:
     )
     if "rope_theta" in cfg:
         d["rope_base"] = float(cfg["rope_theta"])
-    if _BUILDERS[family][3]:
-        d["tie_word_embeddings"] = tied
     return d
+
+
+def _builders(cfg: dict, family: str) -> tuple[_Builders, dict]:
+    """The builders torchtune has for ``cfg`` and their arguments (the dimensions and the family's own)."""
+    builders = _BUILDERS[family](cfg, bool(cfg.get("tie_word_embeddings", False)))
+    return builders, dict(_dims(cfg), **builders.extra)
 
 
 def lora_arguments(targets) -> dict:
@@ -122,7 +180,7 @@ def lora_arguments(targets) -> dict:
     (all three MLP projections or none), apply_lora_to_output."""
     names = [t.lower() for t in targets]
     if any(t in ("all-linear", "all_linear") for t in names):
-        names = ["q_proj", "k_proj", "v_proj", "o_proj", *_MLP]
+        names = [t for t in names if t not in ("all-linear", "all_linear")] + ["q_proj", "k_proj", "v_proj", "o_proj", *_MLP]
     unknown = sorted(set(names) - set(_ATTN) - set(_MLP) - set(_HEAD))
     if unknown:
         raise SettingsError(f"torchtune's LoRA builders adapt q/k/v/o_proj, the MLP and the output head; "
@@ -340,24 +398,26 @@ def prepare(cfg: dict, settings, *, dtype, device: str, fake: bool, wrap=None) -
     require("torchao", extra="torchtune")
     import torch
 
-    family = _family(cfg)
-    dims = _dims(cfg, family)
-    component_builders, full_name, lora_name, _ = _BUILDERS[family]
+    chosen, dims = _builders(cfg, _family(cfg))
     training = _training()
     from torchtune import modules
     from torchtune.modules.loss import CEWithChunkedOutputLoss
     from torchtune.modules.peft import get_adapter_params, set_trainable_params
 
-    builders = component_builders()
+    builders = chosen.module()
     notes: list = []
     method = settings.method
     if method == "full":
-        builder, kwargs = getattr(builders, full_name), dims
+        builder, kwargs = getattr(builders, chosen.full), dims
     else:
         targets = settings.target_modules or _default_targets()
-        kwargs = dict(dims, **lora_arguments(targets), lora_rank=settings.lora_rank, lora_alpha=2 * settings.lora_rank,
+        lora = lora_arguments(targets)
+        if not chosen.head_adapter:
+            if lora.pop("apply_lora_to_output"):
+                raise SettingsError(f"torchtune's {chosen.lora} has no LoRA on the output head (tied to the embedding)")
+        kwargs = dict(dims, **lora, lora_rank=settings.lora_rank, lora_alpha=2 * settings.lora_rank,
                       lora_dropout=settings.lora_dropout, quantize_base=method == "qlora")
-        builder = getattr(builders, lora_name)
+        builder = getattr(builders, chosen.lora)
     if fake:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
