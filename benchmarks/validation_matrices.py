@@ -5,7 +5,7 @@ They are the ground truth of the accuracy claims: tests/measured asserts them (e
 ``CELL_LIMIT`` of the measured peak, the median within ``MEDIAN_LIMIT``) and benchmarks/accuracy.py writes
 docs/accuracy.md from the same cells. Four matrices, each a :class:`Matrix`:
 
-- ``HF``: transformers + PEFT + bitsandbytes against the hf profile (120 cells);
+- ``HF``: transformers + PEFT + bitsandbytes against the hf profile (136 cells);
 - ``TORCHTUNE``: torchtune's own model builders, loss and step against the torchtune profile (64 cells);
 - ``LITGPT``: LitGPT's own model, LoRA and chunked loss against the litgpt profile (36 cells);
 - ``STRATEGIES``: DDP and FSDP2 in gloo processes against the hf profile's per-rank strategies (30 cells).
@@ -60,13 +60,19 @@ class Matrix:
         """Whether the cell is measured under fake tensors (shapes and lifetimes real, nothing allocated)."""
         return True
 
+    def measure_settings(self, cell: tuple) -> dict:
+        """The settings ``measure`` runs for the cell: :meth:`settings`, unless the stack runs something else
+        for them (an attention implementation the model refuses)."""
+        return self.settings(cell)
+
     def run_cell(self, cell: tuple, fake: bool | None = None) -> dict:
         """Measure the cell (under fake tensors unless ``fake`` says otherwise) and estimate it."""
         from vramwise import estimate, measure
 
         cfg = self.configs[cell[0]]
         kw = self.settings(cell)
-        m = measure(cfg, stack=self.stack, steps=STEPS, fake=self.fake(cell) if fake is None else fake, **kw)
+        m = measure(cfg, stack=self.stack, steps=STEPS, fake=self.fake(cell) if fake is None else fake,
+                    **self.measure_settings(cell))
         e = estimate(cfg, profile=self.profile, **kw)
         est = e.figures["tensor_peak"]
         return {
@@ -86,9 +92,11 @@ class Matrix:
 class HfMatrix(Matrix):
     """transformers + PEFT against the hf profile: llama, qwen3, gemma3_text, qwen3_moe (MoE) and
     deepseek_v3 (MLA) at 256 wide, 2 layers and their real vocabularies x full / LoRA / QLoRA x
-    checkpointing off / on x sdpa / eager x two shapes (batch 1 x 128, batch 2 x 256): 120 cells.
-    Full and LoRA run under fake tensors (equal to real tensors to the byte), QLoRA with real
-    bitsandbytes storage."""
+    checkpointing off / on x sdpa / eager x two shapes (batch 1 x 128, batch 2 x 256): 120 cells;
+    and gemma2 (both soft-caps) x full / LoRA x the same checkpointing, attention and shapes: 16
+    cells, its sdpa cells measuring eager, which transformers runs for Gemma 2 (it refuses sdpa,
+    which cannot soft-cap). Full and LoRA run under fake tensors (equal to real tensors to the byte),
+    QLoRA with real bitsandbytes storage."""
 
     name = "hf"
     configs = {
@@ -118,15 +126,33 @@ class HfMatrix(Matrix):
             "q_lora_rank": 64, "kv_lora_rank": 32, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32,
             "n_group": 1, "topk_group": 1, "tie_word_embeddings": False,
         },
+        "gemma2": {  # Gemma-2 vocabulary, tied, a sliding and a full layer, attention and final-logit soft-caps
+            "model_type": "gemma2", "vocab_size": 256000, "hidden_size": 256, "intermediate_size": 512,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+            "sliding_window": 64, "layer_types": ["sliding_attention", "full_attention"],
+            "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
+        },
     }
     checkpointing = ("none", "true")
     attention = ("sdpa", "eager")
+    #: methods of a config's cells where not all of METHODS (QLoRA's real 4-bit storage of a
+    #: 256,000-row vocabulary takes half a minute a cell; the growth check covers its QLoRA)
+    methods = {"gemma2": ("full", "lora")}
+    #: (config, attention) -> what transformers runs instead: Gemma 2 refuses sdpa
+    #: (Gemma2PreTrainedModel._supports_sdpa = False: sdpa cannot soft-cap) and selects eager
+    #: when no implementation is asked; the estimate for sdpa must give eager's figure
+    runs_instead = {("gemma2", "sdpa"): "eager"}
 
     def cells(self):
         """(config name, method, checkpointing, attention, batch, sequence)."""
-        for name, method, gc, att, (b, s) in itertools.product(self.configs, METHODS, self.checkpointing,
-                                                              self.attention, SHAPES):
-            yield name, method, gc, att, b, s
+        for name in self.configs:
+            for method, gc, att, (b, s) in itertools.product(self.methods.get(name, METHODS), self.checkpointing,
+                                                             self.attention, SHAPES):
+                yield name, method, gc, att, b, s
+
+    def measured_attention(self, name: str, attention: str) -> str:
+        """The attention implementation ``measure`` runs for config ``name`` asked for ``attention``."""
+        return self.runs_instead.get((name, attention), attention)
 
     def cell_id(self, cell):
         name, method, gc, att, b, s = cell
@@ -136,6 +162,9 @@ class HfMatrix(Matrix):
         _, method, gc, att, b, s = cell
         return dict(method=method, batch_size=b, seq_len=s, gradient_checkpointing=gc, attention=att,
                     optimizer=OPTIMIZER)
+
+    def measure_settings(self, cell):
+        return dict(self.settings(cell), attention=self.measured_attention(cell[0], cell[3]))
 
     def fake(self, cell):
         return cell[1] != "qlora"  # bitsandbytes' 4-bit storage is measured for real
