@@ -120,6 +120,7 @@ class Profile:
     warning_rules: tuple = ()  # of WarningRule, from the formula files
     settings_read: frozenset = frozenset()  # the settings its formulas, tables and warnings read
     strategy: str | None = None  # the multi-GPU strategy whose formulas were added (None: one GPU)
+    methods_note: str = ""  # under a strategy: why the methods missing from ``methods`` are not modelled
     host: str | None = None  # formula id of the host memory a machine needs (strategies)
     rank_groups: tuple = ()  # ((role, count id, total id, {component: id}), ...): ranks that hold different amounts
     _programs: dict = field(default_factory=dict, repr=False, compare=False)  # type signature -> Program
@@ -282,6 +283,8 @@ class Overlay:
     parts: tuple  # where the outputs are in it
     outputs: Mapping[str, Any]
     ranks: tuple = ()  # of dicts (role, count, total, components), from the manifest
+    methods: tuple | None = None  # the methods the profile's stack runs on several GPUs (None: all of the profile's)
+    methods_note: str = ""  # why the others are not
 
 
 def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | None = None) -> Profile:
@@ -414,7 +417,9 @@ def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | 
         default_targets=tuple(m["lora"]["default_targets"]),
         target_sets={k.lower(): tuple(v) for k, v in m["lora"]["target_sets"].items()},
         lora_convention=m["lora"].get("convention", "unsloth"),
-        methods=tuple(m.get("methods", ("qlora", "lora", "full", "inference"))),
+        methods=tuple(x for x in m.get("methods", ("qlora", "lora", "full", "inference"))
+                      if overlay is None or overlay.methods is None or x in overlay.methods),
+        methods_note=overlay.methods_note if overlay is not None else "",
         families=tuple(m["families"]) if "families" in m else None,
         summary=m.get("summary", ""),
         further_gpu_share=float(m["selection"]["further_gpu_share"]),

@@ -235,6 +235,10 @@ class Registry:
         serves (read-only, built once)."""
         return self._strategies.info(strategy)
 
+    def strategies_of(self, profile: str) -> list[str]:
+        """The strategies modelled on ``profile``."""
+        return [s for s in self.strategy_names() if profile in self.strategy_info(s)["profiles"]]
+
     def _strategy_profile(self, name: str, strategy: str) -> Profile:
         key = (name, strategy)
         got = self._with_strategy.get(key)
@@ -242,12 +246,14 @@ class Registry:
             return got
         info = self.strategy_info(strategy)
         if name not in info["profiles"]:
-            raise SettingsError(f"strategy {strategy} is modelled on the {', '.join(info['profiles'])} profile "
-                                f"(the one `vramwise measure --strategy` checks), not on {name}: use --profile "
-                                f"{info['profiles'][0]}")
+            served = info["profiles"]
+            raise SettingsError(f"strategy {strategy} is modelled on the {', '.join(served)} "
+                                f"profile{'s' if len(served) > 1 else ''}, not on {name}: use --profile "
+                                f"{served[0]}" + (f" (profile {name} models: {', '.join(theirs)})" if (
+                                    theirs := self.strategies_of(name)) else ""))
         self.profile(name)
         manifest, files = self._profile_parts[name]
-        prof = build_profile(manifest, files, self._strategies.overlay(strategy))
+        prof = build_profile(manifest, files, self._strategies.overlay(strategy, name))
         self._with_strategy[key] = prof
         return prof
 

@@ -60,16 +60,29 @@ class StrategyFolder:
             man = self.manifest().data
             if strategy not in man["strategies"]:
                 raise SettingsError(f"unknown strategy {strategy!r} (available: none, {', '.join(man['strategies'])})")
-            got = self._infos[strategy] = MappingProxyType(
-                dict(man["strategies"][strategy], profiles=tuple(man["profiles"])))
+            entry = man["strategies"][strategy]
+            served = tuple(entry.get("profiles", man["profiles"]))
+            stray = [p for p in served if p not in man["profiles"]]
+            if stray:
+                raise FileFormatError(self.manifest().problem(
+                    ("strategies", strategy, "profiles"),
+                    f"profile(s) {', '.join(stray)} not among the manifest's profiles ({', '.join(man['profiles'])})"))
+            got = self._infos[strategy] = MappingProxyType(dict(entry, profiles=served))
         return got
 
-    def overlay(self, strategy: str) -> Overlay:
-        """What ``strategy`` adds to a profile: its formula files (each loaded once) and its outputs."""
+    def step(self, profile: str) -> Mapping[str, Any]:
+        """The manifest's ``steps`` entry of ``profile`` (its step files, the methods its stack runs on
+        several GPUs); empty when it has none."""
+        return (self.manifest().data.get("steps") or {}).get(profile, {})
+
+    def overlay(self, strategy: str, profile: str) -> Overlay:
+        """What ``strategy`` adds to ``profile``: the profile's step files and the strategy's formula files
+        (each loaded once), its outputs, and the methods the profile's stack runs on several GPUs."""
         info = self.info(strategy)
         man = self.manifest()
+        step = {} if info.get("own_step") else self.step(profile)
         problems, extra = [], []
-        for fname in info["files"]:
+        for fname in tuple(step.get("files", ())) + tuple(info["files"]):
             shown = self._shown(fname)
             if shown not in self._texts:
                 problems.append(man.problem(("strategies", strategy, "files"), f"listed file {fname!r} does not exist"))
@@ -87,4 +100,5 @@ class StrategyFolder:
         entry = man.data["strategies"][strategy]
         outputs, parts = (entry["outputs"], ("strategies", strategy, "outputs")) if "outputs" in entry else (
             man.data["outputs"], ("outputs",))
-        return Overlay(strategy, tuple(extra), man, parts, outputs, tuple(entry.get("ranks", ())))
+        return Overlay(strategy, tuple(extra), man, parts, outputs, tuple(entry.get("ranks", ())),
+                       tuple(step["methods"]) if "methods" in step else None, step.get("methods_note", ""))

@@ -63,6 +63,9 @@ def _fsdp_shard_grad_op(net):  # SHARD_GRAD_OP: the layers stay gathered from th
 
 #: How each strategy measure can run wraps the model (the names: vramwise.measuring.strategies).
 _WRAPPINGS = {"ddp": _ddp, "fsdp": _fsdp_full_shard, "fsdp_shard_grad_op": _fsdp_shard_grad_op}
+#: The strategies each stack trains with on several GPUs: torchtune 0.6.1's distributed recipes shard
+#: with FSDP2 only (training.shard_model; fsdp_reshard_after_forward False is SHARD_GRAD_OP).
+_STACK_STRATEGIES = {"hf": ("ddp", "fsdp", "fsdp_shard_grad_op"), "torchtune": ("fsdp", "fsdp_shard_grad_op")}
 #: Seconds the whole distributed run may take before its processes are stopped.
 DEFAULT_TIMEOUT = 900.0
 
@@ -86,13 +89,15 @@ def check_distributed(strategy: Any, world_size: Any, *, device: str, fake: bool
                             "use device cpu (--device cpu)")
     if fake:
         raise SettingsError(f"strategy {strategy} runs real tensors: drop fake (--fake)")
-    if stack != "hf":
-        raise SettingsError(f"strategy {strategy} wraps the transformers model: it runs with stack hf only")
-    if method == "qlora":
-        raise SettingsError(f"strategy {strategy} measures full and lora fine-tuning; qlora is not measured across "
-                            "processes (out of scope: bitsandbytes 4-bit weights are not sharded here)")
-    if method not in ("full", "lora"):
-        raise SettingsError("measure runs training steps: choose lora or full")
+    runs_on = _STACK_STRATEGIES.get(stack, ())
+    if strategy not in runs_on:
+        raise SettingsError(f"strategy {strategy} is not how stack {stack} trains on several GPUs"
+                            + (f" (it runs: {', '.join(runs_on)})" if runs_on else " (it runs on one device only)"))
+    if method == "qlora" and stack == "hf":
+        raise SettingsError(f"strategy {strategy} measures full and lora fine-tuning with stack hf; qlora is not "
+                            "measured across processes there (bitsandbytes 4-bit weights are not sharded here)")
+    if method not in ("full", "lora", "qlora"):
+        raise SettingsError("measure runs training steps: choose qlora, lora or full")
     if strategy.startswith("fsdp") and optimizer == "adamw_8bit":
         raise SettingsError("bitsandbytes' 8-bit AdamW cannot step FSDP's sharded parameters (its kernel has no "
                             "sharding rule): choose adamw_torch, adamw_torch_fused or sgd")
@@ -108,13 +113,13 @@ def check_distributed(strategy: Any, world_size: Any, *, device: str, fake: bool
 
 
 def measure_distributed(cfg: dict, settings, steps: int, strategy: str, world_size: int,
-                        timeout: float = DEFAULT_TIMEOUT) -> Measurement:
+                        timeout: float = DEFAULT_TIMEOUT, stack: str = "hf") -> Measurement:
     """Run the step in ``world_size`` processes and gather each rank's figures."""
     require("transformers")
     with tempfile.TemporaryDirectory(prefix="vramwise-dist-") as folder:
         job = {
             "cfg": dict(cfg), "settings": settings.to_dict(), "steps": steps, "strategy": strategy,
-            "world_size": world_size, "port": _free_port(), "timeout": float(timeout),
+            "world_size": world_size, "port": _free_port(), "timeout": float(timeout), "stack": stack,
             "sys_path": [p for p in sys.path if isinstance(p, str)],
         }
         with open(os.path.join(folder, "job.pkl"), "wb") as f:
@@ -274,6 +279,8 @@ def _run_rank(job: dict, rank: int) -> dict:
     # On an error the process exits without tearing the group down: its peers may be blocked in a
     # collective waiting for it, and the parent stops them as soon as it reads the error.
     dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=job["timeout"]))
+    if job.get("stack", "hf") != "hf":
+        return _run_stack_rank(job, rank, settings)
     net = random_model(job["cfg"], settings.attention, torch.bfloat16)
     net = apply_lora(net, settings)
     apply_checkpointing(net, settings)
@@ -313,11 +320,50 @@ def _run_rank(job: dict, rank: int) -> dict:
     return data
 
 
+def _run_stack_rank(job: dict, rank: int, settings) -> dict:
+    """One rank of another stack's distributed recipe: the stack builds its model, the strategy shards it
+    where the stack's recipe does (before the optimizer), and the same tracker follows the step."""
+    import torch
+    import torch.distributed as dist
+
+    from vramwise.measuring.stacks.registry import stack_module
+
+    runs = stack_module(job["stack"])
+    tracker = ResizeAwareTracker()
+    reshard = job["strategy"] != "fsdp_shard_grad_op"
+
+    def wrap(model):
+        for t in list(model.parameters()) + list(model.buffers()):
+            tracker.add(t)
+        with tracker.mode():  # the shards FSDP allocates count from the load phase on
+            _shard_layers(model, _decoder_layers(model), reshard)
+        dist.barrier()
+        gc.collect()
+        tracker.sweep()
+        return model
+
+    with tracker.follow_resizes():  # the stack seeds its model and batch: every rank builds the same ones
+        prepared = runs.prepare(job["cfg"], settings, dtype=torch.bfloat16, device="cpu", fake=False, wrap=wrap)
+        with prepared.context():
+            m = track_cpu(prepared.net, prepared.opt, prepared.ids, job["steps"], settings, prepared.params_total,
+                          prepared.params_trainable, list(prepared.notes), loss_fn=prepared.loss_fn, tracker=tracker)
+    dist.barrier()
+    dist.destroy_process_group()
+    data = m.to_dict()
+    data["buckets"] = 0
+    return data
+
+
 def _fully_shard(net, reshard_after_forward: bool):
     """FSDP2's ``fully_shard`` on every decoder layer, then on the root model."""
+    return _shard_layers(net, _decoder_layers(net), reshard_after_forward)
+
+
+def _shard_layers(net, layers: list, reshard_after_forward: bool):
+    """``fully_shard`` on each of ``layers``, then on the root (torchtune's training.shard_model does
+    the same over its TransformerSelfAttentionLayer modules), with the prefetching a GPU has."""
     from torch.distributed.fsdp import fully_shard
 
-    layers = _decoder_layers(net)
     for layer in layers:
         fully_shard(layer, reshard_after_forward=reshard_after_forward)
     fully_shard(net, reshard_after_forward=reshard_after_forward)

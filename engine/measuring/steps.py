@@ -56,6 +56,7 @@ def measure(
     loss_chunks: int = 8,
     activation_offloading: bool = False,
     optimizer_in_bwd: bool = False,
+    kbit_prepare: bool | None = None,
     strategy: str | None = None,
     world_size: int | None = None,
 ) -> Measurement:
@@ -83,7 +84,7 @@ def measure(
         method=method, batch_size=batch_size, seq_len=seq_len, lora_rank=lora_rank, target_modules=target_modules,
         gradient_checkpointing=gradient_checkpointing, optimizer=optimizer, attention=attention, load_in_4bit=None,
         lora_dropout=lora_dropout, loss=loss, loss_chunks=loss_chunks, activation_offloading=activation_offloading,
-        optimizer_in_bwd=optimizer_in_bwd,
+        optimizer_in_bwd=optimizer_in_bwd, kbit_prepare=kbit_prepare,
     )
     runs = stack_module(stack)
     if strategy is not None or world_size is not None:
@@ -111,6 +112,6 @@ def measure(
     if strategy is not None:
         from vramwise.measuring.distributed import measure_distributed
 
-        return measure_distributed(cfg, settings, steps, strategy, world_size)
+        return measure_distributed(cfg, settings, steps, strategy, world_size, stack=stack)
     prepared = runs.prepare(cfg, settings, dtype=torch.bfloat16, device=device, fake=fake)
     return run_prepared(prepared, settings, steps, device)

@@ -1,0 +1,78 @@
+"""Validation matrices of the multi-GPU strategies on the training stacks other than transformers.
+
+- ``TORCHTUNE_STRATEGIES``: torchtune's own model, loss and optimizer (``vramwise measure --stack
+  torchtune``) sharded as its distributed recipes shard it (FSDP2 ``fully_shard`` on each
+  TransformerSelfAttentionLayer, then on the model, before the optimizer is built), in world_size
+  CPU processes joined by gloo, each rank's storage tracked; the busiest rank's peak against the
+  torchtune profile's per-rank tensor peak under the same strategy.
+
+Cells are tuples like those of :mod:`validation_matrices`, whose first element names the config.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from validation_matrices import OPTIMIZER, Matrix
+
+__all__ = ["TorchtuneStrategiesMatrix", "TORCHTUNE_STRATEGIES"]
+
+
+class TorchtuneStrategiesMatrix(Matrix):
+    """torchtune's distributed recipes (FSDP2 full shard and shard_grad_op) against the torchtune profile.
+
+    llama: 2 layers of width 128, grouped-query attention, an untied head over 2,048 tokens (the root
+    unit outweighs a layer, as the embeddings of real models do against one layer); full and LoRA on
+    2 and 4 ranks, with and without checkpointing, shard_grad_op, the chunked loss and
+    optimizer_in_bwd. llama256: the same at width 256, where every projection holds whole NF4 blocks
+    per shard (torchao's NF4 needs 64 x 256 weights per shard), for QLoRA and LoRA. Batch 2 x 64 per
+    rank, real tensors, two steps."""
+
+    name = "strategies_torchtune"
+    profile = "torchtune"
+    stack = "torchtune"
+    cell_limit = 0.10
+    median_limit = 0.02
+    configs = {
+        "llama": {"model_type": "llama", "vocab_size": 2048, "hidden_size": 128, "intermediate_size": 384,
+                  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                  "tie_word_embeddings": False, "max_position_embeddings": 256},
+        "llama256": {"model_type": "llama", "vocab_size": 2048, "hidden_size": 256, "intermediate_size": 512,
+                     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                     "tie_word_embeddings": False, "max_position_embeddings": 256},
+    }
+    batch, seq, rank = 2, 64, 8
+    seven = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+    def cells(self):
+        """(config, method, strategy, world size, gradient checkpointing, extra settings as a tuple)."""
+        for method in ("full", "lora"):
+            for gc in ("none", "true"):
+                yield "llama", method, "fsdp", 2, gc, ()
+            yield "llama", method, "fsdp", 4, "none", ()
+            yield "llama", method, "fsdp_shard_grad_op", 2, "none", ()
+        yield "llama", "lora", "fsdp", 2, "none", (("loss", "chunked"), ("loss_chunks", 8))
+        yield "llama", "full", "fsdp", 2, "none", (("optimizer_in_bwd", True),)
+        for gc in ("none", "true"):
+            yield "llama256", "qlora", "fsdp", 2, gc, ()
+        yield "llama256", "lora", "fsdp", 2, "none", ()
+
+    def cell_id(self, cell):
+        name, method, strategy, ws, gc, extra = cell
+        return (f"{name}-{method}-{strategy}-x{ws}" + ("-checkpointing" if gc == "true" else "")
+                + "".join(f"-{k}={v}" for k, v in extra))
+
+    def settings(self, cell):
+        _, method, strategy, ws, gc, extra = cell
+        kw: dict[str, Any] = dict(method=method, batch_size=self.batch, seq_len=self.seq, gradient_checkpointing=gc,
+                                  optimizer=OPTIMIZER, attention="sdpa", strategy=strategy, world_size=ws)
+        if method != "full":
+            kw.update(lora_rank=self.rank, target_modules=list(self.seven))
+        kw.update(dict(extra))
+        return kw
+
+    def fake(self, cell):
+        return False  # each rank's real storage is tracked
+
+
+TORCHTUNE_STRATEGIES = TorchtuneStrategiesMatrix()
