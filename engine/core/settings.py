@@ -182,7 +182,7 @@ def _experts_layout(name: str, value: Any) -> str:
 
 def _load_in_4bit(name: str, value: Any) -> bool | None:
     if value is not None and not isinstance(value, bool):
-        raise SettingsError(f"load_in_4bit must be true, false or unset, got {value!r}")
+        raise SettingsError(f"{name} must be true, false or unset, got {value!r}")
     return value
 
 
@@ -248,6 +248,10 @@ SETTINGS: tuple = (
     Setting("attention", "flash_attention_2", "attention implementation (transformers' attn_implementation)",
             _choice(ATTENTION_KINDS, default="flash_attention_2"), choices=ATTENTION_KINDS),
     Setting("load_in_4bit", None, "4-bit base weights (default: true for qlora only)", _load_in_4bit, cli_type="bool"),
+    Setting("kbit_prepare", None,
+            "QLoRA: PEFT's prepare_model_for_kbit_training upcasts every weight left out of 4 bit to float32 "
+            "(default: true, false under FSDP, whose QLoRA recipe loads with bnb_4bit_quant_storage and skips it)",
+            _load_in_4bit, cli_type="bool", applies_to=("qlora",)),
     Setting("loss", "standard",
             "cross-entropy: standard (full logits), chunked or fused (Liger-style; the logits never exist whole)",
             _choice(LOSS_MODES), choices=LOSS_MODES, applies_to=_TRAINING),
@@ -325,6 +329,8 @@ def normalise_static(values: dict) -> dict:
         raise SettingsError("full fine-tuning cannot train a 4-bit model: use method 'qlora' or unset load_in_4bit")
     if not out["load_in_4bit"] and method == "qlora":
         raise SettingsError("qlora loads the base model in 4 bit: use method 'lora' for a 16-bit base model")
+    if out["kbit_prepare"] is None and method == "qlora":  # the FSDP-QLoRA recipe (peft docs) does not call it
+        out["kbit_prepare"] = not out["strategy"].startswith("fsdp")
     if out["strategy"] == "none" and method != "inference":
         if out["world_size"] != 1:
             raise SettingsError(f"world_size {out['world_size']} needs a multi-GPU strategy "

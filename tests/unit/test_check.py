@@ -121,8 +121,8 @@ def test_profile_folder_and_its_files(tmp_path):
     assert vramwise.check([folder]) == []
     weights = folder / "weights.yaml"
     text = weights.read_text()
-    assert "expr: fp32_bytes if load_in_4bit else bf16_bytes" in text
-    weights.write_text(text.replace("expr: fp32_bytes if load_in_4bit else bf16_bytes", "expr: fp32_bytes if load_in_4bit else nosuch_x", 1))
+    assert "expr: fp32_bytes if kbit_upcast else bf16_bytes" in text
+    weights.write_text(text.replace("expr: fp32_bytes if kbit_upcast else bf16_bytes", "expr: fp32_bytes if kbit_upcast else nosuch_x", 1))
     for given in (folder, weights, folder / "profile.yaml"):
         problems = vramwise.check([given])
         assert len(problems) == 1 and problems[0].startswith(f"{weights}:") and "nosuch_x" in problems[0], problems

@@ -129,7 +129,7 @@ def apply_lora(net, settings):
     require("peft")
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 
-    if settings.method == "qlora":
+    if settings.method == "qlora" and settings.kbit_prepare is not False:
         net = prepare_model_for_kbit_training(
             net, use_gradient_checkpointing=settings.gradient_checkpointing == "true",
             gradient_checkpointing_kwargs={"use_reentrant": False},
