@@ -1,0 +1,77 @@
+"""Multi-GPU strategies on the torchtune and litgpt profiles, and QLoRA under FSDP without
+prepare_model_for_kbit_training (formulas/strategies: steps per profile, strategies per profile)."""
+
+from __future__ import annotations
+
+import pytest
+
+import vramwise
+from vramwise import SettingsError
+
+# One decoder layer, untied head: parameters by hand
+#   embeddings 1000 x 64 = 64,000; output head 64,000
+#   layer: q 64 x 64 = 4,096, k and v 64 x 32 = 2,048 each, o 4,096 (12,288); MLP 3 x 64 x 128 = 24,576;
+#          two norms 128 -> 36,992
+#   final norm 64                                   total 165,056 parameters = 330,112 bf16 bytes
+TINY = {"model_type": "llama", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "tie_word_embeddings": False, "max_position_embeddings": 128}
+FULL = dict(method="full", batch_size=1, seq_len=16, optimizer="adamw_torch")
+
+
+def test_torchtune_fsdp_shards_parameters_and_keeps_the_rotary_buffers_whole():
+    # torchtune's RotaryPositionalEmbeddings (modules/position_embeddings.py): a float32 cache of
+    # max_seq_len x head_dim (128 x 16 x 4 = 8,192 bytes) and theta, head_dim / 2 float32 (32 bytes),
+    # one module for the model: 8,224 bytes that fully_shard leaves whole on each rank.
+    e = vramwise.estimate(TINY, profile="torchtune", strategy="fsdp", world_size=2, **FULL)
+    assert e.strategy == "fsdp" and e.world_size == 2
+    assert e.weights == 330_112 // 2 + 8_224
+
+
+def test_litgpt_fsdp_shards_parameters_and_keeps_its_rope_buffers_whole():
+    # LitGPT's cos and sin buffers: 2 x seq_len x head_dim float32 = 2 x 16 x 16 x 4 = 2,048 bytes
+    e = vramwise.estimate(TINY, profile="litgpt", strategy="fsdp", world_size=2, **FULL)
+    assert e.weights == 330_112 // 2 + 2_048
+
+
+def test_strategies_name_the_profiles_they_serve():
+    reg = vramwise.Registry.default()
+    assert reg.strategy_info("fsdp")["profiles"] == ("hf", "torchtune", "litgpt")
+    assert reg.strategy_info("fsdp_shard_grad_op")["profiles"] == ("hf", "torchtune")
+    assert reg.strategy_info("ddp")["profiles"] == ("hf",)
+    assert reg.strategies_of("litgpt") == ["fsdp"]
+
+
+def test_a_strategy_a_stack_does_not_train_with_is_refused_naming_what_it_does():
+    with pytest.raises(SettingsError) as e:
+        vramwise.estimate(TINY, profile="torchtune", strategy="ddp", world_size=2, **FULL)
+    assert "modelled on the hf profile" in str(e.value) and "profile torchtune models: fsdp, fsdp_shard_grad_op" in str(e.value)
+
+
+def test_litgpt_refuses_qlora_on_several_devices_as_its_scripts_do():
+    with pytest.raises(SettingsError) as e:
+        vramwise.estimate(TINY, profile="litgpt", strategy="fsdp", world_size=2, method="qlora")
+    assert "does not model qlora" in str(e.value) and "Quantization is currently not supported" in str(e.value)
+
+
+def test_kbit_prepare_defaults_to_the_recipe_of_the_strategy():
+    one = vramwise.estimate(TINY, method="qlora", profile="hf")
+    fsdp = vramwise.estimate(TINY, method="qlora", profile="hf", strategy="fsdp", world_size=2)
+    assert one.settings.kbit_prepare is True and fsdp.settings.kbit_prepare is False
+    assert vramwise.estimate(TINY, method="lora", profile="hf").settings.kbit_prepare is None
+
+
+def test_kbit_prepare_false_keeps_the_unquantized_weights_in_bf16():
+    # Under 4-bit loading the embeddings, the head and the norms stay unquantized: 64,000 + 64,000 + 2 x 64
+    # + 64 = 128,192 parameters, float32 after prepare_model_for_kbit_training, bf16 without it:
+    # 128,192 x (4 - 2) = 256,384 bytes apart.
+    on = vramwise.estimate(TINY, method="qlora", profile="hf", kbit_prepare=True)
+    off = vramwise.estimate(TINY, method="qlora", profile="hf", kbit_prepare=False)
+    assert on.weights - off.weights == 128_192 * 2
+
+
+def test_fsdp_qlora_is_below_lora():
+    cfg = dict(TINY, num_hidden_layers=8, hidden_size=512, intermediate_size=1536, num_attention_heads=8,
+               num_key_value_heads=8, vocab_size=4000)
+    kw = dict(strategy="fsdp", world_size=8, batch_size=2, seq_len=512, gradient_checkpointing="true", profile="hf")
+    assert vramwise.estimate(cfg, method="qlora", **kw).total < vramwise.estimate(cfg, method="lora", **kw).total
