@@ -5,6 +5,8 @@
   TransformerSelfAttentionLayer, then on the model, before the optimizer is built), in world_size
   CPU processes joined by gloo, each rank's storage tracked; the busiest rank's peak against the
   torchtune profile's per-rank tensor peak under the same strategy.
+- ``QLORA_PREPARE``: QLoRA on one process with and without prepare_model_for_kbit_training (the
+  kbit_prepare setting; the FSDP-QLoRA recipe skips it), against the hf profile.
 
 Cells are tuples like those of :mod:`validation_matrices`, whose first element names the config.
 """
@@ -15,7 +17,7 @@ from typing import Any
 
 from validation_matrices import OPTIMIZER, Matrix
 
-__all__ = ["TorchtuneStrategiesMatrix", "TORCHTUNE_STRATEGIES"]
+__all__ = ["TorchtuneStrategiesMatrix", "TORCHTUNE_STRATEGIES", "QloraPrepareMatrix", "QLORA_PREPARE"]
 
 
 class TorchtuneStrategiesMatrix(Matrix):
@@ -76,3 +78,38 @@ class TorchtuneStrategiesMatrix(Matrix):
 
 
 TORCHTUNE_STRATEGIES = TorchtuneStrategiesMatrix()
+
+
+class QloraPrepareMatrix(Matrix):
+    """QLoRA with and without peft's prepare_model_for_kbit_training, on one process (stack hf, real
+    bitsandbytes 4-bit storage): without it (the FSDP-QLoRA recipe's load) the embeddings, norms and head
+    stay bf16, and with them the residual stream, the logits and the adapters' inputs. llama-shaped,
+    width 256, 2 layers, vocabulary 4,000; batch 2 x 128, with and without checkpointing."""
+
+    name = "qlora_prepare"
+    cell_limit = 0.02
+    median_limit = 0.01
+    configs = {
+        "llama": {"model_type": "llama", "vocab_size": 4000, "hidden_size": 256, "intermediate_size": 512,
+                  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                  "tie_word_embeddings": False},
+    }
+
+    def cells(self):
+        """(config, kbit_prepare, gradient checkpointing)."""
+        for prepare in (True, False):
+            for gc in ("none", "true"):
+                yield "llama", prepare, gc
+
+    def cell_id(self, cell):
+        return f"{cell[0]}-qlora-prepare={str(cell[1]).lower()}-checkpointing={cell[2]}"
+
+    def settings(self, cell):
+        return dict(method="qlora", batch_size=2, seq_len=128, kbit_prepare=cell[1], gradient_checkpointing=cell[2],
+                    optimizer=OPTIMIZER, attention="sdpa")
+
+    def fake(self, cell):
+        return False  # bitsandbytes' 4-bit storage is real
+
+
+QLORA_PREPARE = QloraPrepareMatrix()
