@@ -5,8 +5,8 @@
   TransformerSelfAttentionLayer, then on the model, before the optimizer is built), in world_size
   CPU processes joined by gloo, each rank's storage tracked; the busiest rank's peak against the
   torchtune profile's per-rank tensor peak under the same strategy.
-- ``QLORA_PREPARE``: QLoRA on one process with and without prepare_model_for_kbit_training (the
-  kbit_prepare setting; the FSDP-QLoRA recipe skips it), against the hf profile.
+- ``QLORA_PREPARE``: QLoRA with and without prepare_model_for_kbit_training (the kbit_prepare
+  setting; the FSDP-QLoRA recipe skips it), on one process and under DDP, against the hf profile.
 
 Cells are tuples like those of :mod:`validation_matrices`, whose first element names the config.
 """
@@ -81,10 +81,11 @@ TORCHTUNE_STRATEGIES = TorchtuneStrategiesMatrix()
 
 
 class QloraPrepareMatrix(Matrix):
-    """QLoRA with and without peft's prepare_model_for_kbit_training, on one process (stack hf, real
-    bitsandbytes 4-bit storage): without it (the FSDP-QLoRA recipe's load) the embeddings, norms and head
-    stay bf16, and with them the residual stream, the logits and the adapters' inputs. llama-shaped,
-    width 256, 2 layers, vocabulary 4,000; batch 2 x 128, with and without checkpointing."""
+    """QLoRA with and without peft's prepare_model_for_kbit_training (stack hf, real bitsandbytes 4-bit
+    storage), on one process and under DDP on 2 gloo processes: without it (the FSDP-QLoRA recipe's load)
+    the embeddings, norms and head stay bf16, and with them the residual stream, the logits and the
+    adapters' inputs. llama-shaped, width 256, 2 layers, vocabulary 4,000; batch 2 x 128 per rank, with
+    and without checkpointing."""
 
     name = "qlora_prepare"
     cell_limit = 0.02
@@ -96,17 +97,25 @@ class QloraPrepareMatrix(Matrix):
     }
 
     def cells(self):
-        """(config, kbit_prepare, gradient checkpointing)."""
+        """(config, kbit_prepare, gradient checkpointing, strategy, world size)."""
         for prepare in (True, False):
             for gc in ("none", "true"):
-                yield "llama", prepare, gc
+                yield "llama", prepare, gc, "none", 1
+        for gc in ("none", "true"):
+            yield "llama", True, gc, "ddp", 2
 
     def cell_id(self, cell):
-        return f"{cell[0]}-qlora-prepare={str(cell[1]).lower()}-checkpointing={cell[2]}"
+        name, prepare, gc, strategy, ws = cell
+        return (f"{name}-qlora-prepare={str(prepare).lower()}-checkpointing={gc}"
+                + (f"-{strategy}-x{ws}" if strategy != "none" else ""))
 
     def settings(self, cell):
-        return dict(method="qlora", batch_size=2, seq_len=128, kbit_prepare=cell[1], gradient_checkpointing=cell[2],
-                    optimizer=OPTIMIZER, attention="sdpa")
+        _, prepare, gc, strategy, ws = cell
+        kw = dict(method="qlora", batch_size=2, seq_len=128, kbit_prepare=prepare, gradient_checkpointing=gc,
+                  optimizer=OPTIMIZER, attention="sdpa")
+        if strategy != "none":
+            kw.update(strategy=strategy, world_size=ws)
+        return kw
 
     def fake(self, cell):
         return False  # bitsandbytes' 4-bit storage is real

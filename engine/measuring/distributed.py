@@ -40,7 +40,7 @@ from vramwise.core.errors import MeasurementError, SettingsError, StackUnsupport
 from vramwise.measuring.build import build_optimizer, require
 from vramwise.measuring.results import Measurement, PhaseFigures, RankFigures
 from vramwise.measuring.runner import track_cpu
-from vramwise.measuring.stacks.hf import apply_checkpointing, apply_lora, random_model
+from vramwise.measuring.stacks.hf import apply_checkpointing, apply_lora, quantized, random_model
 from vramwise.measuring.strategies import STRATEGIES, WORLD_SIZES
 from vramwise.measuring.tracker import ResizeAwareTracker, rounded
 
@@ -93,9 +93,9 @@ def check_distributed(strategy: Any, world_size: Any, *, device: str, fake: bool
     if strategy not in runs_on:
         raise SettingsError(f"strategy {strategy} is not how stack {stack} trains on several GPUs"
                             + (f" (it runs: {', '.join(runs_on)})" if runs_on else " (it runs on one device only)"))
-    if method == "qlora" and stack == "hf":
-        raise SettingsError(f"strategy {strategy} measures full and lora fine-tuning with stack hf; qlora is not "
-                            "measured across processes there (bitsandbytes 4-bit weights are not sharded here)")
+    if method == "qlora" and stack == "hf" and strategy != "ddp":
+        raise SettingsError(f"strategy {strategy} measures full and lora fine-tuning with stack hf; qlora runs under "
+                            "ddp there (bitsandbytes' 4-bit weights are not sharded here)")
     if method not in ("full", "lora", "qlora"):
         raise SettingsError("measure runs training steps: choose qlora, lora or full")
     if strategy.startswith("fsdp") and optimizer == "adamw_8bit":
@@ -276,15 +276,19 @@ def _run_rank(job: dict, rank: int) -> dict:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(job["port"]), RANK=str(rank),
                       WORLD_SIZE=str(world_size))
     settings = normalise_settings(**job["settings"])
-    # On an error the process exits without tearing the group down: its peers may be blocked in a
-    # collective waiting for it, and the parent stops them as soon as it reads the error.
-    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=job["timeout"]))
+    group = dict(backend="gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=job["timeout"]))
     if job.get("stack", "hf") != "hf":
+        # On an error the process exits without tearing the group down: its peers may be blocked in a
+        # collective waiting for it, and the parent stops them as soon as it reads the error.
+        dist.init_process_group(**group)
         return _run_stack_rank(job, rank, settings)
     net = random_model(job["cfg"], settings.attention, torch.bfloat16)
+    if settings.method == "qlora":  # before the group exists: transformers saves the model on rank 0 only in one
+        net = quantized(net, settings.attention, torch.bfloat16)
     net = apply_lora(net, settings)
     apply_checkpointing(net, settings)
     net.train()
+    dist.init_process_group(**group)
     params_total = sum(p.numel() for p in net.parameters())
     params_trainable = sum(p.numel() for p in net.parameters() if p.requires_grad)
     vocab = int(net.get_output_embeddings().weight.shape[0])

@@ -57,7 +57,7 @@ def prepare(cfg: dict, settings, *, dtype: Any, device: str, fake: bool) -> Prep
         bars = hf_logging.is_progress_bar_enabled()
         hf_logging.disable_progress_bar()
         try:
-            net = _quantized(net, settings.attention, dtype)
+            net = quantized(net, settings.attention, dtype)
         finally:
             if bars:
                 hf_logging.enable_progress_bar()
@@ -109,7 +109,7 @@ def random_model(cfg_dict: dict, attention: str, dtype):
     return model
 
 
-def _quantized(model, attention: str, dtype):
+def quantized(model, attention: str, dtype):
     """Reload ``model`` through transformers' bitsandbytes 4-bit path (what QLoRA users run)."""
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 

@@ -29,9 +29,9 @@ def _measure_settings(args) -> tuple[dict, list[str]]:
             chosen["optimizer"] = "adamw_torch"
             changed.append("optimizer adamw_torch (8-bit AdamW cannot be simulated with fake tensors)")
     if args.strategy is not None:
-        if args.method is None:
+        if args.method is None and args.stack == "hf" and args.strategy != "ddp":
             chosen["method"] = "lora"
-            changed.append(f"method lora (QLoRA is not measured with --strategy {args.strategy})")
+            changed.append(f"method lora (QLoRA is measured with --strategy ddp on the hf stack, not {args.strategy})")
         if args.optimizer is None:
             chosen["optimizer"] = "adamw_torch"
             changed.append(f"optimizer adamw_torch (torch's own AdamW under --strategy {args.strategy})")

@@ -324,7 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", default=None, choices=MEASURED_STRATEGIES,
                    help="run the step in --world-size CPU processes (gloo): DistributedDataParallel, or FSDP2 "
                         "fully_shard on each decoder layer and the root (fsdp_shard_grad_op: without resharding "
-                        "after the forward); lora and adamw_torch by default (full too)")
+                        "after the forward; stack torchtune: its shard_model); adamw_torch by default, and "
+                        "lora where qlora is not measured (stack hf beyond ddp)")
     p.add_argument("--world-size", type=int, default=None,
                    help="processes of --strategy, 2 to 8 (default: 2); one line per rank is printed")
     p.add_argument("--json", action="store_true", help="print JSON")
