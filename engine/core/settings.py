@@ -272,8 +272,8 @@ SETTINGS: tuple = (
             "per_expert (transformers 4.x: one nn.Linear per expert, quantized); default: the installed transformers'",
             _experts_layout, choices=EXPERTS_LAYOUTS),
     Setting("strategy", "none",
-            "multi-GPU strategy (profile hf): ddp, fsdp (full shard), fsdp_shard_grad_op, fsdp_hybrid, zero1, zero2, "
-            "zero3 or device_map; none is one GPU", _choice(STRATEGIES, default="none"), choices=STRATEGIES,
+            "multi-GPU strategy: ddp, fsdp (full shard), fsdp_shard_grad_op, fsdp_hybrid, zero1, zero2, zero3 or "
+            "device_map on the hf profile, the fsdp ones on torchtune, fsdp on litgpt; none is one GPU", _choice(STRATEGIES, default="none"), choices=STRATEGIES,
             applies_to=_TRAINING),
     Setting("world_size", 1, "GPUs the strategy runs on (data-parallel ranks, or the GPUs device_map spreads layers over)",
             positive_int, cli_type="int", applies_to=_TRAINING),

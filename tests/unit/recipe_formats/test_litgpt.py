@@ -163,11 +163,12 @@ def test_single_device_fixtures_read_cleanly(name):
     assert r.warnings == ()
 
 
-def test_several_devices_fsdp_is_estimated_with_the_profile_that_models_it():
+def test_several_devices_fsdp_stays_on_the_litgpt_profile():
     r = read("llama-3.1-8b-full.yaml")
-    # the litgpt profile models one device; the reader moves an FSDP recipe to the profile of that strategy
-    assert r.profile == "hf"
-    assert any("does not model strategy fsdp" in w for w in r.warnings)
+    # the litgpt profile models Fabric's FSDPStrategy, which litgpt finetune runs on several devices
+    assert (r.profile, r.settings["strategy"]) == ("litgpt", "fsdp")
+    assert not any("does not model strategy" in w for w in r.warnings)
+    assert vramwise.estimate(r).strategy == "fsdp"
 
 
 def test_framework_defaults_with_their_source():
@@ -240,10 +241,10 @@ def test_target_names_are_the_litgpt_profiles_own_switch_sets():
     assert set(modules.lora_targets) == set(ALL_SIX)
 
 
-def test_an_fsdp_lora_recipe_keeps_its_targets_on_the_hf_profile():
+def test_an_fsdp_lora_recipe_keeps_its_targets():
     r = read({"checkpoint_dir": CKPT, "devices": 2, "lora_r": 8, "lora_mlp": True, "precision": "bf16-true",
               "train": {"max_seq_length": 512}})
-    assert r.profile == "hf"
+    assert r.profile == "litgpt"
     e = vramwise.estimate(r)
     assert set(e.lora_targets) == {"q_proj", "v_proj", "gate_proj", "up_proj", "down_proj"}
 
