@@ -3,6 +3,7 @@
 Public surface::
 
     vramwise.estimate(model, *, method="qlora", ...) -> Estimate
+    Estimate.error_band -> ErrorBand                 # the measured error of its profile x method x strategy
     vramwise.load_model(model) -> ModelSpec          # resolve once, estimate many times
     vramwise.estimate_from_size(params=8e9) -> Estimate   # no config: the size-only fallback
     vramwise.measure(model, *, method="lora", ..., fake=False) -> Measurement   # needs the [measure] extra
@@ -16,6 +17,7 @@ Public surface::
 Errors all derive from :class:`VramwiseError` (see ``vramwise.core.errors`` for the tree).
 """
 
+from vramwise.core.bands import ErrorBand
 from vramwise.core.errors import (
     ConfigError,
     EvaluationError,
@@ -104,6 +106,7 @@ __all__ = [
     "PynvmlBackend",
     "Estimate",
     "RankEstimate",
+    "ErrorBand",
     "TraceEntry",
     "ModelSpec",
     "LayerClass",

@@ -2,19 +2,21 @@
 """Write accuracy/bands.yaml: the validated error of each cell of the validation matrices, by profile,
 method and multi-GPU strategy, which every estimate carries (``Estimate.error_band``).
 
-    python scripts/build_accuracy_bands.py                       # measure every cell of every matrix (about 10 minutes on 2 cores)
+    python scripts/build_accuracy_bands.py                       # measure every cell of every matrix (half an hour or more on 2 cores)
     python scripts/build_accuracy_bands.py --matrix strategies   # measure one matrix again, keep the others' entries
     python scripts/build_accuracy_bands.py --check               # no measuring: the file's cell keys and counts against the matrices
+    python scripts/build_accuracy_bands.py --rewrite             # no measuring: the file and its docs table written again from the file
 
-The cells are those of benchmarks/validation_matrices.py, measured by ``Matrix.run_cell`` as
+The cells are those of benchmarks/validation_matrices.py and benchmarks/strategy_matrices.py, measured by ``Matrix.run_cell`` as
 tests/measured asserts them and benchmarks/accuracy.py reports them in docs/accuracy.md (which writes
 this file too, from the same rows). An entry pools the cells of one (profile, method, strategy): how
 many, the median and the largest |estimate / measured - 1|, the world sizes, the matrices, and the date
 and commit they were measured at. The profiles and methods no matrix measures are written with why.
 
-``--check`` needs no torch: it lists the cells of the matrices and compares each key's count with the
-file (tests/unit/test_accuracy_bands.py runs it); a matrix that gains cells (a strategy on another
-profile) makes it fail until the file is written again.
+The table of docs/error-bands.md (below its marker) is written with the file. ``--check`` needs no
+torch: it lists the cells of the matrices and compares each key's count with the file, and the page's
+table with the file (tests/unit/test_accuracy_bands.py runs it); a matrix that gains cells (a strategy
+on another profile) makes it fail until the file is written again.
 """
 
 from __future__ import annotations
@@ -30,13 +32,16 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "accuracy" / "bands.yaml"
+DOCS = REPO / "docs" / "error-bands.md"
+#: where the generated table of docs/error-bands.md starts
+DOCS_MARKER = "<!-- the bands: python scripts/build_accuracy_bands.py -->"
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 #: what no matrix measures, and why (written into the file as it is)
 UNMEASURED = (
-    ("profile", "unsloth", "reproduces the reference estimator, not measured against training steps"),
-    ("profile", "size_only", "a share of the model size, for when no config can be read; not measured"),
-    ("method", "inference", "inference (weights and KV cache) is not measured by the validation matrices"),
+    ("profile", "unsloth", "it reproduces the reference estimator"),
+    ("profile", "size_only", "a share of the model size, for when no config can be read"),
+    ("method", "inference", "the validation matrices measure training steps only"),
 )
 
 HEADER = """\
@@ -45,9 +50,25 @@ HEADER = """\
 # Written by `python scripts/build_accuracy_bands.py` (or benchmarks/accuracy.py) from the cells of
 # benchmarks/validation_matrices.py, each measured by `vramwise measure` on CPU and estimated: the
 # error of a cell is estimate tensor_peak / measured peak - 1 (as docs/accuracy.md lists them). Do not
-# edit by hand. Schema: schemas/accuracy-1.schema.json; what the figures mean: docs/accuracy.md,
-# "Error bands".
+# edit by hand. Schema: schemas/accuracy-1.schema.json; what the figures mean: docs/error-bands.md.
 """
+
+
+def all_matrices() -> dict:
+    """Every validation matrix by name: MATRICES of benchmarks/validation_matrices.py and the matrices of
+    benchmarks/strategy_matrices.py (the strategies of the other stacks, QLoRA's kbit preparation)."""
+    from validation_matrices import MATRICES, Matrix
+
+    out = dict(MATRICES)
+    try:
+        import strategy_matrices
+    except ModuleNotFoundError:
+        return out
+    for name in strategy_matrices.__all__:
+        m = getattr(strategy_matrices, name)
+        if isinstance(m, Matrix):
+            out[m.name] = m
+    return out
 
 
 def cell_key(matrix, cell) -> tuple[str, str, str]:
@@ -112,13 +133,16 @@ def entries_from_rows(rows: dict, generated: str, at: str | None) -> list[dict]:
 
 def merge(kept: list[dict], new: list[dict], measured: set[str]) -> list[dict]:
     """``new`` (from the matrices named in ``measured``) over the entries ``kept`` from the file: an old
-    entry of a measured matrix goes; one pooled with a matrix not measured again stops the merge."""
+    entry of a measured matrix goes; one pooled with a matrix not measured again, or with the key of a
+    new one, stops the merge (the matrices of one key are measured together)."""
     out = []
+    new_keys = {(e["profile"], e["method"], e["strategy"]) for e in new}
     for e in kept:
         mine = set(e["matrices"]) & measured
-        if mine and set(e["matrices"]) - measured:
-            raise SystemExit(f"the {e['profile']}/{e['method']}/{e['strategy']} band pools matrices "
-                             f"{', '.join(e['matrices'])}: measure them together (--matrix for each)")
+        key = (e["profile"], e["method"], e["strategy"])
+        if (mine and set(e["matrices"]) - measured) or (not mine and key in new_keys):
+            raise SystemExit(f"the {'/'.join(key)} band pools matrices {', '.join(e['matrices'])} with those "
+                             f"measured now: measure them together (--matrix for each)")
         if not mine:
             out.append(e)
     return out + new
@@ -156,6 +180,30 @@ def render(entries: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _pct(x: float) -> str:
+    return f"{100 * x:.2f} %"
+
+
+def render_table(entries: list[dict]) -> str:
+    """The bands as docs/error-bands.md shows them, below its marker."""
+    profiles = ["hf", "torchtune", "litgpt"]
+    out = [DOCS_MARKER, "", "| profile | method | strategy | GPUs | cells | median abs error | largest abs error "
+           "| matrices | measured |", "|---|---|---|---|---:|---:|---:|---|---|"]
+    for e in sorted(entries, key=lambda e: _order(e, profiles)):
+        out.append(f"| {e['profile']} | {e['method']} | {e['strategy']} | {', '.join(map(str, e['world_sizes']))} "
+                   f"| {e['cells']} | {_pct(e['median_abs_error'])} | {_pct(e['max_abs_error'])} "
+                   f"| {', '.join(e['matrices'])} | {e['generated']}" + (f" at {e['commit']}" if e["commit"] else "")
+                   + " |")
+    out += ["", "Not measured:", ""]
+    out += [f"- {kind} `{name}`: {reason}" for kind, name, reason in UNMEASURED]
+    return "\n".join(out) + "\n"
+
+
+def docs_page(entries: list[dict], page: Path = DOCS) -> str:
+    """docs/error-bands.md with its table of ``entries`` (the text above the marker kept)."""
+    return page.read_text(encoding="utf-8").split(DOCS_MARKER)[0] + render_table(entries)
+
+
 def read_entries(path: Path = OUT) -> list[dict]:
     """The bands of the file on disk (none when there is no file)."""
     import yaml
@@ -165,24 +213,29 @@ def read_entries(path: Path = OUT) -> list[dict]:
     return list((yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("bands") or [])
 
 
-def write(rows: dict, path: Path = OUT) -> Path:
+def write(rows: dict, path: Path = OUT, at: str | None = None, measuring: set[str] | None = None) -> Path:
     """Write the file from measured ``rows`` ({matrix: [(cell, row)]}), keeping the entries of the
-    matrices not among them."""
+    matrices not among them, nor among ``measuring`` (those still to come in this run); ``at``: the
+    commit measured, else this checkout's."""
     generated = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
-    new = entries_from_rows(rows, generated, commit())
-    entries = merge(read_entries(path), new, {m.name for m in rows})
+    new = entries_from_rows(rows, generated, at or commit())
+    entries = merge(read_entries(path), new, {m.name for m in rows} | (measuring or set()))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render(entries), encoding="utf-8")
+    if path == OUT:
+        DOCS.write_text(docs_page(entries), encoding="utf-8")
     return path
 
 
 def check(path: Path = OUT) -> list[str]:
-    """What differs between the file's cell keys and counts and the matrices' cells (empty: current)."""
-    from validation_matrices import MATRICES
-
-    expected = expected_cells(MATRICES.values())
-    got = {(e["profile"], e["method"], e["strategy"]): (e["cells"], tuple(e["matrices"])) for e in read_entries(path)}
+    """What differs between the file's cell keys and counts and the matrices' cells, and between
+    docs/error-bands.md and the file (empty: current)."""
+    expected = expected_cells(all_matrices().values())
+    entries = read_entries(path)
+    got = {(e["profile"], e["method"], e["strategy"]): (e["cells"], tuple(e["matrices"])) for e in entries}
     problems = []
+    if path == OUT and DOCS.read_text(encoding="utf-8") != docs_page(entries):
+        problems.append(f"{DOCS.relative_to(REPO)}: its table differs from {path.name}")
     for key in sorted(set(expected) | set(got)):
         if expected.get(key) != got.get(key):
             problems.append(f"{'/'.join(key)}: the matrices have {expected.get(key, (0, ()))}, "
@@ -190,29 +243,36 @@ def check(path: Path = OUT) -> list[str]:
     return problems
 
 
-def measure(names) -> dict:
-    from validation_matrices import MATRICES
-
-    rows = {}
+def measure(names, path: Path = OUT, at: str | None = None) -> None:
+    """Measure the matrices ``names`` and write the bands after each (those measured so far)."""
+    matrices = all_matrices()
+    planned = set(names)
+    keys = [{"profile": k[0], "method": k[1], "strategy": k[2]}
+            for k in expected_cells([matrices[n] for n in names])]
+    merge(read_entries(path), keys, planned)  # a band pooled with a matrix left out stops here, before measuring
+    rows: dict = {}
     for name in names:
-        m = MATRICES[name]
-        got = []
+        m = matrices[name]
+        got = rows[m] = []
         for cell in m.cells():
             t = time.perf_counter()
             r = m.run_cell(cell)
             got.append((cell, r))
             print(f"{r['cell']:<45} {100 * r['error']:+.3f} %  {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
-        rows[m] = got
-    return rows
+        write(rows, path, at, planned)
+        print(f"wrote the bands of {', '.join(x.name for x in rows)} to {path}", file=sys.stderr, flush=True)
 
 
 def main() -> int:
-    from validation_matrices import MATRICES
-
+    matrices = all_matrices()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--matrix", action="append", choices=sorted(MATRICES),
+    ap.add_argument("--matrix", action="append", choices=sorted(matrices),
                     help="measure only this matrix (repeatable); the other matrices' entries are kept")
     ap.add_argument("--check", action="store_true", help="compare the file's cell keys and counts with the matrices")
+    ap.add_argument("--rewrite", action="store_true",
+                    help="no measuring: write the file and the page again from the file's own entries")
+    ap.add_argument("--commit", help="the commit the measured code is at, where the vramwise imported is not this "
+                                     "checkout (an export of a commit, measured beside uncommitted work)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     if args.check:
@@ -220,9 +280,12 @@ def main() -> int:
         for p in problems:
             print(p, file=sys.stderr)
         return 1 if problems else 0
+    if args.rewrite:
+        path = write({}, args.out)
+        print(f"wrote {path}", file=sys.stderr)
+        return 0
     warnings.filterwarnings("ignore")
-    path = write(measure(args.matrix or list(MATRICES)), args.out)
-    print(f"wrote {path}", file=sys.stderr)
+    measure(args.matrix or list(matrices), args.out, args.commit)
     return 0
 
 

@@ -15,6 +15,7 @@ import math
 from dataclasses import FrozenInstanceError, dataclass
 from typing import Any, Mapping
 
+from vramwise.core.bands import ErrorBand, band_for
 from vramwise.core.errors import InternalError, SettingsError
 from vramwise.core.expr.language import LayerValues, render, round_bytes
 from vramwise.core.model import INVENTORY_DOCS, NO_ADAPTERS, LoraSums, ModelSpec
@@ -337,6 +338,15 @@ class Estimate:
         return None if prof.host is None else self._get(prof.host)
 
     @property
+    def error_band(self) -> ErrorBand:
+        """How far estimates of this profile x method x strategy were from measured peaks (:mod:`~vramwise.core.bands`)."""
+        got = self._memo.get("error_band")
+        if got is None:
+            s = self._stage.settings
+            got = self._memo["error_band"] = band_for(self._stage.profile, s["method"], self.strategy, s["load_in_4bit"])
+        return got
+
+    @property
     def further_gpu_share(self) -> float:
         """GPU selection: the share of each further GPU's free memory that counts (profile data)."""
         return self._stage.profile.further_gpu_share
@@ -419,6 +429,7 @@ class Estimate:
             "peak_phase": self.peak_phase,
             "lora_targets": list(self.lora_targets),
             "warnings": list(self.warnings),
+            "error_band": self.error_band.to_dict(),
             **({} if self.strategy is None else {
                 "strategy": self.strategy, "world_size": self.world_size, "host_bytes": self.host_bytes,
                 "per_rank": [r.to_dict() for r in self.per_rank]}),

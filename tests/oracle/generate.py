@@ -86,6 +86,7 @@ def config_paths() -> list[tuple[str, Path]]:
 def record(est, gpu_counts=GPU_COUNTS) -> dict:
     d = est.to_dict()
     d.pop("settings")
+    d.pop("error_band")  # accuracy/bands.yaml's data, not a figure: it changes when the matrices are measured again
     d["min_per_gpu"] = {str(n): est.min_per_gpu(n) for n in gpu_counts}
     return d
 

@@ -1,0 +1,161 @@
+"""The validated error of an estimate: how far the validation matrices' estimates were from the measured
+peaks, by profile x method x multi-GPU strategy.
+
+The figures live in ``accuracy/bands.yaml`` (installed as ``vramwise.accuracy``) under
+``schemas/accuracy-1.schema.json``, written by ``scripts/build_accuracy_bands.py`` from the cells of
+benchmarks/validation_matrices.py (measured on CPU, as docs/accuracy.md lists them); nothing in them is
+typed in. :meth:`Estimate.error_band <vramwise.Estimate.error_band>` looks its cell up here:
+
+* a measured (profile, method, strategy) gives the number of cells, the median and the largest
+  |estimate / measured - 1|, the world sizes and the matrices they come from;
+* anything else is an unmeasured band saying why: a profile or method the file lists as not measured
+  (unsloth reproduces the reference estimator; size_only; inference), a strategy measured on another
+  profile only, or a combination no matrix has. LoRA on a 4-bit base counts as qlora.
+
+The bands describe the bundled profiles: a profile read from another formulas folder is not measured.
+The bundled file is read once, when an estimate first asks (``bundled_bands.cache_clear()`` forgets it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from vramwise.core.datafiles import DataFile, load_data_file, read_data_text
+from vramwise.core.errors import FileFormatError
+
+__all__ = ["ErrorBand", "BandTable", "read_bands", "bundled_bands", "band_for", "BANDS_PATH"]
+
+#: Display path of the bundled bands in error messages.
+BANDS_PATH = "accuracy/bands.yaml"
+_SCHEMA = "accuracy-1.schema.json"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.2f} %"
+
+
+def _sizes(sizes: tuple) -> str:
+    words = [str(n) for n in sizes]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+@dataclass(frozen=True)
+class ErrorBand:
+    """The validated error of one (profile, method, strategy): measured, or why it is not.
+
+    Errors are fractions of the measured peak (0.01 is 1 %), of the estimate's tensor peak against the
+    peak of live tensors in CPU training steps. ``strategy`` is ``"none"`` for one GPU.
+    """
+
+    profile: str
+    method: str
+    strategy: str
+    measured: bool
+    cells: int = 0  # measured cells pooled (0: not measured)
+    median_abs_error: float | None = None
+    max_abs_error: float | None = None
+    world_sizes: tuple = ()  # the GPU counts the cells ran on
+    matrices: tuple = ()  # the validation matrices of the cells
+    generated: str | None = None  # the day they were measured
+    commit: str | None = None  # the commit they were measured at
+    reason: str | None = None  # why it is not measured
+
+    def where(self) -> str:
+        if self.strategy == "none":
+            return "one GPU"
+        return f"{self.strategy} on {_sizes(self.world_sizes)} GPUs" if self.world_sizes else self.strategy
+
+    def line(self) -> str:
+        """One line for a person: ``validated: median |error| 0.02 %, largest 0.63 % over 40 measured
+        cells (hf, lora, one GPU)``, or ``not measured (...): why; keep a margin``."""
+        cell = f"{self.profile}, {self.method}, {self.where()}"
+        if not self.measured:
+            return f"not measured ({cell}): {self.reason}; keep a margin"
+        return (f"validated: median |error| {_pct(self.median_abs_error)}, largest {_pct(self.max_abs_error)} "
+                f"over {self.cells} measured cell{'s' if self.cells != 1 else ''} ({cell})")
+
+    def to_dict(self) -> dict:
+        return {"measured": self.measured, "profile": self.profile, "method": self.method, "strategy": self.strategy,
+                "cells": self.cells, "median_abs_error": self.median_abs_error, "max_abs_error": self.max_abs_error,
+                "world_sizes": list(self.world_sizes), "matrices": list(self.matrices), "generated": self.generated,
+                "commit": self.commit, "reason": self.reason, "summary": self.line()}
+
+
+class BandTable:
+    """The bands of one file, checked: no (profile, method, strategy) twice, none for what the file calls
+    unmeasured, the largest error at least the median."""
+
+    def __init__(self, df: DataFile):
+        self.file = df
+        problems: list[str] = []
+        self._bands: dict[tuple, ErrorBand] = {}
+        self._unmeasured: dict[tuple, str] = {}  # ("profile" | "method", name) -> reason
+        for k, u in enumerate(df.data["unmeasured"]):
+            kind = "profile" if "profile" in u else "method"
+            if (kind, u[kind]) in self._unmeasured:
+                problems.append(df.problem(("unmeasured", k, kind), f"{kind} {u[kind]!r} is listed twice"))
+            self._unmeasured[(kind, u[kind])] = u["reason"]
+        for k, b in enumerate(df.data["bands"]):
+            key = (b["profile"], b["method"], b["strategy"])
+            if key in self._bands:
+                problems.append(df.problem(("bands", k), f"{'/'.join(key)} is given twice"))
+            for kind in ("profile", "method"):
+                if (kind, b[kind]) in self._unmeasured:
+                    problems.append(df.problem(("bands", k, kind), f"{kind} {b[kind]!r} is listed as unmeasured"))
+            if b["max_abs_error"] < b["median_abs_error"]:
+                problems.append(df.problem(("bands", k, "max_abs_error"), "below the median"))
+            self._bands[key] = ErrorBand(
+                *key, measured=True, cells=b["cells"], median_abs_error=b["median_abs_error"],
+                max_abs_error=b["max_abs_error"], world_sizes=tuple(b["world_sizes"]), matrices=tuple(b["matrices"]),
+                generated=b["generated"], commit=b["commit"])
+        if problems:
+            raise FileFormatError(problems)
+
+    def bands(self) -> tuple:
+        """Every measured band, in file order."""
+        return tuple(self._bands.values())
+
+    def band(self, profile: str, method: str, strategy: str | None = "none", *, load_in_4bit: bool = False) -> ErrorBand:
+        """The band of ``profile`` x ``method`` x ``strategy`` (None or "none": one GPU)."""
+        strategy = strategy or "none"
+        if method == "lora" and load_in_4bit:
+            method = "qlora"
+        got = self._bands.get((profile, method, strategy))
+        if got is not None:
+            return got
+        return ErrorBand(profile, method, strategy, measured=False, reason=self._why(profile, method, strategy))
+
+    def _why(self, profile: str, method: str, strategy: str) -> str:
+        for kind, name in (("method", method), ("profile", profile)):
+            if (kind, name) in self._unmeasured:
+                return self._unmeasured[(kind, name)]
+        if strategy != "none":
+            elsewhere = sorted({p for p, _, s in self._bands if s == strategy and p != profile})
+            if elsewhere and not any(p == profile and s == strategy for p, _, s in self._bands):
+                return f"{strategy} is measured on {', '.join(elsewhere)} only"
+            if not elsewhere and not any(s == strategy for _, _, s in self._bands):
+                return f"no validation matrix runs {strategy}"
+        return "no validation matrix has this cell"
+
+
+def read_bands(text: str, path: str, *, validate: bool = True) -> BandTable:
+    """The bands of a file's ``text`` (shown as ``path`` in errors, with line and column)."""
+    return BandTable(load_data_file(text, path, _SCHEMA, validate=validate))
+
+
+@lru_cache(maxsize=1)
+def bundled_bands() -> BandTable:
+    """The bundled ``accuracy/bands.yaml``, read once (validated against its schema by the test suite)."""
+    item = resources.files("vramwise.accuracy").joinpath("bands.yaml")
+    return read_bands(read_data_text(item, BANDS_PATH), BANDS_PATH, validate=False)
+
+
+def band_for(profile: Any, method: str, strategy: str | None, load_in_4bit: bool = False) -> ErrorBand:
+    """The band of an estimate made with the compiled ``profile`` (a :class:`~vramwise.core.profile.Profile`)."""
+    if profile.file != f"formulas/{profile.name}/profile.yaml":
+        return ErrorBand(profile.name, "qlora" if method == "lora" and load_in_4bit else method, strategy or "none",
+                         measured=False, reason=f"the profile is read from {profile.file}, not the bundled formulas")
+    return bundled_bands().band(profile.name, method, strategy, load_in_4bit=load_in_4bit)
