@@ -84,6 +84,7 @@ def test_page_in_headless_chromium(monkeypatch, tmp_path):
                                    timeout=15_000)
             assert page.text_content("#total").strip() == _gib(api["total"])
             assert "fits" in page.text_content("#verdict")
+            assert page.text_content("#error-band").strip() == api["error_band"]["summary"]  # accuracy/bands.yaml
 
             # the charts exist and have bars; the frontier has points
             bars = page.eval_on_selector_all("#chart rect.bar", "rs => rs.map(r => [r.dataset.component, +r.dataset.bytes])")

@@ -97,6 +97,7 @@ def print_table(est: Estimate, model: str, gpus: Sequence[int], out, note: str |
             _strategy_lines(est, out)
         else:
             out.write("minimum per GPU: " + ", ".join(f"{n} x {gib(est.min_per_gpu(n))} GiB" for n in gpus) + "\n")
+    write_wrapped(out, est.error_band.line())
     if note:
         write_wrapped(out, note)
     for w in est.warnings:

@@ -90,9 +90,11 @@ def print_fit(f, label: str, out, query: str | None = None) -> None:
         spare = (f", {gib(left)} GiB to spare per GPU" if f.fits
                  else f", {gib(-left)} GiB short per GPU" if left < 0 else ", the total is not covered")
         if est.strategy is not None:
-            out.write(f"at these settings: strategy {est.strategy} on {on}, {gib(need)} GiB on each: {verdict}{spare}\n\n")
+            out.write(f"at these settings: strategy {est.strategy} on {on}, {gib(need)} GiB on each: {verdict}{spare}\n")
         else:
-            out.write(f"at these settings: {gib(est.total)} GiB in all, {gib(need)} GiB per GPU on {on}: {verdict}{spare}\n\n")
+            out.write(f"at these settings: {gib(est.total)} GiB in all, {gib(need)} GiB per GPU on {on}: {verdict}{spare}\n")
+        write_wrapped(out, est.error_band.line())
+        out.write("\n")
     width = max(len(m.method) for m in f.methods) if f.methods else 6
     out.write(f"{'method':<{width}}  {'total GiB':>9}  {'per GPU':>9}  fits  of usable\n")
     no = dash(out)

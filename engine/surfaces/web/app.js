@@ -281,6 +281,10 @@
         est.per_rank.map((r) => r.count + " x " + gib(r.total) + " GiB (" + r.role + ")").join(", ") +
         "; host memory per machine " + gib(est.host_bytes) + " GiB"
       : "minimum per GPU: " + Object.entries(est.min_per_gpu).map(([n, b]) => n + " x " + gib(b) + " GiB").join(", ");
+    // how far this profile x method x strategy was from measured peaks (accuracy/bands.yaml)
+    const band = $("error-band");
+    band.textContent = est.error_band.summary;
+    band.dataset.measured = String(est.error_band.measured);
     const warn = $("warnings");
     clear(warn);
     for (const w of est.warnings) warn.appendChild(h("li", w));
