@@ -43,6 +43,7 @@ from vramwise.measuring.runner import track_cpu
 from vramwise.measuring.stacks.hf import apply_checkpointing, apply_lora, quantized, random_model
 from vramwise.measuring.strategies import STRATEGIES, WORLD_SIZES
 from vramwise.measuring.tracker import ResizeAwareTracker, rounded
+from vramwise.measuring.zero import ZERO_STAGES
 
 __all__ = ["STRATEGIES", "WORLD_SIZES", "check_distributed", "measure_distributed"]
 
@@ -65,7 +66,8 @@ def _fsdp_shard_grad_op(net):  # SHARD_GRAD_OP: the layers stay gathered from th
 _WRAPPINGS = {"ddp": _ddp, "fsdp": _fsdp_full_shard, "fsdp_shard_grad_op": _fsdp_shard_grad_op}
 #: The strategies each stack trains with on several GPUs: torchtune 0.6.1's distributed recipes shard
 #: with FSDP2 only (training.shard_model; fsdp_reshard_after_forward False is SHARD_GRAD_OP).
-_STACK_STRATEGIES = {"hf": ("ddp", "fsdp", "fsdp_shard_grad_op"), "torchtune": ("fsdp", "fsdp_shard_grad_op")}
+_STACK_STRATEGIES = {"hf": ("ddp", "fsdp", "fsdp_shard_grad_op", *ZERO_STAGES),
+                     "torchtune": ("fsdp", "fsdp_shard_grad_op")}
 #: Seconds the whole distributed run may take before its processes are stopped.
 DEFAULT_TIMEOUT = 900.0
 
@@ -98,6 +100,9 @@ def check_distributed(strategy: Any, world_size: Any, *, device: str, fake: bool
                             "ddp there (bitsandbytes' 4-bit weights are not sharded here)")
     if method not in ("full", "lora", "qlora"):
         raise SettingsError("measure runs training steps: choose qlora, lora or full")
+    if strategy in ZERO_STAGES and optimizer not in ("adamw_torch", "adamw_torch_fused"):
+        raise SettingsError(f"strategy {strategy} steps DeepSpeed's own AdamW over its float32 partition: "
+                            "choose adamw_torch or adamw_torch_fused")
     if strategy.startswith("fsdp") and optimizer == "adamw_8bit":
         raise SettingsError("bitsandbytes' 8-bit AdamW cannot step FSDP's sharded parameters (its kernel has no "
                             "sharding rule): choose adamw_torch, adamw_torch_fused or sgd")
@@ -107,6 +112,19 @@ def check_distributed(strategy: Any, world_size: Any, *, device: str, fake: bool
         raise MeasurementError(f"strategy {strategy} needs torch.distributed with the gloo backend, "
                                "which this torch lacks")
     return world_size
+
+
+def check_offload(offload: Any, strategy: str) -> str:
+    """The offload a distributed request measures: DeepSpeed's (zero1/2/3; parameters under zero3 only)."""
+    if offload == "none":
+        return offload
+    if strategy not in ZERO_STAGES or offload not in ("optimizer", "parameters"):
+        raise SettingsError(f"offload {offload!r} is measured under zero1, zero2 and zero3 (optimizer) and zero3 "
+                            f"(parameters), not under strategy {strategy}")
+    if offload == "parameters" and strategy != "zero3":
+        raise SettingsError("offload parameters is DeepSpeed's offload_param, which ZeRO-3 alone has: "
+                            "use --strategy zero3 or --offload optimizer")
+    return offload
 
 
 # --------------------------------------------------------------------------- parent side
@@ -227,7 +245,9 @@ def _combine(results: list[dict], settings, strategy: str, world_size: int) -> M
     notes = list(first["notes"]) + [
         f"{strategy} on {world_size} CPU processes (gloo): peak and phases are the highest rank's; "
         "per_rank has each rank's"]
-    if strategy == "ddp":
+    if strategy in ZERO_STAGES:
+        pass  # the rank's own note says what DeepSpeed ran
+    elif strategy == "ddp":
         notes.append(f"DDP keeps gradient buckets beside .grad ({first['buckets']:,} bytes per rank), "
                      "counted from the load phase on")
     else:
@@ -292,6 +312,15 @@ def _run_rank(job: dict, rank: int) -> dict:
     params_total = sum(p.numel() for p in net.parameters())
     params_trainable = sum(p.numel() for p in net.parameters() if p.requires_grad)
     vocab = int(net.get_output_embeddings().weight.shape[0])
+    if strategy in ZERO_STAGES:  # DeepSpeed's engine wraps the model and owns the backward pass and the step
+        from vramwise.measuring.zero import track_rank
+
+        ids = torch.randint(0, vocab, (settings.batch_size, settings.seq_len),
+                            generator=torch.Generator().manual_seed(1 + rank))
+        data = track_rank(net, settings, strategy, ids, job["steps"], params_total, params_trainable).to_dict()
+        dist.barrier()
+        dist.destroy_process_group()
+        return {**data, "buckets": 0}
     tracker = ResizeAwareTracker()
     for t in list(net.parameters()) + list(net.buffers()):
         tracker.add(t)

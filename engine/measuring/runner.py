@@ -66,42 +66,51 @@ def _with_rest(cats: dict, end: int) -> dict:
 
 
 def track_cpu(net, opt, ids, steps, settings, params_total, params_trainable, notes, loss_fn=None,
-              tracker=None) -> Measurement:
-    """``tracker``: one already counting (what was allocated while the model was wrapped), else a new one."""
+              tracker=None, engine=None, count=None) -> Measurement:
+    """``tracker``: one already counting (what was allocated while the model was wrapped), else a new one;
+    ``engine``: one that owns the backward pass and the step (DeepSpeed's); ``count()``: the categories of
+    the bytes alive, when :func:`categories` of ``net`` and ``opt`` is not what the tracker counts."""
     tracker = tracker if tracker is not None else StorageTracker()
     for t in list(net.parameters()) + list(net.buffers()) + [ids]:
         tracker.add(t)
     tracker.reset_peak()
-    phases = {"load": PhaseFigures(tracker.current, tracker.current, None,
-                                   _with_rest(categories(net, opt), tracker.current))}
+    count = count if count is not None else (lambda: categories(net, opt))
+    phases = {"load": PhaseFigures(tracker.current, tracker.current, None, _with_rest(count(), tracker.current))}
     overall, overall_phase = tracker.current, "load"
     with tracker.mode():
-        for last, name in _run_phases(net, opt, ids, steps, before=tracker.reset_peak, loss_fn=loss_fn):
+        for last, name in _run_phases(net, opt, ids, steps, before=tracker.reset_peak, loss_fn=loss_fn,
+                                      engine=engine):
             tracker.sweep()
             if tracker.peak > overall:
                 overall, overall_phase = tracker.peak, name
             if last:
-                phases[name] = PhaseFigures(tracker.peak, tracker.current, None,
-                                            _with_rest(categories(net, opt), tracker.current))
+                phases[name] = PhaseFigures(tracker.peak, tracker.current, None, _with_rest(count(), tracker.current))
     return Measurement("cpu", settings.method, settings.to_dict(), params_total, params_trainable,
                        overall, overall_phase, phases, None, None, tuple(notes))
 
 
-def _run_phases(net, opt, ids, steps: int, before, loss_fn=None):
+def _run_phases(net, opt, ids, steps: int, before, loss_fn=None, engine=None):
     """Run ``steps`` training steps; call ``before()`` ahead of each phase and yield
     (whether this is the last step, phase name) after it. ``loss_fn()`` computes the loss
-    (default: the transformers model's own, from labels)."""
+    (default: the transformers model's own, from labels). ``engine``: one whose ``backward(loss)``
+    and ``step()`` replace ``loss.backward()`` and the optimizer's step and ``zero_grad`` (DeepSpeed's)."""
     for step in range(steps):
         before()
         loss = loss_fn() if loss_fn is not None else net(input_ids=ids, labels=ids).loss
         yield step == steps - 1, "forward"
         before()
-        loss.backward()
+        if engine is not None:
+            engine.backward(loss)
+        else:
+            loss.backward()
         del loss
         yield step == steps - 1, "backward"
         before()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        if engine is not None:
+            engine.step()
+        else:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
         yield step == steps - 1, "optimizer"
 
 

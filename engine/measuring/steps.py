@@ -59,6 +59,7 @@ def measure(
     kbit_prepare: bool | None = None,
     strategy: str | None = None,
     world_size: int | None = None,
+    offload: str = "none",
 ) -> Measurement:
     """Run ``steps`` optimizer steps of ``model`` (a config source) and report the memory they used.
 
@@ -75,7 +76,10 @@ def measure(
 
     ``strategy`` (``ddp``, ``fsdp`` or ``fsdp_shard_grad_op``, on the CPU) runs the step in ``world_size`` processes (2 to 8,
     default 2) joined by torch.distributed's gloo backend, each on its own batch; ``per_rank`` of the
-    result holds each process's figures (see :mod:`vramwise.measuring.distributed`).
+    result holds each process's figures (see :mod:`vramwise.measuring.distributed`). ``zero1``, ``zero2`` and
+    ``zero3`` run DeepSpeed's ZeRO engine there (:mod:`vramwise.measuring.zero`), with ``offload``
+    (``optimizer``, or ``parameters`` under zero3) as estimate's setting of that name: what DeepSpeed keeps
+    in host memory is not counted.
     """
     require("torch")
     import torch
@@ -88,11 +92,14 @@ def measure(
     )
     runs = stack_module(stack)
     if strategy is not None or world_size is not None:
-        from vramwise.measuring.distributed import check_distributed
+        from vramwise.measuring.distributed import check_distributed, check_offload
 
         world_size = check_distributed(strategy, world_size, device=device, fake=fake, stack=stack,
                                        method=settings.method, optimizer=settings.optimizer)
-        settings = dataclasses.replace(settings, strategy=strategy, world_size=world_size)  # what ran, as estimate's settings
+        settings = dataclasses.replace(settings, strategy=strategy, world_size=world_size,  # what ran, as estimate's
+                                       offload=check_offload(offload, strategy))  # settings
+    elif offload != "none":
+        raise SettingsError(f"offload {offload} needs a strategy that offloads (--strategy zero1, zero2 or zero3)")
     if settings.method == "inference":
         raise SettingsError("measure runs training steps: choose qlora, lora or full")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:

@@ -40,7 +40,7 @@ def _measure_settings(args) -> tuple[dict, list[str]]:
 
 #: The settings a recipe gives measure, beside _MEASURE_DEFAULTS' (the flags of the same names win).
 _RECIPE_FLAGS = ("target_modules", "lora_dropout", "loss", "loss_chunks", "activation_offloading", "optimizer_in_bwd",
-                 "kbit_prepare", "strategy", "world_size")
+                 "kbit_prepare", "strategy", "world_size", "offload")
 #: A recipe's setting that measure cannot run, and what it runs instead.
 _RUNNABLE = {"gradient_checkpointing": {"unsloth": "true"}, "loss": {"fused": "standard"},
              "attention": {"flash_attention_2": "sdpa", "flash_attention_3": "sdpa", "flex_attention": "sdpa"}}
@@ -101,7 +101,8 @@ def run(args, out) -> int:
             args.model, target_modules=args.target_modules, steps=args.steps, device=args.device, fake=args.fake,
             lora_dropout=args.lora_dropout, stack=args.stack, loss=args.loss, loss_chunks=args.loss_chunks,
             activation_offloading=args.activation_offloading, optimizer_in_bwd=args.optimizer_in_bwd,
-            kbit_prepare=args.kbit_prepare, strategy=args.strategy, world_size=args.world_size, **chosen,
+            kbit_prepare=args.kbit_prepare, strategy=args.strategy, world_size=args.world_size, offload=args.offload,
+            **chosen,
         )
     if args.json:
         print_json(with_recipe(args, m.to_dict()), out)
@@ -123,7 +124,8 @@ def run(args, out) -> int:
         ran += [f"loss {s['loss']}" + (f" in {s['loss_chunks']} chunks" if s["loss"] == "chunked" else "")]
         ran += [n.replace("_", " ") for n in ("activation_offloading", "optimizer_in_bwd") if s[n]]
     if m.strategy is not None:
-        ran.insert(0, f"{m.strategy} on {m.world_size} processes")
+        ran.insert(0, f"{m.strategy} on {m.world_size} processes"
+                   + (f", offload {s['offload']}" if s.get("offload", "none") != "none" else ""))
     out.write(f"ran: {', '.join(ran)}, {args.steps} step(s)" + (" (fake tensors)" if args.fake else "") + "\n")
     if changed:
         write_wrapped(out, "estimate's defaults where runnable; changed: " + "; ".join(changed))

@@ -324,10 +324,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", default=None, choices=MEASURED_STRATEGIES,
                    help="run the step in --world-size CPU processes (gloo): DistributedDataParallel, or FSDP2 "
                         "fully_shard on each decoder layer and the root (fsdp_shard_grad_op: without resharding "
-                        "after the forward; stack torchtune: its shard_model); adamw_torch by default, and "
+                        "after the forward; stack torchtune: its shard_model), or DeepSpeed ZeRO-1/2/3 on its CPU "
+                        "accelerator (zero1, zero2, zero3); adamw_torch by default, and "
                         "lora where qlora is not measured (stack hf beyond ddp)")
     p.add_argument("--world-size", type=int, default=None,
                    help="processes of --strategy, 2 to 8 (default: 2); one line per rank is printed")
+    p.add_argument("--offload", action=_Given, default="none", choices=("none", "optimizer", "parameters"),
+                   help="--strategy zero1/zero2/zero3: DeepSpeed's offload_optimizer (optimizer), and offload_param "
+                        "with it (parameters, zero3 only); what it keeps in host memory is not counted (default: none)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p = sub.add_parser("gpus", help="list the NVIDIA GPUs and their memory (or why none is visible)")
     p.add_argument("--json", action="store_true", help="print JSON")
