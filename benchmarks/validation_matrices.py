@@ -6,7 +6,7 @@ They are the ground truth of the accuracy claims: tests/measured asserts them (e
 docs/accuracy.md from the same cells. Four matrices, each a :class:`Matrix`:
 
 - ``HF``: transformers + PEFT + bitsandbytes against the hf profile (136 cells);
-- ``TORCHTUNE``: torchtune's own model builders, loss and step against the torchtune profile (64 cells);
+- ``TORCHTUNE``: torchtune's own model builders, loss and step against the torchtune profile (94 cells);
 - ``LITGPT``: LitGPT's own model, LoRA and chunked loss against the litgpt profile (36 cells);
 - ``STRATEGIES``: DDP and FSDP2 in gloo processes against the hf profile's per-rank strategies (30 cells).
 
@@ -173,13 +173,14 @@ class HfMatrix(Matrix):
 class TorchtuneMatrix(Matrix):
     """torchtune's own model builders, LoRA / QLoRA (torchao NF4) modules, chunked loss, activation
     offloading and optimizer_in_bwd against the torchtune profile, all under fake tensors (torchao's NF4
-    runs under FakeTensorMode). max_position_embeddings is given, so the rotary cache the builders make
-    has a known size."""
+    runs under FakeTensorMode). max_position_embeddings is given, so the rotary caches the builders make
+    have a known size; the *_long configs give the builders' production max_seq_len (131,072, as
+    torchtune's qwen2_5 and llama3_1 model builders), where the rotary caches outweigh a small layer."""
 
     name = "torchtune"
     profile = stack = "torchtune"
     configs = {
-        "llama": {  # Llama-3 vocabulary, untied head, grouped-query attention (torchtune's llama3_2 builders)
+        "llama": {  # Llama-3 vocabulary, untied head, grouped-query attention, no RoPE scaling (llama3's builders)
             "model_type": "llama", "vocab_size": 128256, "hidden_size": 256, "intermediate_size": 768,
             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": False,
             "max_position_embeddings": 2048,
@@ -194,9 +195,45 @@ class TorchtuneMatrix(Matrix):
             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": False,
             "max_position_embeddings": 2048,
         },
+        "gemma": {  # Gemma vocabulary, tied, multi-query attention, head_dim 256 above hidden / heads (gemma's builders)
+            "model_type": "gemma", "vocab_size": 256000, "hidden_size": 256, "intermediate_size": 768,
+            "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 256,
+            "max_position_embeddings": 8192,
+        },
+        "gemma2": {  # Gemma 2 vocabulary, tied, eager soft-capped attention, a window on the even layers, four norms
+            "model_type": "gemma2", "vocab_size": 256000, "hidden_size": 256, "intermediate_size": 512,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+            "sliding_window": 64, "query_pre_attn_scalar": 64, "attn_logit_softcapping": 50.0,
+            "final_logit_softcapping": 30.0, "max_position_embeddings": 8192,
+        },
+        "phi3": {  # Phi-3-mini's vocabulary and layout (multi-head, fused qkv / gate_up split by torchtune's phi3 builders)
+            "model_type": "phi3", "vocab_size": 32064, "hidden_size": 256, "intermediate_size": 768,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "tie_word_embeddings": False,
+            "max_position_embeddings": 4096, "sliding_window": 2047,
+        },
+        "phi4": {  # Phi-4's vocabulary, grouped-query attention, 16,384 positions (phi3's builders)
+            "model_type": "phi3", "vocab_size": 100352, "hidden_size": 256, "intermediate_size": 768,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1, "tie_word_embeddings": False,
+            "max_position_embeddings": 16384,
+        },
+        "qwen2_long": {  # Qwen2.5-7B's 131,072 positions, head_dim 128: the LoRA builder's per-layer caches dominate
+            "model_type": "qwen2", "vocab_size": 152064, "hidden_size": 512, "intermediate_size": 1024,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": False,
+            "max_position_embeddings": 131072,
+        },
+        "llama_long": {  # Llama 3.1's RoPE scaling and 131,072 positions (llama3_1's builders: one shared cache)
+            "model_type": "llama", "vocab_size": 128256, "hidden_size": 512, "intermediate_size": 1024,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": False,
+            "max_position_embeddings": 131072,
+            "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                             "original_max_position_embeddings": 8192},
+        },
     }
     checkpointing = ("none", "true")
     losses = ("standard", "chunked")
+    #: the configs added for the families beyond llama, qwen2 and mistral, and for the builders' real max_seq_len
+    families = ("gemma", "gemma2", "phi3", "phi4")
+    long = ("qwen2_long", "llama_long")
 
     def cells(self):
         """(config, method, checkpointing, loss, extra, batch, sequence); extra is "" or "in_bwd"
@@ -205,7 +242,9 @@ class TorchtuneMatrix(Matrix):
         llama and qwen2: every method x checkpointing x loss x shape (48 cells); mistral (a smaller
         vocabulary, where the layers weigh more): every method and shape, chunked loss (6); optimizer_in_bwd
         (full, chunked loss as torchtune's full recipes default) with checkpointing off and on at the shape
-        where the backward is the peak (4); activation offloading for every method at the larger shape (6).
+        where the backward is the peak (4); activation offloading for every method at the larger shape (6);
+        gemma, gemma2, phi3 and phi4: every method x checkpointing at the larger shape, chunked loss (24);
+        qwen2_long and llama_long: every method, checkpointing, the larger shape, chunked loss (6).
         """
         for name, method, gc, loss, (b, s) in itertools.product(("llama", "qwen2"), METHODS, self.checkpointing,
                                                                 self.losses, SHAPES):
@@ -216,6 +255,10 @@ class TorchtuneMatrix(Matrix):
             yield name, "full", gc, "chunked", "in_bwd", *SHAPES[0]
         for name, method in itertools.product(("llama", "qwen2"), METHODS):
             yield name, method, "true", "chunked", "offload", *SHAPES[1]
+        for name, method, gc in itertools.product(self.families, METHODS, self.checkpointing):
+            yield name, method, gc, "chunked", "", *SHAPES[1]
+        for name, method in itertools.product(self.long, METHODS):
+            yield name, method, "true", "chunked", "", *SHAPES[1]
 
     def cell_id(self, cell):
         name, method, gc, loss, extra, b, s = cell

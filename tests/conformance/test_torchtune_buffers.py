@@ -44,7 +44,16 @@ CONFIGS = {
                      "tie_word_embeddings": False, "max_position_embeddings": 1024},
     "mistral": {"model_type": "mistral", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 768,
                 "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
-                "max_position_embeddings": 4096},
+                "tie_word_embeddings": False, "max_position_embeddings": 4096},
+    "gemma": {"model_type": "gemma", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 768,
+              "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 128,
+              "max_position_embeddings": 4096},  # tied by GemmaConfig's default; head_dim above hidden / heads
+    "gemma2": {"model_type": "gemma2", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 768,
+               "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 128,
+               "max_position_embeddings": 4096, "sliding_window": 128, "query_pre_attn_scalar": 128},
+    "phi3": {"model_type": "phi3", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 768,
+             "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "tie_word_embeddings": False, "max_position_embeddings": 4096, "sliding_window": 2047},
 }
 #: (method, LoRA targets): the recipes' default adapters, adapters on q and v alone (the MLP and k/o
 #: without: what qwen2's QLoRA builder then quantizes differs), every projection and the output head.
@@ -55,7 +64,7 @@ UNTIED_HEAD = [("lora", "q_proj,v_proj,lm_head"), ("qlora", "all-linear,lm_head"
 
 def _cases():
     for name in CONFIGS:
-        for method, targets in RUNS + (UNTIED_HEAD if not CONFIGS[name].get("tie_word_embeddings") else []):
+        for method, targets in RUNS + (UNTIED_HEAD if CONFIGS[name].get("tie_word_embeddings") is False else []):
             yield pytest.param(name, method, targets, id=f"{name}-{method}-{targets or 'default'}")
 
 

@@ -2,7 +2,9 @@
 optimizer step, as its single-device recipes (recipes/full_finetune_single_device.py,
 recipes/lora_finetune_single_device.py, torchtune 0.6) set them up.
 
-The model is built by torchtune's component builders from the Hugging Face config's dimensions,
+The model is built by torchtune's component builders (llama3 / llama3_1 / llama3_2, mistral, qwen2,
+gemma, gemma2, phi3: the families of the torchtune profile, see ``_BUILDERS``) from the Hugging Face
+config's dimensions,
 randomly initialised under ``training.set_default_dtype(bfloat16)`` (the recipes' ``dtype: bf16``):
 parameters and LoRA adapters in bf16, the LoRA base weights of QLoRA as torchao NF4 tensors
 (``quantize_base=True``). The loss is ``CEWithChunkedOutputLoss`` (``loss="chunked"``, with
@@ -68,6 +70,24 @@ def _qwen2():
     return _component_builders
 
 
+def _gemma():
+    from torchtune.models.gemma import _component_builders
+
+    return _component_builders
+
+
+def _gemma2():
+    from torchtune.models.gemma2 import _component_builders
+
+    return _component_builders
+
+
+def _phi3():
+    from torchtune.models.phi3 import _component_builders
+
+    return _component_builders
+
+
 @dataclass(frozen=True)
 class _Builders:
     """One torchtune model's component builders: the module holding them, the full and LoRA builder,
@@ -78,6 +98,7 @@ class _Builders:
     lora: str
     extra: dict = field(default_factory=dict)
     head_adapter: bool = True  # the LoRA builder has apply_lora_to_output
+    head_dim: bool = False  # the builders take head_dim (otherwise they derive hidden_size // num_attention_heads)
 
 
 def _rope_scaling(cfg: dict) -> dict:
@@ -92,7 +113,7 @@ def _llama(cfg: dict, tied: bool) -> _Builders:
     gives each layer its own, as llama2's does). The family fact torchtune_lora_rope_per_layer
     (families/llama.yaml) follows this choice."""
     scaling = _rope_scaling(cfg)
-    llama3_scaled = (scaling.get("rope_type") or scaling.get("type")) == "llama3"
+    llama3_scaled = scaling.get("rope_type") == "llama3"  # as families/llama.yaml rope_scaling_type reads it
     if tied:
         # scale factor 1 leaves every frequency as it is (Llama3ScaledRoPE.apply_scaling): plain RoPE
         return _Builders(_llama3_2, "llama3_2", "lora_llama3_2", {"tie_word_embeddings": True,
@@ -112,12 +133,52 @@ def _mistral_builders(cfg: dict, tied: bool) -> _Builders:
     return _Builders(_mistral, "mistral", "lora_mistral")
 
 
+def _gemma_builders(cfg: dict, tied: bool) -> _Builders:
+    if not tied:
+        raise SettingsError("torchtune's gemma builders tie the output head to the embedding; the config unties it")
+    return _Builders(_gemma, "gemma", "lora_gemma", {"norm_eps": float(cfg.get("rms_norm_eps", 1e-6))},
+                     head_adapter=False, head_dim=True)
+
+
+def _gemma2_builders(cfg: dict, tied: bool) -> _Builders:
+    """Gemma 2's builders: attention soft-capped at attn_logit_softcapping, the final norm's output at
+    final_logit_softcapping (Gemma2FinalNorm), a sliding window on the even layers; the defaults are
+    Gemma2Config's."""
+    if not tied:
+        raise SettingsError("torchtune's gemma2 builders tie the output head to the embedding; the config unties it")
+    final_cap = cfg.get("final_logit_softcapping", 30.0)
+    if final_cap is None:
+        raise SettingsError("torchtune's gemma2 builders always soft-cap the final norm (Gemma2FinalNorm); "
+                            "the config's final_logit_softcapping is null")
+    attn_cap = cfg.get("attn_logit_softcapping", 50.0)
+    return _Builders(_gemma2, "gemma2", "lora_gemma2", {
+        "norm_eps": float(cfg.get("rms_norm_eps", 1e-6)), "hidden_capping_value": None if attn_cap is None else float(attn_cap),
+        "final_capping_value": float(final_cap), "sliding_window_size": _int(cfg, "sliding_window", 4096),
+        "query_pre_attn_scalar": _int(cfg, "query_pre_attn_scalar", 256)}, head_adapter=False, head_dim=True)
+
+
+def _phi3_builders(cfg: dict, tied: bool) -> _Builders:
+    """Phi-3 / Phi-4: torchtune's phi3 builders split the checkpoint's fused qkv_proj and gate_up_proj into
+    q/k/v and w1/w3 (models/phi3/_convert_weights.py), each its own linear (and LoRA adapter)."""
+    if tied:
+        raise SettingsError("torchtune's phi3 builder has no tied output head; the config ties it")
+    if cfg.get("partial_rotary_factor", 1.0) != 1.0:
+        raise SettingsError("torchtune's phi3 builder rotates every head dimension; the config's "
+                            f"partial_rotary_factor {cfg.get('partial_rotary_factor')!r} cannot be built")
+    return _Builders(_phi3, "phi3", "lora_phi3")
+
+
 #: family -> the function choosing its torchtune builders from the config (and whether it ties the head)
 _BUILDERS = {
     "llama": _llama,
     "mistral": _mistral_builders,
     "qwen2": _qwen2_builders,
+    "gemma": _gemma_builders,
+    "gemma2": _gemma2_builders,
+    "phi3": _phi3_builders,
 }
+#: Families whose config class ties the head when the config omits tie_word_embeddings (GemmaConfig, Gemma2Config).
+_TIED_BY_DEFAULT = ("gemma", "gemma2")
 #: The names vramwise (PEFT) gives the projections -> torchtune's names in its LoRA builders.
 _ATTN = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "o_proj": "output_proj", "output_proj": "output_proj"}
 _MLP = ("gate_proj", "up_proj", "down_proj")
@@ -144,13 +205,14 @@ def _family(cfg: dict) -> str:
     return family
 
 
-def _dims(cfg: dict) -> dict:
-    """The builder arguments the config's dimensions give (torchtune's names), every builder's."""
+def _dims(cfg: dict, takes_head_dim: bool) -> dict:
+    """The builder arguments the config's dimensions give (torchtune's names), every builder's, and
+    head_dim where the builders take it (Gemma's configs default it to 256)."""
     mt = cfg.get("model_type")
     heads = _int(cfg, "num_attention_heads")
     hidden = _int(cfg, "hidden_size")
     head_dim = cfg.get("head_dim")
-    if head_dim is not None and head_dim != hidden // heads:
+    if not takes_head_dim and head_dim is not None and head_dim != hidden // heads:
         raise SettingsError(
             f"torchtune's {mt} builder derives head_dim as hidden_size // num_attention_heads "
             f"({hidden // heads}); the config's head_dim {head_dim} cannot be built"
@@ -166,13 +228,15 @@ def _dims(cfg: dict) -> dict:
     )
     if "rope_theta" in cfg:
         d["rope_base"] = float(cfg["rope_theta"])
+    if takes_head_dim:
+        d["head_dim"] = _int(cfg, "head_dim", 256)
     return d
 
 
 def _builders(cfg: dict, family: str) -> tuple[_Builders, dict]:
     """The builders torchtune has for ``cfg`` and their arguments (the dimensions and the family's own)."""
-    builders = _BUILDERS[family](cfg, bool(cfg.get("tie_word_embeddings", False)))
-    return builders, dict(_dims(cfg), **builders.extra)
+    builders = _BUILDERS[family](cfg, bool(cfg.get("tie_word_embeddings", family in _TIED_BY_DEFAULT)))
+    return builders, dict(_dims(cfg, builders.head_dim), **builders.extra)
 
 
 def lora_arguments(targets) -> dict:
