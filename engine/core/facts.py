@@ -145,6 +145,8 @@ def resolve_facts(family: Family, root: Mapping, text: Mapping, warnings: list[s
         null_seen = None
         for alias in rule.aliases:
             v = _lookup(root if alias.from_root else text, alias.path)
+            if alias.zero_as_null and _is_number(v) and v == 0:
+                v = _NULL
             if v is _NULL:
                 null_seen = null_seen or alias.name
             elif v is not _MISSING:

@@ -40,6 +40,7 @@ class Alias:
     from_root: bool
     path: tuple
     reduce: str | None
+    zero_as_null: bool = False  # a 0 read here counts as null (the reference reads 0 as it reads a missing value)
 
     @property
     def name(self) -> str:
@@ -266,7 +267,8 @@ def _compile(name: str, raw: dict[str, DataFile]) -> Family:
         for a in (fields["aliases"].value if "aliases" in fields else []):
             spec = a if isinstance(a, dict) else {"path": a}
             p = spec["path"]
-            aliases.append(Alias(from_root=p.startswith("/"), path=tuple(p.lstrip("/").split(".")), reduce=spec.get("reduce")))
+            aliases.append(Alias(from_root=p.startswith("/"), path=tuple(p.lstrip("/").split(".")), reduce=spec.get("reduce"),
+                                 zero_as_null=bool(spec.get("zero_as_null", False))))
         dsrc = fields.get("derive")
         derive = _expr(dsrc, known - {fname}, "derive") if dsrc is not None and dsrc.value is not None else None
         ftype = fields["type"].value if "type" in fields else "any"
