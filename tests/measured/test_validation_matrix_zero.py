@@ -1,0 +1,22 @@
+"""DeepSpeed ZeRO stages 1-3 (and offload) against the hf profile's zero1/zero2/zero3 per-rank strategies, measured
+with `vramwise measure --strategy zeroN` (DeepSpeed on its CPU accelerator) in world_size CPU processes joined by
+gloo: every cell within the matrix's cell limit, the median within its median limit. Cells: ZERO of
+benchmarks/zero_matrix.py."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+pytest.importorskip("deepspeed")
+dist = pytest.importorskip("torch.distributed")
+if not (dist.is_available() and dist.is_gloo_available()):
+    pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
+
+from helpers import matrix_checks  # noqa: E402
+
+from zero_matrix import ZERO  # noqa: E402
+
+test_cell_within_limit, test_median_within_limit = matrix_checks(ZERO)
