@@ -67,6 +67,11 @@ class StrategyFolder:
                 raise FileFormatError(self.manifest().problem(
                     ("strategies", strategy, "profiles"),
                     f"profile(s) {', '.join(stray)} not among the manifest's profiles ({', '.join(man['profiles'])})"))
+            stray = [p for p in (entry.get("variants") or {}) if p not in served]
+            if stray:
+                raise FileFormatError(self.manifest().problem(
+                    ("strategies", strategy, "variants"),
+                    f"variant(s) for {', '.join(stray)}, which the strategy does not serve ({', '.join(served)})"))
             got = self._infos[strategy] = MappingProxyType(dict(entry, profiles=served))
         return got
 
@@ -80,9 +85,11 @@ class StrategyFolder:
         (each loaded once), its outputs, and the methods the profile's stack runs on several GPUs."""
         info = self.info(strategy)
         man = self.manifest()
-        step = {} if info.get("own_step") else self.step(profile)
+        variant = (info.get("variants") or {}).get(profile)
+        step = {} if info.get("own_step") or variant else self.step(profile)
+        files = tuple(variant["files"]) if variant else tuple(step.get("files", ())) + tuple(info["files"])
         problems, extra = [], []
-        for fname in tuple(step.get("files", ())) + tuple(info["files"]):
+        for fname in files:
             shown = self._shown(fname)
             if shown not in self._texts:
                 problems.append(man.problem(("strategies", strategy, "files"), f"listed file {fname!r} does not exist"))
@@ -98,7 +105,11 @@ class StrategyFolder:
         if problems:
             raise FileFormatError(problems)
         entry = man.data["strategies"][strategy]
-        outputs, parts = (entry["outputs"], ("strategies", strategy, "outputs")) if "outputs" in entry else (
-            man.data["outputs"], ("outputs",))
-        return Overlay(strategy, tuple(extra), man, parts, outputs, tuple(entry.get("ranks", ())),
+        if variant:
+            outputs, parts = variant["outputs"], ("strategies", strategy, "variants", profile, "outputs")
+        elif "outputs" in entry:
+            outputs, parts = entry["outputs"], ("strategies", strategy, "outputs")
+        else:
+            outputs, parts = man.data["outputs"], ("outputs",)
+        return Overlay(strategy, tuple(extra), man, parts, outputs, () if variant else tuple(entry.get("ranks", ())),
                        tuple(step["methods"]) if "methods" in step else None, step.get("methods_note", ""))

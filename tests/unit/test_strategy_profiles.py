@@ -38,14 +38,16 @@ def test_strategies_name_the_profiles_they_serve():
     reg = vramwise.Registry.default()
     assert reg.strategy_info("fsdp")["profiles"] == ("hf", "torchtune", "litgpt")
     assert reg.strategy_info("fsdp_shard_grad_op")["profiles"] == ("hf", "torchtune")
-    assert reg.strategy_info("ddp")["profiles"] == ("hf",)
+    assert reg.strategy_info("ddp")["profiles"] == ("hf", "unsloth")
+    assert reg.strategy_info("zero3")["profiles"] == ("hf",)
     assert reg.strategies_of("litgpt") == ["fsdp"]
 
 
 def test_a_strategy_a_stack_does_not_train_with_is_refused_naming_what_it_does():
     with pytest.raises(SettingsError) as e:
         vramwise.estimate(TINY, profile="torchtune", strategy="ddp", world_size=2, **FULL)
-    assert "modelled on the hf profile" in str(e.value) and "profile torchtune models: fsdp, fsdp_shard_grad_op" in str(e.value)
+    assert "modelled on the hf, unsloth profiles" in str(e.value)
+    assert "profile torchtune models: fsdp, fsdp_shard_grad_op" in str(e.value)
 
 
 def test_litgpt_refuses_qlora_on_several_devices_as_its_scripts_do():
@@ -75,3 +77,16 @@ def test_fsdp_qlora_is_below_lora():
                num_key_value_heads=8, vocab_size=4000)
     kw = dict(strategy="fsdp", world_size=8, batch_size=2, seq_len=512, gradient_checkpointing="true", profile="hf")
     assert vramwise.estimate(cfg, method="qlora", **kw).total < vramwise.estimate(cfg, method="lora", **kw).total
+
+
+def test_unsloth_under_ddp_is_its_one_gpu_total_plus_the_buckets():
+    # LoRA rank 16 on the seven projections of TINY: r x (in + out) summed over q (64+64), k and v (64+32 each),
+    # o (64+64), gate and up (64+128 each), down (128+64) = 16 x 1,024 = 16,384 trainable parameters;
+    # DDP's buckets hold one 2-byte gradient each (formulas/unsloth/gradients.yaml): 32,768 bytes per GPU.
+    kw = dict(method="lora", batch_size=1, seq_len=16)
+    one = vramwise.estimate(TINY, profile="unsloth", **kw)
+    ddp = vramwise.estimate(TINY, profile="unsloth", strategy="ddp", world_size=4, **kw)
+    assert ddp.total == one.total + 32_768
+    assert ddp.figures["buffers"] == 32_768 and ddp.per_rank[0].count == 4
+    with pytest.raises(SettingsError, match="profile unsloth models: ddp"):
+        vramwise.estimate(TINY, profile="unsloth", strategy="fsdp", world_size=4, **kw)
