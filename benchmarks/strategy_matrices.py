@@ -5,6 +5,7 @@
   TransformerSelfAttentionLayer, then on the model, before the optimizer is built), in world_size
   CPU processes joined by gloo, each rank's storage tracked; the busiest rank's peak against the
   torchtune profile's per-rank tensor peak under the same strategy.
+- ``ZERO``: DeepSpeed ZeRO stages 1 to 3 on its CPU accelerator (benchmarks/zero_matrix.py).
 - ``QLORA_PREPARE``: QLoRA with and without prepare_model_for_kbit_training (the kbit_prepare
   setting; the FSDP-QLoRA recipe skips it), on one process and under DDP, against the hf profile.
 
@@ -16,8 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from validation_matrices import OPTIMIZER, Matrix
+from zero_matrix import ZERO
 
-__all__ = ["TorchtuneStrategiesMatrix", "TORCHTUNE_STRATEGIES", "QloraPrepareMatrix", "QLORA_PREPARE"]
+__all__ = ["TorchtuneStrategiesMatrix", "TORCHTUNE_STRATEGIES", "QloraPrepareMatrix", "QLORA_PREPARE", "ZERO"]
 
 
 class TorchtuneStrategiesMatrix(Matrix):
