@@ -632,7 +632,10 @@ def estimate(model: Any, *, profile: str | None = None, trust_remote_code: bool 
     else:
         prof = reg.profile(profile)
     if static["method"] not in prof.methods:
-        raise SettingsError(f"profile {prof.name} does not model {static['method']} (it models {', '.join(prof.methods)})")
+        under = f" under strategy {prof.strategy}" if prof.strategy else ""
+        why = f": {prof.methods_note}" if prof.methods_note else ""
+        raise SettingsError(f"profile {prof.name}{under} does not model {static['method']} "
+                            f"(it models {', '.join(prof.methods)}){why}")
     spec = model if isinstance(model, ModelSpec) else reg.model(model, trust_remote_code=trust_remote_code)
     stage = _stage(reg, spec, prof, static)
     return Estimate(stage, batch, seq, stage.run(batch, seq))
