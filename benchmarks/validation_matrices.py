@@ -24,8 +24,8 @@ from typing import Any, Iterator, Mapping
 __all__ = ["CELL_LIMIT", "MEDIAN_LIMIT", "METHODS", "SHAPES", "OPTIMIZER", "STEPS", "Matrix", "HF", "TORCHTUNE",
            "LITGPT", "STRATEGIES", "MATRICES", "median_abs_error"]
 
-CELL_LIMIT = 0.10  # |estimate / measured - 1| in every cell
-MEDIAN_LIMIT = 0.05  # ... and in the median over the cells
+CELL_LIMIT = 0.10  # |estimate / measured - 1| in every cell, unless a matrix holds its cells closer (cell_limit)
+MEDIAN_LIMIT = 0.05  # ... and in the median over the cells (median_limit)
 METHODS = ("full", "lora", "qlora")
 SHAPES = ((1, 128), (2, 256))  # (batch, sequence)
 OPTIMIZER = "adamw_torch"
@@ -99,6 +99,8 @@ class HfMatrix(Matrix):
     QLoRA with real bitsandbytes storage."""
 
     name = "hf"
+    cell_limit = 0.02  # largest measured 0.63 %, median 0.02 %
+    median_limit = 0.005
     configs = {
         "llama": {  # Llama-3 vocabulary, untied head, grouped-query attention
             "model_type": "llama", "vocab_size": 128256, "hidden_size": 256, "intermediate_size": 768,
@@ -178,6 +180,8 @@ class TorchtuneMatrix(Matrix):
     torchtune's qwen2_5 and llama3_1 model builders), where the rotary caches outweigh a small layer."""
 
     name = "torchtune"
+    cell_limit = 0.03  # largest measured 1.91 %, median 0.006 %
+    median_limit = 0.005
     profile = stack = "torchtune"
     configs = {
         "llama": {  # Llama-3 vocabulary, untied head, grouped-query attention, no RoPE scaling (llama3's builders)
@@ -278,6 +282,8 @@ class LitgptMatrix(Matrix):
     dequantize_4bit). LitGPT's single-device scripts have no gradient checkpointing: no such axis."""
 
     name = "litgpt"
+    cell_limit = 0.01  # largest measured 0.39 %, median 0.22 %
+    median_limit = 0.005
     profile = stack = "litgpt"
     configs = {
         "llama": {  # Llama-3 vocabulary, untied head, grouped-query attention
@@ -321,6 +327,8 @@ class StrategiesMatrix(Matrix):
     configs x full / LoRA): 30 cells, real tensors."""
 
     name = "strategies"
+    cell_limit = 0.08  # largest measured 4.41 %, median 0.46 %; one cell varies by up to 3 % between runs
+    median_limit = 0.01
     configs = {
         "llama": {"model_type": "llama", "vocab_size": 2048, "hidden_size": 128, "intermediate_size": 384,
                   "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,

@@ -5,7 +5,8 @@
 The file records what the engine computed when it was generated: every component,
 total, phase, figure and per-GPU minimum, the parameter counts, matched LoRA targets
 and warnings, for both profiles (training and inference), the multi-GPU strategies of the hf
-profile (per rank, with each rank group and the host memory) and the size-only fallback.
+profile (per rank, with each rank group and the host memory) and of the torchtune, litgpt and
+unsloth profiles, and the size-only fallback.
 ``tests/conformance/test_oracle.py`` recomputes each case and requires equality to the byte. It
 proves that a rewrite of the engine keeps its outputs; it says nothing about whether
 those outputs are right (the correctness tests do that).
@@ -64,6 +65,19 @@ HF_STRATEGIES = [
     dict(method="lora", strategy="zero3", world_size=32, offload="parameters", gradient_checkpointing="true"),
     dict(method="full", strategy="device_map", world_size=5, optimizer="adamw_torch_fused"),
 ]
+# the strategies of the other profiles: torchtune's FSDP, LitGPT's FSDP, Unsloth under DDP
+OTHER_STRATEGIES = [
+    ("torchtune", dict(method="lora", strategy="fsdp", world_size=8, gradient_checkpointing="true",
+                       optimizer="adamw_torch", attention="sdpa")),
+    ("torchtune", dict(method="qlora", strategy="fsdp_shard_grad_op", world_size=2, batch_size=2, seq_len=1000,
+                       offload="parameters")),
+    ("torchtune", dict(method="full", strategy="fsdp", world_size=4, optimizer_in_bwd=True, loss="chunked",
+                       optimizer="adamw_torch")),
+    ("litgpt", dict(method="full", strategy="fsdp", world_size=8, optimizer="adamw_torch")),
+    ("litgpt", dict(method="lora", strategy="fsdp", world_size=3, batch_size=2, seq_len=777)),
+    ("unsloth", dict(method="qlora", strategy="ddp", world_size=4)),
+    ("unsloth", dict(method="full", strategy="ddp", world_size=2, optimizer="adamw_torch")),
+]
 SIZE_ONLY = [
     dict(params=8e9, method="qlora"),
     dict(params=7.6e9, method="lora", batch_size=2, seq_len=8192),
@@ -100,6 +114,9 @@ def cases():
         for label, profile, grid in (("unsloth", "unsloth", UNSLOTH), ("hf", "hf", HF), ("hf-strategy", "hf", HF_STRATEGIES)):
             for k, s in enumerate(grid):
                 yield f"{name}|{label}|{k}", (lambda cfg=cfg, profile=profile, s=s: vramwise.estimate(cfg, profile=profile, **s))
+        for k, (profile, s) in enumerate(OTHER_STRATEGIES):
+            yield f"{name}|{profile}-strategy|{k}", (
+                lambda cfg=cfg, profile=profile, s=s: vramwise.estimate(cfg, profile=profile, **s))
     for k, s in enumerate(SIZE_ONLY):
         yield f"size_only|{k}", (lambda s=s: vramwise.estimate_from_size(**s))
 
