@@ -33,7 +33,7 @@ STACK_MARKER = "<!-- training-stack profiles: python benchmarks/accuracy.py --pa
 #: (section title, validation matrix (a key of MATRICES), what the section says about its cells)
 STACKS = (
     ("The `torchtune` profile (CPU)", "torchtune",
-     "torchtune 0.6.1's own model builders (llama3_2-, qwen2- and mistral-shaped, 256 wide, 2 layers, real "
+     "torchtune 0.6.1's own model builders (llama-, qwen2-, mistral-, gemma-, gemma2- and phi3-shaped, 256 wide, real "
      "vocabularies), its LoRA / QLoRA (torchao NF4) modules, chunked cross-entropy, activation offloading and "
      "optimizer_in_bwd, measured by `vramwise measure --stack torchtune` (fake tensors; torchao's NF4 runs "
      "under FakeTensorMode) against `--profile torchtune`; asserted by tests/measured/test_validation_matrix_torchtune.py."),
