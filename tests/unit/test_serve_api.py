@@ -205,4 +205,4 @@ def test_strategy_estimate_and_fit_equal_the_cli(client):
     fit = client.post("/api/fit", json=dict(body, gpu="H100", gpus=4)).json()
     assert fit["settings"]["world_size"] == 4 and fit["per_gpu"] == est["total"]
     bad = client.post("/api/estimate", json=dict(body, profile="unsloth"))
-    assert bad.status_code == 400 and "hf profile" in bad.json()["error"]
+    assert bad.status_code == 400 and "modelled on the hf, torchtune, litgpt profiles" in bad.json()["error"]
