@@ -157,7 +157,7 @@ def test_fsdp_shard_grad_op_keeps_the_units_gathered_after_the_forward():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"strategy": "zero3"}, "unknown strategy 'zero3'"),
+    ({"strategy": "fsdp_hybrid"}, "unknown strategy 'fsdp_hybrid'"),
     ({"strategy": "ddp", "world_size": 1}, "from 2 to 8, got 1"),
     ({"strategy": "fsdp", "world_size": 9}, "from 2 to 8, got 9"),
     ({"strategy": "ddp", "world_size": "2"}, "got '2'"),
@@ -222,14 +222,14 @@ def test_a_run_past_its_deadline_is_stopped(monkeypatch):
 def test_the_strategies_measured_are_strategies_of_the_settings():
     from vramwise.core.settings import STRATEGIES
 
-    # DDP and FSDP2 (full shard, and shard_grad_op's reshard_after_forward=False) run here; ZeRO, HSDP and
-    # device_map need DeepSpeed, several nodes or GPUs
-    assert _measure_dist.STRATEGIES == ("ddp", "fsdp", "fsdp_shard_grad_op")
+    # DDP and FSDP2 (full shard, and shard_grad_op's reshard_after_forward=False) run here, and ZeRO on
+    # DeepSpeed's CPU accelerator; HSDP and device_map need several nodes or GPUs
+    assert _measure_dist.STRATEGIES == ("ddp", "fsdp", "fsdp_shard_grad_op", "zero1", "zero2", "zero3")
     assert set(_measure_dist.STRATEGIES) <= set(STRATEGIES)
-    # each has the runner's wrapper, and the command line offers exactly these
-    assert set(_measure_dist._WRAPPINGS) == set(_measure_dist.STRATEGIES)
+    # each has the runner's wrapper (ZeRO: DeepSpeed's engine), and the command line offers exactly these
+    assert set(_measure_dist._WRAPPINGS) | set(_measure_dist.ZERO_STAGES) == set(_measure_dist.STRATEGIES)
     from vramwise.surfaces.cli.parser import build_parser
 
     measure = build_parser()._subparsers._group_actions[0].choices["measure"]
     strategy = next(a for a in measure._actions if a.dest == "strategy")
-    assert tuple(strategy.choices) == ("ddp", "fsdp", "fsdp_shard_grad_op")
+    assert tuple(strategy.choices) == _measure_dist.STRATEGIES
