@@ -126,6 +126,7 @@ class Fit:
             "max_lora_rank": self.max_lora_rank, "min_gpus": self.min_gpus,
             "frontier": [{"seq_len": s, "max_batch_size": b} for s, b in self.frontier], "rule": self.rule,
             "advice": [a.to_dict() for a in self.advice],
+            "error_band": self.estimate.error_band.to_dict() if self.estimate else None,
         }
 
 
@@ -247,6 +248,7 @@ class Comparison:
             if est is not None:
                 cell.update({c: getattr(est, c) for c in COMPONENTS})
                 cell["total"] = est.total
+            cell["error_band"] = est.error_band.to_dict() if est is not None else None
             out.append(cell)
         return {"gpu": self.gpu.to_dict() if self.gpu else None, "cells": out}
 
@@ -303,8 +305,8 @@ class Sweep:
         names = [a for a, _ in self.axes]
         return {
             "axes": {a: list(v) for a, v in self.axes},
-            "rows": [{**dict(zip(names, vals)), **{c: getattr(e, c) for c in COMPONENTS}, "total": e.total}
-                     for vals, e in self.rows],
+            "rows": [{**dict(zip(names, vals)), **{c: getattr(e, c) for c in COMPONENTS}, "total": e.total,
+                      "error_band": e.error_band.to_dict()} for vals, e in self.rows],
         }
 
 

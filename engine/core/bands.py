@@ -26,15 +26,16 @@ from typing import Any
 from vramwise.core.datafiles import DataFile, load_data_file, read_data_text
 from vramwise.core.errors import FileFormatError
 
-__all__ = ["ErrorBand", "BandTable", "read_bands", "bundled_bands", "band_for", "BANDS_PATH"]
+__all__ = ["ErrorBand", "BandTable", "read_bands", "bundled_bands", "band_for", "percent", "BANDS_PATH"]
 
 #: Display path of the bundled bands in error messages.
 BANDS_PATH = "accuracy/bands.yaml"
 _SCHEMA = "accuracy-1.schema.json"
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.2f} %"
+def percent(x: float | None, space: str = " ") -> str | None:
+    """An error as a percentage with two decimals (``0.000233`` -> ``0.02 %``); None stays None."""
+    return None if x is None else f"{100 * x:.2f}{space}%"
 
 
 def _sizes(sizes: tuple) -> str:
@@ -74,7 +75,7 @@ class ErrorBand:
         cell = f"{self.profile}, {self.method}, {self.where()}"
         if not self.measured:
             return f"not measured ({cell}): {self.reason}; keep a margin"
-        return (f"validated: median |error| {_pct(self.median_abs_error)}, largest {_pct(self.max_abs_error)} "
+        return (f"validated: median |error| {percent(self.median_abs_error)}, largest {percent(self.max_abs_error)} "
                 f"over {self.cells} measured cell{'s' if self.cells != 1 else ''} ({cell})")
 
     def to_dict(self) -> dict:

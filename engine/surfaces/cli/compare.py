@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from vramwise.answers.fit import MAX_GPUS, compare
+from vramwise.core.bands import percent
 from vramwise.core.estimate import COMPONENTS
 from vramwise.surfaces.cli.common import show_recipe, with_recipe, model_of, plot, settings_of
 from vramwise.surfaces.cli.format import applies, bar, dash, fits_word, gib, print_json, summary, write_wrapped
@@ -74,6 +75,10 @@ def print_compare(c, label: str, settings: dict, out) -> None:
     if c.gpu is not None:
         out.write(f"{fits_label:<{name_w}}" + "".join(
             f"  {(fits_word(fits) if est is not None else no):>{width}}" for _, _, est, _, fits in cells) + "\n")
+    bands = [est.error_band if est is not None else None for _, _, est, _, _ in cells]
+    for name, attr in (("median |err|", "median_abs_error"), ("max |err|", "max_abs_error")):
+        out.write(f"{name:<{name_w}}" + "".join(
+            f"  {(percent(getattr(b, attr), '') if b is not None and b.measured else no):>{width}}" for b in bands) + "\n")
     totals = [(h, est.total) for h, (_, _, est, _, _) in zip(heads, cells) if est is not None]
     if totals:
         top = max(t for _, t in totals)
@@ -81,6 +86,8 @@ def print_compare(c, label: str, settings: dict, out) -> None:
         out.write("\n")
         for h, t in totals:
             out.write(f"{h:<{hw}}  {gib(t):>9} GiB  {bar(t / top, out, 20)}".rstrip() + "\n")
+    for line in dict.fromkeys(b.line() for b in bands if b is not None):
+        write_wrapped(out, line)
     for p, m, est, problem, _ in cells:
         if est is None:
             write_wrapped(out, f"{p}/{m}: {problem}")

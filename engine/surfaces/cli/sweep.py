@@ -54,9 +54,10 @@ def print_sweep(sw, label: str, profile: str, fixed: dict, fmt: str, out) -> Non
     names = [a for a, _ in sw.axes]
     if fmt == "csv":
         w = csv.writer(out, lineterminator="\n")
-        w.writerow(names + list(comps) + ["total"])
-        for vals, e in sw.rows:
-            w.writerow(list(vals) + [getattr(e, c) for c in comps] + [e.total])
+        w.writerow(names + list(comps) + ["total", "median_abs_error", "max_abs_error"])
+        for vals, e in sw.rows:  # the band's errors as fractions, empty where it is not measured
+            b = e.error_band
+            w.writerow(list(vals) + [getattr(e, c) for c in comps] + [e.total, b.median_abs_error, b.max_abs_error])
         return
     out.write(f"{label}\n")
     first = sw.rows[0][1] if sw.rows else None
@@ -91,6 +92,7 @@ def print_sweep(sw, label: str, profile: str, fixed: dict, fmt: str, out) -> Non
         out.write(f"{head:<{row_w}}" + "".join(f"  {str(v):>{col_w}}" for v in bv) + "\n")
         for x in av:
             out.write(f"{str(x):<{row_w}}" + "".join(f"  {gib(totals[(x, y)]):>{col_w}}" for y in bv) + "\n")
+        _print_bands(sw, out)
         return
     widths = [max(len(n), *(len(str(v)) for v in vals)) for n, vals in sw.axes]
     top = max((e.total for _, e in sw.rows), default=1)
@@ -98,3 +100,13 @@ def print_sweep(sw, label: str, profile: str, fixed: dict, fmt: str, out) -> Non
     for vals, e in sw.rows:
         out.write("".join(f"{str(v):<{w}}  " for v, w in zip(vals, widths))
                   + f"{gib(e.total):>9}  {bar(e.total / top, out)}".rstrip() + "\n")
+    _print_bands(sw, out)
+
+
+def _print_bands(sw, out) -> None:
+    """The error band of each (method, strategy) the sweep went through, a line each."""
+    lines = list(dict.fromkeys(e.error_band.line() for _, e in sw.rows))
+    if lines:
+        out.write("\n")
+    for line in lines:
+        write_wrapped(out, line)
