@@ -152,6 +152,23 @@ def reference_minimal_config(reference) -> dict | None:
     return merge_config({"model_type": reference["model_type"], **reference["minimal"]}, reference.get("default_fixes") or {})
 
 
+# -- the measured strategies: world_size CPU processes joined by gloo ---------------------------
+
+
+def require_gloo(*modules: str):
+    """At the top of a test module: skip the module unless each of ``modules`` imports and
+    torch.distributed has the gloo backend, which the measured strategies' processes join by. Returns
+    torch.distributed."""
+    import pytest
+
+    for name in modules:
+        pytest.importorskip(name)
+    dist = pytest.importorskip("torch.distributed")
+    if not (dist.is_available() and dist.is_gloo_available()):
+        pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
+    return dist
+
+
 # -- the two checks every validation matrix makes (tests/measured/test_validation_matrix*.py) --
 
 

@@ -8,10 +8,9 @@ import math
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-dist = pytest.importorskip("torch.distributed")
-if not (dist.is_available() and dist.is_gloo_available()):
-    pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
+from helpers import require_gloo  # noqa: E402
+
+require_gloo("transformers")
 
 from vramwise import MeasurementError, SettingsError, StackUnsupportedError  # noqa: E402
 from vramwise.measuring import distributed as _measure_dist  # noqa: E402

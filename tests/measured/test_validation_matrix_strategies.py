@@ -4,15 +4,9 @@ the median within 5 %. Cells: STRATEGIES of benchmarks/validation_matrices.py.""
 
 from __future__ import annotations
 
-import pytest
+from helpers import matrix_checks, require_gloo
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
-dist = pytest.importorskip("torch.distributed")
-if not (dist.is_available() and dist.is_gloo_available()):
-    pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
-
-from helpers import matrix_checks  # noqa: E402
+require_gloo("torch", "transformers")
 
 from validation_matrices import STRATEGIES  # noqa: E402
 

@@ -5,16 +5,9 @@ TORCHTUNE_STRATEGIES of benchmarks/strategy_matrices.py."""
 
 from __future__ import annotations
 
-import pytest
+from helpers import matrix_checks, require_gloo
 
-pytest.importorskip("torch")
-pytest.importorskip("torchtune")
-pytest.importorskip("torchao")
-dist = pytest.importorskip("torch.distributed")
-if not (dist.is_available() and dist.is_gloo_available()):
-    pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
-
-from helpers import matrix_checks  # noqa: E402
+require_gloo("torch", "torchtune", "torchao")
 
 from strategy_matrices import TORCHTUNE_STRATEGIES  # noqa: E402
 

@@ -5,17 +5,9 @@ benchmarks/zero_matrix.py."""
 
 from __future__ import annotations
 
-import pytest
+from helpers import matrix_checks, require_gloo
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("peft")
-pytest.importorskip("deepspeed")
-dist = pytest.importorskip("torch.distributed")
-if not (dist.is_available() and dist.is_gloo_available()):
-    pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
-
-from helpers import matrix_checks  # noqa: E402
+require_gloo("torch", "transformers", "peft", "deepspeed")
 
 from zero_matrix import ZERO  # noqa: E402
 
