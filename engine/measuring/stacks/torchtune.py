@@ -3,8 +3,9 @@ optimizer step, as its single-device recipes (recipes/full_finetune_single_devic
 recipes/lora_finetune_single_device.py, torchtune 0.6) set them up.
 
 The model is built by torchtune's component builders (llama3 / llama3_1 / llama3_2, mistral, qwen2,
-gemma, gemma2, phi3: the families of the torchtune profile, see ``_BUILDERS``) from the Hugging Face
-config's dimensions,
+gemma, gemma2, phi3 for the families of the torchtune profile: the family fact ``torchtune_builder``
+names them, ``torchtune_ties_head`` and ``torchtune_arg_<argument>`` say what they take beyond the
+dimensions) from the Hugging Face config's dimensions,
 randomly initialised under ``training.set_default_dtype(bfloat16)`` (the recipes' ``dtype: bf16``):
 parameters and LoRA adapters in bf16, the LoRA base weights of QLoRA as torchao NF4 tensors
 (``quantize_base=True``). The loss is ``CEWithChunkedOutputLoss`` (``loss="chunked"``, with
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any
 
 from vramwise.core.errors import SettingsError, StackUnsupportedError
 from vramwise.core.registry import Registry
@@ -40,145 +41,74 @@ PROFILE = "torchtune"
 DEVICES = ("cpu",)
 
 
-def _llama3():
-    from torchtune.models.llama3 import _component_builders
-
-    return _component_builders
-
-
-def _llama3_1():
-    from torchtune.models.llama3_1 import _component_builders
-
-    return _component_builders
-
-
-def _llama3_2():
-    from torchtune.models.llama3_2 import _component_builders
-
-    return _component_builders
-
-
-def _mistral():
-    from torchtune.models.mistral import _component_builders
-
-    return _component_builders
-
-
-def _qwen2():
-    from torchtune.models.qwen2 import _component_builders
-
-    return _component_builders
-
-
-def _gemma():
-    from torchtune.models.gemma import _component_builders
-
-    return _component_builders
-
-
-def _gemma2():
-    from torchtune.models.gemma2 import _component_builders
-
-    return _component_builders
-
-
-def _phi3():
-    from torchtune.models.phi3 import _component_builders
-
-    return _component_builders
-
-
 @dataclass(frozen=True)
 class _Builders:
-    """One torchtune model's component builders: the module holding them, the full and LoRA builder,
-    and the arguments they take beyond the dimensions every builder takes (:func:`_dims`)."""
+    """One torchtune model's component builders (the family fact torchtune_builder names the model):
+    the module holding them, the full and LoRA builder's names, the arguments they take beyond the
+    dimensions every builder takes (family facts torchtune_arg_<argument>), whether the LoRA builder
+    can adapt the output head, and whether the builders take head_dim (otherwise they derive it as
+    hidden_size // num_attention_heads)."""
 
-    module: Callable
+    module: Any
     full: str
     lora: str
     extra: dict = field(default_factory=dict)
-    head_adapter: bool = True  # the LoRA builder has apply_lora_to_output
-    head_dim: bool = False  # the builders take head_dim (otherwise they derive hidden_size // num_attention_heads)
+    head_adapter: bool = True
+    head_dim: bool = False
 
 
-def _rope_scaling(cfg: dict) -> dict:
-    scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
-    return scaling if isinstance(scaling, dict) else {}
+def _module(name: str):
+    """``torchtune.models.<name>._component_builders``."""
+    import importlib
+
+    if not name.isidentifier():
+        raise StackUnsupportedError(f"torchtune_builder {name!r} is not a torchtune model name")
+    _training()  # the package first, with its torchao stand-ins
+    try:
+        return importlib.import_module(f"torchtune.models.{name}._component_builders")
+    except ImportError as exc:
+        raise StackUnsupportedError(f"torchtune has no models/{name}/_component_builders.py: {exc}") from exc
 
 
-def _llama(cfg: dict, tied: bool) -> _Builders:
-    """Llama 3.2's builders for a tied head (they alone tie it); Llama 3.1's for an untied one that
-    scales RoPE as Llama 3.1 does (one Llama3ScaledRoPE of the config's factor, shared by the layers in
-    both); Llama 3's otherwise: Llama 2 and 3 shapes (plain RoPE of the config's base; its LoRA builder
-    gives each layer its own, as llama2's does). The family fact torchtune_lora_rope_per_layer
-    (families/llama.yaml) follows this choice."""
-    scaling = _rope_scaling(cfg)
-    llama3_scaled = scaling.get("rope_type") == "llama3"  # as families/llama.yaml rope_scaling_type reads it
-    if tied:
-        # scale factor 1 leaves every frequency as it is (Llama3ScaledRoPE.apply_scaling): plain RoPE
-        return _Builders(_llama3_2, "llama3_2", "lora_llama3_2", {"tie_word_embeddings": True,
-                         "scale_factor": scaling.get("factor", 1) if llama3_scaled else 1}, head_adapter=False)
-    if llama3_scaled:
-        return _Builders(_llama3_1, "llama3_1", "lora_llama3_1", {"scale_factor": scaling.get("factor", 8)})
-    return _Builders(_llama3, "llama3", "lora_llama3")
+def _parameters(fn) -> dict:
+    import inspect
+
+    return dict(inspect.signature(fn).parameters)
 
 
-def _qwen2_builders(cfg: dict, tied: bool) -> _Builders:
-    return _Builders(_qwen2, "qwen2", "lora_qwen2", {"tie_word_embeddings": tied}, head_adapter=not tied)
-
-
-def _mistral_builders(cfg: dict, tied: bool) -> _Builders:
-    if tied:
-        raise SettingsError("torchtune's mistral builder has no tied output head; the config ties it")
-    return _Builders(_mistral, "mistral", "lora_mistral")
-
-
-def _gemma_builders(cfg: dict, tied: bool) -> _Builders:
-    if not tied:
-        raise SettingsError("torchtune's gemma builders tie the output head to the embedding; the config unties it")
-    return _Builders(_gemma, "gemma", "lora_gemma", {"norm_eps": float(cfg.get("rms_norm_eps", 1e-6))},
-                     head_adapter=False, head_dim=True)
-
-
-def _gemma2_builders(cfg: dict, tied: bool) -> _Builders:
-    """Gemma 2's builders: attention soft-capped at attn_logit_softcapping, the final norm's output at
-    final_logit_softcapping (Gemma2FinalNorm), a sliding window on the even layers; the defaults are
-    Gemma2Config's."""
-    if not tied:
-        raise SettingsError("torchtune's gemma2 builders tie the output head to the embedding; the config unties it")
-    final_cap = cfg.get("final_logit_softcapping", 30.0)
-    if final_cap is None:
-        raise SettingsError("torchtune's gemma2 builders always soft-cap the final norm (Gemma2FinalNorm); "
-                            "the config's final_logit_softcapping is null")
-    attn_cap = cfg.get("attn_logit_softcapping", 50.0)
-    return _Builders(_gemma2, "gemma2", "lora_gemma2", {
-        "norm_eps": float(cfg.get("rms_norm_eps", 1e-6)), "hidden_capping_value": None if attn_cap is None else float(attn_cap),
-        "final_capping_value": float(final_cap), "sliding_window_size": _int(cfg, "sliding_window", 4096),
-        "query_pre_attn_scalar": _int(cfg, "query_pre_attn_scalar", 256)}, head_adapter=False, head_dim=True)
-
-
-def _phi3_builders(cfg: dict, tied: bool) -> _Builders:
-    """Phi-3 / Phi-4: torchtune's phi3 builders split the checkpoint's fused qkv_proj and gate_up_proj into
-    q/k/v and w1/w3 (models/phi3/_convert_weights.py), each its own linear (and LoRA adapter)."""
-    if tied:
-        raise SettingsError("torchtune's phi3 builder has no tied output head; the config ties it")
+def _chosen(cfg: dict, facts) -> _Builders:
+    """The builders the family facts name for ``cfg``, their arguments beyond the dimensions, and the
+    checks of what they can build: the tied or untied head, every argument they read from a fact."""
+    name = facts.get("torchtune_builder")
+    module = _module(name)
+    full, lora = getattr(module, name, None), getattr(module, f"lora_{name}", None)
+    if full is None or lora is None:
+        raise StackUnsupportedError(f"torchtune's models/{name}/_component_builders.py has no {name} and lora_{name}")
+    full_args, lora_args = _parameters(full), _parameters(lora)
+    tied = bool(facts.get("tie_word_embeddings"))
+    extra: dict = {}
+    if "tie_word_embeddings" in full_args:
+        extra["tie_word_embeddings"] = tied
+    elif tied != bool(facts.get("torchtune_ties_head")):
+        if tied:
+            raise SettingsError(f"torchtune's {name} builder has no tied output head; the config ties it")
+        raise SettingsError(f"torchtune's {name} builders tie the output head to the embedding; the config unties it")
+    required = facts.get("torchtune_required_args") or ()
+    for arg in full_args:
+        fact = f"torchtune_arg_{arg}"
+        if fact not in facts:
+            continue
+        value = facts[fact]
+        if value is None and arg in required:
+            raise SettingsError(f"torchtune's {name} builders always take {arg} ({fact}); the config leaves it null")
+        extra[arg] = value
     if cfg.get("partial_rotary_factor", 1.0) != 1.0:
-        raise SettingsError("torchtune's phi3 builder rotates every head dimension; the config's "
+        raise SettingsError(f"torchtune's {name} builder rotates every head dimension; the config's "
                             f"partial_rotary_factor {cfg.get('partial_rotary_factor')!r} cannot be built")
-    return _Builders(_phi3, "phi3", "lora_phi3")
+    return _Builders(module, name, f"lora_{name}", extra, head_adapter="apply_lora_to_output" in lora_args and not tied,
+                     head_dim="head_dim" in full_args)
 
 
-#: family -> the function choosing its torchtune builders from the config (and whether it ties the head)
-_BUILDERS = {
-    "llama": _llama,
-    "mistral": _mistral_builders,
-    "qwen2": _qwen2_builders,
-    "gemma": _gemma_builders,
-    "gemma2": _gemma2_builders,
-    "phi3": _phi3_builders,
-}
-#: Families whose config class ties the head when the config omits tie_word_embeddings (GemmaConfig, Gemma2Config).
-_TIED_BY_DEFAULT = ("gemma", "gemma2")
 #: The names vramwise (PEFT) gives the projections -> torchtune's names in its LoRA builders.
 _ATTN = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "o_proj": "output_proj", "output_proj": "output_proj"}
 _MLP = ("gate_proj", "up_proj", "down_proj")
@@ -194,18 +124,21 @@ def _int(cfg: dict, name: str, default=None) -> int:
     return v
 
 
-def _family(cfg: dict) -> str:
-    """The family of ``cfg``, one the torchtune profile serves and a builder is mapped for."""
+def _facts(cfg: dict):
+    """The facts of ``cfg``'s family, one the torchtune profile serves and torchtune has builders for."""
+    from vramwise.core.estimate import load_model
+
     family, families = served_family(cfg, PROFILE)
-    if family not in _BUILDERS:
+    facts = load_model(cfg).facts if family is not None else {}
+    if not facts.get("torchtune_builder"):
         raise SettingsError(
-            f"--stack torchtune builds {', '.join(f for f in families if f in _BUILDERS)} configs with torchtune "
-            f"0.6.1's own component builders; model_type {cfg.get('model_type')!r} has no builder there"
+            f"--stack torchtune builds {', '.join(families)} configs with torchtune 0.6.1's own component "
+            f"builders; model_type {cfg.get('model_type')!r} has no builder there"
         )
-    return family
+    return facts
 
 
-def _dims(cfg: dict, takes_head_dim: bool) -> dict:
+def _dims(cfg: dict, facts, takes_head_dim: bool) -> dict:
     """The builder arguments the config's dimensions give (torchtune's names), every builder's, and
     head_dim where the builders take it (Gemma's configs default it to 256)."""
     mt = cfg.get("model_type")
@@ -224,19 +157,21 @@ def _dims(cfg: dict, takes_head_dim: bool) -> dict:
         vocab_size=_int(cfg, "vocab_size"), num_layers=_int(cfg, "num_hidden_layers"), num_heads=heads,
         num_kv_heads=_int(cfg, "num_key_value_heads", heads), embed_dim=hidden,
         intermediate_dim=_int(cfg, "intermediate_size"), max_seq_len=int(max_seq),
-        norm_eps=float(cfg.get("rms_norm_eps", 1e-5)),
     )
+    if "rms_norm_eps" in cfg:  # otherwise the builder's default (1e-5; Gemma's 1e-6)
+        d["norm_eps"] = float(cfg["rms_norm_eps"])
     if "rope_theta" in cfg:
         d["rope_base"] = float(cfg["rope_theta"])
     if takes_head_dim:
-        d["head_dim"] = _int(cfg, "head_dim", 256)
+        d["head_dim"] = int(facts["head_dim"])
     return d
 
 
-def _builders(cfg: dict, family: str) -> tuple[_Builders, dict]:
+def _builders(cfg: dict) -> tuple[_Builders, dict]:
     """The builders torchtune has for ``cfg`` and their arguments (the dimensions and the family's own)."""
-    builders = _BUILDERS[family](cfg, bool(cfg.get("tie_word_embeddings", family in _TIED_BY_DEFAULT)))
-    return builders, dict(_dims(cfg, builders.head_dim), **builders.extra)
+    facts = _facts(cfg)
+    builders = _chosen(cfg, facts)
+    return builders, dict(_dims(cfg, facts, builders.head_dim), **builders.extra)
 
 
 def lora_arguments(targets) -> dict:
@@ -462,13 +397,13 @@ def prepare(cfg: dict, settings, *, dtype, device: str, fake: bool, wrap=None) -
     require("torchao", extra="torchtune")
     import torch
 
-    chosen, dims = _builders(cfg, _family(cfg))
+    chosen, dims = _builders(cfg)
     training = _training()
     from torchtune import modules
     from torchtune.modules.loss import CEWithChunkedOutputLoss
     from torchtune.modules.peft import get_adapter_params, set_trainable_params
 
-    builders = chosen.module()
+    builders = chosen.module
     notes: list = []
     method = settings.method
     if method == "full":
