@@ -7,7 +7,7 @@ docs/accuracy.md from the same cells. Four matrices, each a :class:`Matrix`:
 
 - ``HF``: transformers + PEFT + bitsandbytes against the hf profile (136 cells);
 - ``TORCHTUNE``: torchtune's own model builders, loss and step against the torchtune profile (94 cells);
-- ``LITGPT``: LitGPT's own model, LoRA and chunked loss against the litgpt profile (36 cells);
+- ``LITGPT``: LitGPT's own model, LoRA and chunked loss against the litgpt profile (72 cells);
 - ``STRATEGIES``: DDP and FSDP2 in gloo processes against the hf profile's per-rank strategies (30 cells).
 
 A cell is a tuple whose first element names its config; :meth:`Matrix.settings` turns it into the
@@ -277,9 +277,11 @@ class TorchtuneMatrix(Matrix):
 class LitgptMatrix(Matrix):
     """LitGPT's own GPT model, LoRA (bf16-true precision, fused qkv), bitsandbytes NF4 and chunked
     cross-entropy against the litgpt profile: llama, qwen3 (tied in the checkpoint; LitGPT keeps a separate
-    head) and qwen2 (q/k/v biases, no grouped queries) x full / LoRA / QLoRA x standard / chunked loss x two
-    shapes: 36 cells, all under fake tensors (bitsandbytes registers fake kernels for gemm_4bit and
-    dequantize_4bit). LitGPT's single-device scripts have no gradient checkpointing: no such axis."""
+    head), qwen2 (q/k/v biases, no grouped queries), phi3 (Phi-4's layout and vocabulary, multi-query),
+    phi4_mini (a quarter of each head not rotated, tied) and gemma (GemmaMLP, scaled embeddings, RMSNorm's
+    unit offset, head_dim 128) x full / LoRA / QLoRA x standard / chunked loss x two shapes: 72 cells, all
+    under fake tensors (bitsandbytes registers fake kernels for gemm_4bit and dequantize_4bit). LitGPT's
+    single-device scripts have no gradient checkpointing: no such axis."""
 
     name = "litgpt"
     cell_limit = 0.01  # largest measured 0.39 %, median 0.22 %
@@ -298,6 +300,22 @@ class LitgptMatrix(Matrix):
         "qwen2": {  # Qwen2.5 vocabulary, q/k/v biases, multi-head attention (no grouped queries)
             "model_type": "qwen2", "vocab_size": 152064, "hidden_size": 256, "intermediate_size": 768,
             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "tie_word_embeddings": False,
+        },
+        "phi3": {  # Phi-4 layout (fused qkv_proj and gate_up_proj in the checkpoint) and vocabulary, no window
+            "model_type": "phi3", "vocab_size": 100352, "hidden_size": 256, "intermediate_size": 768,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1, "tie_word_embeddings": False,
+            "sliding_window": None, "max_position_embeddings": 16384,
+        },
+        "phi4_mini": {  # Phi-4-mini's vocabulary and rotary share (96 of 128 dimensions), tied, its window (262,144)
+            "model_type": "phi3", "vocab_size": 200064, "hidden_size": 256, "intermediate_size": 768,  # wider than
+            "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,  # its 131,072 positions
+            "tie_word_embeddings": True, "partial_rotary_factor": 0.75, "sliding_window": 262144,
+            "max_position_embeddings": 131072,
+        },
+        "gemma": {  # Gemma-2b's layout: its vocabulary, one key/value head, heads x head_dim = hidden; GemmaMLP,
+            "model_type": "gemma", "vocab_size": 256000, "hidden_size": 256, "intermediate_size": 768,  # scaled
+            "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 128,  # embeddings
+            "max_position_embeddings": 8192,
         },
     }
     losses = ("standard", "chunked")

@@ -3,8 +3,9 @@ optimizer, set up as its single-device fine-tuning scripts do (litgpt 0.5.9 ``fi
 ``finetune/lora.py`` under lightning Fabric).
 
 The model is ``litgpt.model.GPT`` (full) or ``litgpt.lora.GPT`` (LoRA, QLoRA) built from a
-``litgpt.Config`` mapped from the Hugging Face config (llama-style layouts, for the families
-formulas/litgpt/profile.yaml names), randomly initialised, never downloaded. Precision is Fabric's
+``litgpt.Config`` mapped from the Hugging Face config (for the families formulas/litgpt/profile.yaml
+names: Llama's layout, and each field where a family's differs set by its ``litgpt_<field>`` facts in
+families/*.yaml), randomly initialised, never downloaded. Precision is Fabric's
 ``bf16-true`` (``HalfPrecision``): every parameter, the LoRA adapters included, is created in bf16 under its
 ``module_init_context``, the forward runs under its ``forward_context`` and, as ``_FabricModule.forward``
 does, the model's output goes through ``convert_output``, which casts the logits to the default
@@ -50,13 +51,10 @@ __all__ = ["PROFILE", "DEVICES", "check", "prepare", "litgpt_config_fields", "lo
 #: The profile that models this stack; its ``families`` are the configs built here.
 PROFILE = "litgpt"
 DEVICES = ("cpu",)
-#: The litgpt.Config fields of the families whose layout differs from Llama's (litgpt/config.py: the
-#: Qwen2.5 and Qwen3 entries); a family without fields here is built as Llama-3 and Mistral are, with
-#: LitGPT's one ``bias`` switch for the attention output and the MLP.
-_OWN_FIELDS = {
-    "qwen2": dict(attn_bias=True),  # bias on q, k and v (litgpt's Qwen2.5 configs), not on proj or the MLP
-    "qwen3": dict(norm_qk=True),  # per-head RMSNorm of queries and keys (litgpt's Qwen3 configs)
-}
+#: The prefix of the family facts that set a ``litgpt.Config`` field: ``litgpt_<field>`` (for example
+#: qwen2's ``litgpt_attn_bias``, qwen3's ``litgpt_norm_qk``, gemma's ``litgpt_mlp_class_name``); the
+#: fields no fact sets are Llama's layout (LLaMAMLP, RMSNorm, full rotary, sequential residual).
+FACT_PREFIX = "litgpt_"
 #: LitGPT's LoRA switches (finetune/lora.py setup: lora_query, lora_key, ...) and the target names
 #: (vramwise's / PEFT's) each one adapts.
 _SWITCHES = {
@@ -73,39 +71,45 @@ CHUNK = 128
 
 def litgpt_config_fields(cfg: dict, seq_len: int) -> dict:
     """The ``litgpt.Config`` keyword arguments for the Hugging Face config ``cfg`` (facts resolved by
-    vramwise's own family files, so defaults such as Qwen3's head_dim 128 agree with the estimate)."""
+    vramwise's own family files, so defaults such as Qwen3's head_dim 128 agree with the estimate; the
+    family's ``litgpt_<field>`` facts set the fields where its layout differs from Llama's)."""
+    import dataclasses
+
+    from litgpt.config import Config
     from vramwise.core.estimate import load_model
 
     mt = cfg.get("model_type")
     family, families = served_family(cfg, PROFILE)
     if family is None:
         raise StackUnsupportedError(
-            f"--stack litgpt builds LitGPT's own llama-style model (LLaMAMLP, RMSNorm, rotary) for model types "
-            f"{', '.join(families)}; model_type {mt!r} is not one of them"
+            f"--stack litgpt builds LitGPT's own model for model types {', '.join(families)} (the families the "
+            f"litgpt profile models); model_type {mt!r} is not one of them"
         )
     spec = load_model(cfg)
     f = spec.facts
     if any(lc.attributes.get("moe") for lc in spec.layer_classes):
         raise StackUnsupportedError(f"--stack litgpt builds dense layers only; this {mt} config routes to experts")
-    if any(lc.attributes.get("kv_window") is not None for lc in spec.layer_classes):
+    max_pos = f.get("max_position_embeddings")
+    windows = {lc.attributes.get("kv_window") for lc in spec.layer_classes} - {None}
+    if any(not max_pos or w < max_pos for w in windows):
         raise StackUnsupportedError(
             f"this {mt} config sets a sliding window; LitGPT applies it with an explicit T x T mask per layer, "
             "which the litgpt profile does not model: set sliding_window to null"
         )
+    rope = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
+    partial = cfg.get("partial_rotary_factor", rope.get("partial_rotary_factor", 1.0))
+    if partial not in (None, 1, 1.0) and f.get(f"{FACT_PREFIX}rotary_percentage") != partial:  # the family ignores it
+        raise StackUnsupportedError(f"this {mt} config rotates part of each head (partial_rotary_factor {partial}), "
+                                    "which the litgpt profile does not model")
     attn_bias, mlp_bias = bool(f.get("attention_bias")), bool(f.get("mlp_bias"))
-    fields = dict(_OWN_FIELDS.get(family, {}))
-    if family not in _OWN_FIELDS:
-        if attn_bias != mlp_bias:
-            raise StackUnsupportedError("LitGPT's `bias` switch covers the attention output and the MLP together; "
-                                        f"attention_bias={attn_bias} with mlp_bias={mlp_bias} cannot be built")
-        fields["bias"] = attn_bias
-    else:
-        if attn_bias or mlp_bias:
-            raise StackUnsupportedError(f"LitGPT's {mt} layout has no attention_bias / mlp_bias switch; unset them")
-        fields["bias"] = False
+    if attn_bias != mlp_bias:
+        raise StackUnsupportedError("LitGPT's `bias` switch covers the attention projections and the MLP together; "
+                                    f"attention_bias={attn_bias} with mlp_bias={mlp_bias} cannot be built")
+    fields = {fl.name for fl in dataclasses.fields(Config)}
+    own = {name[len(FACT_PREFIX):]: value for name, value in f.items()
+           if name.startswith(FACT_PREFIX) and name[len(FACT_PREFIX):] in fields}
     vocab = int(f["vocab_size"])
-    max_pos = f.get("max_position_embeddings")
-    return dict(
+    out = dict(
         name=f"vramwise-{mt}",
         block_size=max(seq_len, int(max_pos) if max_pos else seq_len),
         vocab_size=vocab, padded_vocab_size=vocab,  # the checkpoint's embedding rows, as litgpt's configs set them
@@ -113,9 +117,10 @@ def litgpt_config_fields(cfg: dict, seq_len: int) -> dict:
         n_query_groups=int(f["num_key_value_heads"]), head_size=int(f["head_dim"]),
         intermediate_size=int(f["intermediate_size"]),
         rotary_percentage=1.0, parallel_residual=False,
-        norm_class_name="RMSNorm", mlp_class_name="LLaMAMLP",
-        **fields,
+        norm_class_name="RMSNorm", mlp_class_name="LLaMAMLP", bias=attn_bias,
     )
+    out.update(own)
+    return out
 
 
 def lora_switches(settings) -> dict:
@@ -259,8 +264,15 @@ def prepare(cfg: dict, settings, *, dtype, device: str, fake: bool) -> Prepared:
     notes = ["LitGPT 0.5.9 finetune scripts: bf16-true, Fabric casts the logits to float32 (convert_output)"]
     if adapters:
         r = settings.lora_rank
+        switches = lora_switches(settings)
+        qkv = [switches[k] for k in ("lora_query", "lora_key", "lora_value")]
+        if any(qkv) and not all(qkv) and fields["n_head"] * fields["head_size"] != fields["n_embd"]:
+            raise StackUnsupportedError(
+                "LitGPT 0.5.9's LoRAQKVLinear.lora_ind takes the query width to be n_embd, so adapting some of "
+                f"q, k and v fails when heads x head_size ({fields['n_head']} x {fields['head_size']}) differs "
+                f"from n_embd ({fields['n_embd']}): adapt all three or none")
         config = litlora.Config(**fields, lora_r=r, lora_alpha=2 * r, lora_dropout=settings.lora_dropout,
-                                **lora_switches(settings))
+                                **switches)
         model_cls = litlora.GPT
     else:
         config = litmodel.Config(**fields)
