@@ -66,15 +66,21 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _of_type(t: str, value: Any) -> tuple[bool, Any]:
-    """Whether ``value`` has type ``t`` (an integral float counts as an int), and the value as that type."""
+def _of_type(t: str, value: Any, truncate: bool = False) -> tuple[bool, Any]:
+    """Whether ``value`` has type ``t``, and the value as that type.
+
+    An integral float counts as an int (``32.0`` is 32); with ``truncate`` any finite number does, read
+    as Python's ``int()`` reads it (toward zero). A 0 or 1 counts as a bool (False, True): the reference
+    estimator reads its flags by truthiness, and a config written by other tools may spell them so."""
     if t == "int":
-        if isinstance(value, float) and value.is_integer():
+        if isinstance(value, float) and (value.is_integer() or (truncate and math.isfinite(value))):
             value = int(value)
         return isinstance(value, int) and not isinstance(value, bool), value
     if t == "number":
         return _is_number(value) and math.isfinite(value), value
     if t == "bool":
+        if _is_number(value) and value in (0, 1):
+            value = bool(value)
         return isinstance(value, bool), value
     if t == "string":
         return isinstance(value, str), value
@@ -83,28 +89,49 @@ def _of_type(t: str, value: Any) -> tuple[bool, Any]:
     return True, value
 
 
-def _check_type(rule: FactRule, value: Any, origin: str) -> Any:
-    """``value`` checked against the fact's type and bounds (the error names the field and the range)."""
+def _wanted(t: str) -> str:
+    return {"int": "an int", "bool": "a bool (true or false; 0 and 1 are read as false and true)"}.get(t, f"a {t}")
+
+
+def _truncated(value: Any) -> bool:
+    return isinstance(value, float) and math.isfinite(value) and not value.is_integer()
+
+
+def _check_type(rule: FactRule, value: Any, origin: str, warnings: list[str] | None = None) -> Any:
+    """``value`` checked against the fact's type and bounds (the error names the field and the range).
+
+    A fact marked ``truncate`` reads a number with a fraction as ``int()`` does, as the reference
+    estimator reads that field, and says so in ``warnings``."""
     t = rule.type
     raw = value
-    ok, value = _of_type(t, value)
+    ok, value = _of_type(t, value, rule.truncate)
     if not ok:
-        raise ConfigError(f"{origin} should be {'an' if t == 'int' else 'a'} {t}, got {short_repr(raw)}")
+        raise ConfigError(f"{origin} should be {_wanted(t)}, got {short_repr(raw)}")
+    if t == "int" and _truncated(raw) and warnings is not None:
+        warnings.append(f"{origin} is {raw!r}; read as {value} (the fraction dropped, as the reference estimator's int() reads it)")
     if t in ("int", "number"):
         lo = rule.min
         hi = rule.max if rule.max is not None else (INT_MAX if t == "int" else None)
         if (lo is not None and value < lo) or (hi is not None and value > hi):
             span = " and ".join(f"{word} {_bound(b)}" for word, b in (("at least", lo), ("at most", hi)) if b is not None)
-            raise ConfigError(f"{origin} is {short_repr(raw)}; it must be {span}")
+            shown = short_repr(raw) if value == raw else f"{short_repr(raw)} (read as {value})"
+            raise ConfigError(f"{origin} is {shown}; it must be {span}")
     elif t in ("list", "string"):
         limit = rule.max_length if rule.max_length is not None else MAX_LENGTH
         if len(value) > limit:
             raise ConfigError(f"{origin} has {len(value):,} {'elements' if t == 'list' else 'characters'}; at most {limit:,} are allowed")
         if t == "list" and rule.items not in (None, "any") and not all(type(x) in _PLAIN[rule.items] for x in value):
+            items = []
             for k, x in enumerate(value):
-                good, _ = _of_type(rule.items, x)
+                good, y = _of_type(rule.items, x, rule.truncate)
                 if not good:
-                    raise ConfigError(f"{origin}[{k}] should be {'an' if rule.items == 'int' else 'a'} {rule.items}, got {short_repr(x)}")
+                    raise ConfigError(f"{origin}[{k}] should be {_wanted(rule.items)}, got {short_repr(x)}")
+                items.append(y)
+            cut = [x for x in value if rule.items == "int" and _truncated(x)]
+            if cut and warnings is not None:
+                warnings.append(f"{origin} holds {short_repr(cut)}; read as {short_repr([int(x) for x in cut])} "
+                                "(the fractions dropped, as the reference estimator's int() reads them)")
+            value = tuple(items)
     return value
 
 
@@ -159,7 +186,7 @@ def resolve_facts(family: Family, root: Mapping, text: Mapping, warnings: list[s
                     f"config fields {origin} ({value!r}) and {', '.join(disagree)} disagree for {rule.name}; using {origin}"
                 )
             label = f"config field {origin}" + ("" if origin == rule.name else f" (read as {rule.name})")
-            facts[rule.name] = _check_type(rule, value, label)
+            facts[rule.name] = _check_type(rule, value, label, warnings)
             origins[rule.name] = FactOrigin("config", origin, rule.where)
         elif rule.has_default and not null_seen:
             facts[rule.name] = rule.default
@@ -172,7 +199,7 @@ def resolve_facts(family: Family, root: Mapping, text: Mapping, warnings: list[s
                     f"cannot derive {rule.name} (no field among: {describe_alias_list(rule)}): {e}"
                 ) from None
             label = f"{rule.name}, derived from the config as `{rule.derive.text}`,"
-            facts[rule.name] = value if value is None else _check_type(rule, value, label)
+            facts[rule.name] = value if value is None else _check_type(rule, value, label, warnings)
             origins[rule.name] = FactOrigin("derived", None, rule.where, rule.derive.text)
         elif null_seen and rule.has_default:  # explicitly null: transformers keeps None
             facts[rule.name] = None

@@ -62,6 +62,7 @@ class FactRule:
     max: float | None = None
     items: str | None = None  # element type of a list fact
     max_length: int | None = None  # of a list or string fact
+    truncate: bool = False  # a number with a fraction is read as int() reads it (the reference does), with a warning
 
 
 @dataclass(frozen=True)
@@ -272,6 +273,10 @@ def _compile(name: str, raw: dict[str, DataFile]) -> Family:
         dsrc = fields.get("derive")
         derive = _expr(dsrc, known - {fname}, "derive") if dsrc is not None and dsrc.value is not None else None
         ftype = fields["type"].value if "type" in fields else "any"
+        if "truncate" in fields and fields["truncate"].value and not (
+                ftype == "int" or (ftype == "list" and "items" in fields and fields["items"].value == "int")):
+            tsrc: Src = fields["truncate"]
+            raise FileFormatError(tsrc.df.problem(tsrc.parts, "truncate applies to an int fact or a list of ints"))
         facts.append(
             FactRule(
                 name=fname, aliases=tuple(aliases), type=ftype,
@@ -279,6 +284,7 @@ def _compile(name: str, raw: dict[str, DataFile]) -> Family:
                 max=fields["max"].value if "max" in fields else None,
                 items=fields["items"].value if "items" in fields else None,
                 max_length=fields["max_length"].value if "max_length" in fields else None,
+                truncate=bool(fields["truncate"].value) if "truncate" in fields else False,
                 has_default="default" in fields, default=fields["default"].value if "default" in fields else None,
                 derive=derive, where=entry.df.key_where(entry.parts),
                 description=fields["description"].value if "description" in fields else "",
