@@ -13,7 +13,7 @@ from typing import Callable
 
 from vramwise.measuring.results import Measurement, PhaseFigures
 from vramwise.measuring.stacks.protocol import Prepared
-from vramwise.measuring.tracker import GRANULARITY, StorageTracker, rounded
+from vramwise.measuring.tracker import GRANULARITY, AllocationTracker, StorageTracker, rounded
 
 __all__ = ["run_prepared", "track_cpu", "measure_cuda", "categories"]
 
@@ -22,8 +22,11 @@ def run_prepared(prepared: Prepared, settings, steps: int, device: str) -> Measu
     """Run ``steps`` steps of what a stack prepared, inside its context, on ``device``."""
     with prepared.context():
         if device == "cpu":
+            # a compiled step allocates below the dispatch modes: read the allocator's own reports
+            tracker = AllocationTracker() if getattr(settings, "compile", False) else None
             return track_cpu(prepared.net, prepared.opt, prepared.ids, steps, settings, prepared.params_total,
-                             prepared.params_trainable, list(prepared.notes), loss_fn=prepared.loss_fn)
+                             prepared.params_trainable, list(prepared.notes), loss_fn=prepared.loss_fn,
+                             tracker=tracker)
         return measure_cuda(prepared.net, prepared.opt, prepared.ids, steps, settings, prepared.params_total,
                             prepared.params_trainable, lambda: categories(prepared.net, prepared.opt),
                             list(prepared.notes), loss_fn=prepared.loss_fn)

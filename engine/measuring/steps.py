@@ -60,6 +60,7 @@ def measure(
     strategy: str | None = None,
     world_size: int | None = None,
     offload: str = "none",
+    compile: bool = False,
 ) -> Measurement:
     """Run ``steps`` optimizer steps of ``model`` (a config source) and report the memory they used.
 
@@ -73,6 +74,11 @@ def measure(
     module of :mod:`vramwise.measuring.stacks` (with the extra ``vramwise[<name>]`` installed);
     ``loss``, ``loss_chunks``, ``activation_offloading`` and ``optimizer_in_bwd`` are settings those
     stacks expose.
+
+    ``compile=True`` runs the model and its loss through ``torch.compile`` (inductor); on the CPU the
+    figures then come from the allocator's own reports (:class:`~vramwise.measuring.tracker.AllocationTracker`),
+    since inductor's buffers bypass the dispatch-mode tracker. The hf stack only, not with fake tensors
+    or a strategy.
 
     ``strategy`` (``ddp``, ``fsdp`` or ``fsdp_shard_grad_op``, on the CPU) runs the step in ``world_size`` processes (2 to 8,
     default 2) joined by torch.distributed's gloo backend, each on its own batch; ``per_rank`` of the
@@ -88,7 +94,7 @@ def measure(
         method=method, batch_size=batch_size, seq_len=seq_len, lora_rank=lora_rank, target_modules=target_modules,
         gradient_checkpointing=gradient_checkpointing, optimizer=optimizer, attention=attention, load_in_4bit=None,
         lora_dropout=lora_dropout, loss=loss, loss_chunks=loss_chunks, activation_offloading=activation_offloading,
-        optimizer_in_bwd=optimizer_in_bwd, kbit_prepare=kbit_prepare,
+        optimizer_in_bwd=optimizer_in_bwd, kbit_prepare=kbit_prepare, compile=compile,
     )
     runs = stack_module(stack)
     if strategy is not None or world_size is not None:
@@ -108,6 +114,9 @@ def measure(
         raise SettingsError(f"device must be cpu or cuda, got {device!r}")
     if device not in runs.DEVICES:
         raise SettingsError(f"--stack {stack} is measured on the {' or '.join(d.upper() for d in runs.DEVICES)}")
+    if settings.compile and (stack != "hf" or fake or strategy is not None):
+        raise SettingsError("measure compiles the hf stack's step on one process with real tensors: "
+                            "drop --compile, --fake or --strategy")
     runs.check(settings, device=device, fake=fake)
     if fake and device != "cpu":
         raise SettingsError("fake tensors are simulated on CPU: use --device cpu with --fake")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 
-__all__ = ["GRANULARITY", "rounded", "StorageTracker", "ResizeAwareTracker"]
+__all__ = ["GRANULARITY", "rounded", "StorageTracker", "ResizeAwareTracker", "AllocationTracker"]
 
 #: Bytes every storage is rounded up to (the CUDA caching allocator's smallest block).
 GRANULARITY = 512
@@ -146,3 +146,75 @@ class ResizeAwareTracker(StorageTracker):
             yield self
         finally:
             torch.UntypedStorage.resize_ = original
+
+
+class AllocationTracker:
+    """Live bytes and their peak read from the CPU allocator's own events (torch.profiler's memory
+    records), for code the dispatch-mode tracker cannot see into.
+
+    A graph compiled by torch.compile (inductor) allocates its buffers straight from the allocator
+    (``empty_strided_cpu`` in the generated code), below any TorchDispatchMode, and frees or reuses
+    them inside one call. The allocator reports every allocation and free to the profiler, with its
+    size; replaying those reports, each block rounded up to ``granularity`` bytes as the CUDA caching
+    allocator rounds it, gives the live total at every allocation. Tensors that exist before tracking
+    starts are added with :meth:`add`. The same methods as :class:`StorageTracker`; figures are
+    brought up to date when a recording session is closed (:meth:`sweep`, :meth:`reset_peak`).
+    """
+
+    def __init__(self, granularity: int = GRANULARITY):
+        import torch
+
+        self._tensor_type = torch.Tensor
+        self.granularity = granularity
+        self._seen: set = set()
+        self._session = None
+        self.current = 0
+        self.peak = 0
+
+    def add(self, tensor) -> None:
+        if not isinstance(tensor, self._tensor_type) or tensor.device.type == "meta":
+            return
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() in self._seen:
+            return
+        self._seen.add(storage.data_ptr())
+        self.current += rounded(storage.nbytes(), self.granularity)
+        self.peak = max(self.peak, self.current)
+
+    def _start(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        self._session = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        self._session.__enter__()
+
+    def _stop(self) -> None:
+        session, self._session = self._session, None
+        if session is None:
+            return
+        session.__exit__(None, None, None)
+        events = [e for e in session.profiler.kineto_results.events() if e.name() == "[memory]"]
+        events.sort(key=lambda e: e.start_ns())
+        for event in events:
+            nbytes = event.nbytes()
+            size = rounded(abs(nbytes), self.granularity)
+            self.current += size if nbytes > 0 else -size
+            if self.current > self.peak:
+                self.peak = self.current
+
+    def sweep(self) -> None:
+        """Replay what the allocator reported since the last sweep, and go on recording."""
+        if self._session is not None:
+            self._stop()
+            self._start()
+
+    def reset_peak(self) -> None:
+        self.sweep()
+        self.peak = self.current
+
+    @contextlib.contextmanager
+    def mode(self):
+        self._start()
+        try:
+            yield self
+        finally:
+            self._stop()

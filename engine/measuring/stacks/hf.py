@@ -71,7 +71,13 @@ def prepare(cfg: dict, settings, *, dtype: Any, device: str, fake: bool) -> Prep
     vocab = int(net.get_output_embeddings().weight.shape[0]) if net.get_output_embeddings() is not None else 1000
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(0, vocab, (settings.batch_size, settings.seq_len), generator=gen).to(device)
-    return Prepared(net=net, opt=opt, ids=ids, loss_fn=None, params_total=sum(p.numel() for p in net.parameters()),
+    loss_fn = None
+    if settings.compile:  # the model and its loss as one compiled module (Trainer's torch_compile=True),
+        # without the key/value cache, as Trainer sets it (TrainingArguments.use_cache defaults to False): a
+        # compiled forward that returned the cache would get a zero gradient for each of its tensors
+        compiled = torch.compile(net)
+        loss_fn = lambda: compiled(input_ids=ids, labels=ids, use_cache=False).loss  # noqa: E731
+    return Prepared(net=net, opt=opt, ids=ids, loss_fn=loss_fn, params_total=sum(p.numel() for p in net.parameters()),
                     params_trainable=sum(p.numel() for p in trainable), notes=notes)
 
 

@@ -102,7 +102,7 @@ def run(args, out) -> int:
             lora_dropout=args.lora_dropout, stack=args.stack, loss=args.loss, loss_chunks=args.loss_chunks,
             activation_offloading=args.activation_offloading, optimizer_in_bwd=args.optimizer_in_bwd,
             kbit_prepare=args.kbit_prepare, strategy=args.strategy, world_size=args.world_size, offload=args.offload,
-            **chosen,
+            compile=args.compile, **chosen,
         )
     if args.json:
         print_json(with_recipe(args, m.to_dict()), out)
@@ -119,6 +119,8 @@ def run(args, out) -> int:
     if s["method"] in ("lora", "qlora"):
         ran.append(f"rank {s['lora_rank']}")
     ran += [f"checkpointing {s['gradient_checkpointing']}", s["optimizer"], s["attention"]]
+    if s.get("compile"):
+        ran.append("torch.compile (the allocator's reports counted)" if m.device == "cpu" else "torch.compile")
     if args.stack != "hf":
         ran.insert(0, f"stack {args.stack}")
         ran += [f"loss {s['loss']}" + (f" in {s['loss_chunks']} chunks" if s["loss"] == "chunked" else "")]

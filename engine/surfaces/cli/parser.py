@@ -321,6 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torchtune's optimizer step inside the backward pass (default: false)")
     p.add_argument("--kbit-prepare", type=bool_flag, action=_Given, default=None, metavar="{true,false}",
                    help="qlora (stack hf): run peft's prepare_model_for_kbit_training (default: true)")
+    p.add_argument("--compile", type=bool_flag, action=_Given, default=False, metavar="{true,false}",
+                   help="stack hf, one process: torch.compile the model and its loss (inductor); on the CPU the "
+                        "allocator's own reports are counted (default: false)")
     p.add_argument("--strategy", default=None, choices=MEASURED_STRATEGIES,
                    help="run the step in --world-size CPU processes (gloo): DistributedDataParallel, or FSDP2 "
                         "fully_shard on each decoder layer and the root (fsdp_shard_grad_op: without resharding "
