@@ -96,6 +96,7 @@ class ModuleRule:
     lora: tuple  # of LoraPart; empty: answers to its own name only (if linear)
     where: str
     repeat: Expression | None = None
+    input: str | None = None  # the tensor it reads, named where modules of a layer share one
 
 
 @dataclass(frozen=True)
@@ -253,6 +254,7 @@ def _compile_module(name: str, fields: dict, allowed, in_layer: bool) -> ModuleR
         name=name, kind=kind, group=fields["group"].value, path=path, shape=shape, bias=bias, when=when,
         quantizable=bool(quant), lora=tuple(parts), where=entry.where(),
         repeat=_expr(fields.get("repeat"), allowed, "repeat"),
+        input=fields["input"].value if "input" in fields else None,
     )
 
 

@@ -65,7 +65,7 @@ def build_module(rule: ModuleRule, env: Mapping, where_layer: str) -> Module | N
     return Module(
         name=rule.name, kind=rule.kind, group=rule.group, path=rule.path, shape=shape,
         bias=bool(rule.bias.evaluate(env)), quantizable=rule.quantizable, lora_parts=tuple(parts),
-        repeat=repeat,
+        repeat=repeat, input=rule.input,
     )
 
 

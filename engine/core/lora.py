@@ -17,7 +17,8 @@ from typing import Iterable, Mapping
 __all__ = ["LoraSums", "NO_ADAPTERS", "LORA_NAMES", "unsloth_sums", "peft_sums"]
 
 #: Formula names of the LoRA sums (see :meth:`LoraSums.formula_names`).
-LORA_NAMES = ("lora_io", "lora_inputs", "lora_adapters", "lora_merged_params", "lora_quantizable_params")
+LORA_NAMES = ("lora_io", "lora_inputs", "lora_adapters", "lora_merged_params", "lora_quantizable_params",
+              "lora_distinct_inputs")
 
 
 @dataclass(frozen=True)
@@ -30,10 +31,27 @@ class LoraSums:
     matched: frozenset  # the targets that matched a module
     merged_params: int = 0  # weights of parameters carrying an adapter (PEFT merges them in the forward)
     quantizable_params: int = 0  # quantizable weights of the linear modules (or fused parts) carrying an adapter
+    distinct_inputs: int = 0  # sum of in features over the distinct tensors the adapted modules read (see _Reads)
 
     def formula_names(self) -> dict:
         """The sums as formula inputs (see :data:`LORA_NAMES`)."""
-        return dict(zip(LORA_NAMES, (self.io, self.inputs, self.adapters, self.merged_params, self.quantizable_params)))
+        return dict(zip(LORA_NAMES, (self.io, self.inputs, self.adapters, self.merged_params, self.quantizable_params,
+                                     self.distinct_inputs)))
+
+
+class _Reads:
+    """The distinct tensors the adapted modules of one group of layers read: modules naming the same ``input``
+    (q, k and v read the attention's input) count it once; a module without one reads its own."""
+
+    def __init__(self):
+        self.total = 0
+        self._seen: set = set()
+
+    def add(self, module, count: int, copies: int, width: int, part: str = "") -> None:
+        key = module.input if module.input is not None else (module.path, part)
+        if key not in self._seen:
+            self._seen.add(key)
+            self.total += count * copies * width
 
 
 #: No adapters (full fine-tuning, inference, the size-only fallback).
@@ -49,15 +67,17 @@ def unsloth_sums(groups: Iterable[tuple], targets: frozenset, explicit: frozense
     target is named gets its own. Parts marked explicit-only count only for names in
     ``explicit`` (named by the user, not brought in by a keyword such as all-linear).
     """
-    io = ins = n_adapters = quantizable = 0
+    io = ins = n_adapters = quantizable = distinct = 0
     matched: set[str] = set()
     for count, _, mods in groups:
+        reads = _Reads()
         for m in mods:
             if m.kind == "linear" and m.name in targets:
                 io += count * m.repeat * (m.in_features + m.out_features)
                 ins += count * m.repeat * m.in_features
                 n_adapters += count * m.repeat
                 quantizable += count * m.weight_params if m.quantizable else 0
+                reads.add(m, count, m.repeat, m.in_features)
                 matched.add(m.name)
                 continue
             for target, fin, fout, n, explicit_only in m.lora_parts:
@@ -66,8 +86,10 @@ def unsloth_sums(groups: Iterable[tuple], targets: frozenset, explicit: frozense
                     ins += count * n * fin
                     n_adapters += count * n
                     quantizable += count * n * fin * fout if m.quantizable else 0
+                    reads.add(m, count, n, fin, target)
                     matched.add(target)
-    return LoraSums(io, ins, n_adapters, frozenset(matched), 0, quantizable)
+        distinct += reads.total
+    return LoraSums(io, ins, n_adapters, frozenset(matched), 0, quantizable, distinct)
 
 
 def peft_sums(groups: Iterable[tuple], target_parameters: Mapping[str, str], targets: frozenset) -> LoraSums:
@@ -84,9 +106,10 @@ def peft_sums(groups: Iterable[tuple], target_parameters: Mapping[str, str], tar
     for t in sorted(targets):
         if t in target_parameters:
             fused.setdefault(target_parameters[t], []).append(t)
-    io = ins = n_adapters = merged = quantizable = 0
+    io = ins = n_adapters = merged = quantizable = distinct = 0
     matched: set[str] = set()
     for count, _, mods in groups:
+        reads = _Reads()
         for m in mods:
             leaf = m.path.rsplit(".", 1)[-1]
             if m.kind == "linear" and leaf in module_targets:
@@ -94,6 +117,7 @@ def peft_sums(groups: Iterable[tuple], target_parameters: Mapping[str, str], tar
                 ins += count * m.repeat * m.in_features
                 n_adapters += count * m.repeat
                 quantizable += count * m.weight_params if m.quantizable else 0
+                reads.add(m, count, m.repeat, m.in_features)
                 matched.add(leaf)
                 continue
             # a bare parameter is named by its path, a module's weight by path + ".weight"
@@ -104,4 +128,5 @@ def peft_sums(groups: Iterable[tuple], target_parameters: Mapping[str, str], tar
                     io += count * m.repeat * len(names) * experts * (m.shape[-1] + m.shape[-2])
                     merged += count * m.weight_params
                     matched.update(names)
-    return LoraSums(io, ins, n_adapters, frozenset(matched), merged, quantizable)
+        distinct += reads.total
+    return LoraSums(io, ins, n_adapters, frozenset(matched), merged, quantizable, distinct)

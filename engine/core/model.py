@@ -34,6 +34,7 @@ class Module:
     quantizable: bool
     lora_parts: tuple  # ((target, in, out, count, explicit_only), ...); a linear also answers to its own name, whole
     repeat: int = 1  # identical copies, numbered by {j} in the path
+    input: str | None = None  # the tensor it reads, named where modules of a layer share one (None: its own)
 
     @property
     def weight_params(self) -> int:
