@@ -71,15 +71,25 @@ def all_matrices() -> dict:
     return out
 
 
-def cell_key(matrix, cell) -> tuple[str, str, str]:
-    """(profile, method, strategy) of a cell: the matrix's profile (or the cell's, where a matrix gives
-    ``profile_of``), the settings' method (LoRA on a 4-bit base counts as qlora) and strategy ("none")."""
+def cell_key(matrix, cell) -> tuple:
+    """(profile, method, strategy, compile) of a cell: the matrix's profile (or the cell's, where a matrix
+    gives ``profile_of``), the settings' method (LoRA on a 4-bit base counts as qlora), strategy ("none")
+    and whether the step is compiled."""
     kw = matrix.settings(cell)
     profile = matrix.profile_of(cell) if hasattr(matrix, "profile_of") else matrix.profile
     method = kw["method"]
     if method == "lora" and kw.get("load_in_4bit"):
         method = "qlora"
-    return profile, method, kw.get("strategy", "none")
+    return profile, method, kw.get("strategy", "none"), bool(kw.get("compile", False))
+
+
+def key_of(e: dict) -> tuple:
+    """The cell key of a file entry (``compile`` absent: eager)."""
+    return e["profile"], e["method"], e["strategy"], bool(e.get("compile", False))
+
+
+def key_text(key: tuple) -> str:
+    return "/".join(key[:3]) + ("/compiled" if key[3] else "")
 
 
 def world_size(matrix, cell) -> int:
@@ -88,7 +98,7 @@ def world_size(matrix, cell) -> int:
 
 
 def expected_cells(matrices) -> dict:
-    """{(profile, method, strategy): (cells, matrices)} over the cells of ``matrices`` (nothing measured)."""
+    """{(profile, method, strategy, compile): (cells, matrices)} over the cells of ``matrices`` (nothing measured)."""
     out: dict = {}
     for m in matrices:
         for cell in m.cells():
@@ -122,9 +132,10 @@ def entries_from_rows(rows: dict, generated: str, at: str | None) -> list[dict]:
             if m.name not in p["matrices"]:
                 p["matrices"].append(m.name)
     out = []
-    for (profile, method, strategy), p in pooled.items():
+    for (profile, method, strategy, compiled), p in pooled.items():
         e = p["errors"]
-        out.append({"profile": profile, "method": method, "strategy": strategy, "cells": len(e),
+        out.append({"profile": profile, "method": method, "strategy": strategy,
+                    **({"compile": True} if compiled else {}), "cells": len(e),
                     "median_abs_error": round(statistics.median(e), 6), "max_abs_error": round(max(e), 6),
                     "world_sizes": sorted(p["world_sizes"]), "matrices": p["matrices"], "generated": generated,
                     "commit": at})
@@ -136,12 +147,12 @@ def merge(kept: list[dict], new: list[dict], measured: set[str]) -> list[dict]:
     entry of a measured matrix goes; one pooled with a matrix not measured again, or with the key of a
     new one, stops the merge (the matrices of one key are measured together)."""
     out = []
-    new_keys = {(e["profile"], e["method"], e["strategy"]) for e in new}
+    new_keys = {key_of(e) for e in new}
     for e in kept:
         mine = set(e["matrices"]) & measured
-        key = (e["profile"], e["method"], e["strategy"])
+        key = key_of(e)
         if (mine and set(e["matrices"]) - measured) or (not mine and key in new_keys):
-            raise SystemExit(f"the {'/'.join(key)} band pools matrices {', '.join(e['matrices'])} with those "
+            raise SystemExit(f"the {key_text(key)} band pools matrices {', '.join(e['matrices'])} with those "
                              f"measured now: measure them together (--matrix for each)")
         if not mine:
             out.append(e)
@@ -153,7 +164,7 @@ def _order(e: dict, profiles: list[str]) -> tuple:
 
     return (profiles.index(e["profile"]) if e["profile"] in profiles else len(profiles), e["profile"],
             METHODS.index(e["method"]) if e["method"] in METHODS else len(METHODS), e["strategy"] != "none",
-            e["strategy"])
+            e["strategy"], bool(e.get("compile", False)))
 
 
 def render(entries: list[dict]) -> str:
@@ -166,6 +177,7 @@ def render(entries: list[dict]) -> str:
             f"  - profile: {e['profile']}",
             f"    method: {e['method']}",
             f"    strategy: {e['strategy']}",
+            *(["    compile: true"] if e.get("compile") else []),
             f"    cells: {e['cells']}",
             f"    median_abs_error: {e['median_abs_error']:.6f}",
             f"    max_abs_error: {e['max_abs_error']:.6f}",
@@ -190,7 +202,8 @@ def render_table(entries: list[dict]) -> str:
     out = [DOCS_MARKER, "", "| profile | method | strategy | GPUs | cells | median abs error | largest abs error "
            "| matrices | measured |", "|---|---|---|---|---:|---:|---:|---|---|"]
     for e in sorted(entries, key=lambda e: _order(e, profiles)):
-        out.append(f"| {e['profile']} | {e['method']} | {e['strategy']} | {', '.join(map(str, e['world_sizes']))} "
+        strategy = e["strategy"] + (", compiled" if e.get("compile") else "")
+        out.append(f"| {e['profile']} | {e['method']} | {strategy} | {', '.join(map(str, e['world_sizes']))} "
                    f"| {e['cells']} | {_pct(e['median_abs_error'])} | {_pct(e['max_abs_error'])} "
                    f"| {', '.join(e['matrices'])} | {e['generated']}" + (f" at {e['commit']}" if e["commit"] else "")
                    + " |")
@@ -232,13 +245,13 @@ def check(path: Path = OUT) -> list[str]:
     docs/error-bands.md and the file (empty: current)."""
     expected = expected_cells(all_matrices().values())
     entries = read_entries(path)
-    got = {(e["profile"], e["method"], e["strategy"]): (e["cells"], tuple(e["matrices"])) for e in entries}
+    got = {key_of(e): (e["cells"], tuple(e["matrices"])) for e in entries}
     problems = []
     if path == OUT and DOCS.read_text(encoding="utf-8") != docs_page(entries):
         problems.append(f"{DOCS.relative_to(REPO)}: its table differs from {path.name}")
     for key in sorted(set(expected) | set(got)):
         if expected.get(key) != got.get(key):
-            problems.append(f"{'/'.join(key)}: the matrices have {expected.get(key, (0, ()))}, "
+            problems.append(f"{key_text(key)}: the matrices have {expected.get(key, (0, ()))}, "
                             f"{path.name} has {got.get(key, (0, ()))} (cells, matrices)")
     return problems
 
@@ -247,7 +260,7 @@ def measure(names, path: Path = OUT, at: str | None = None) -> None:
     """Measure the matrices ``names`` and write the bands after each (those measured so far)."""
     matrices = all_matrices()
     planned = set(names)
-    keys = [{"profile": k[0], "method": k[1], "strategy": k[2]}
+    keys = [{"profile": k[0], "method": k[1], "strategy": k[2], **({"compile": True} if k[3] else {})}
             for k in expected_cells([matrices[n] for n in names])]
     merge(read_entries(path), keys, planned)  # a band pooled with a matrix left out stops here, before measuring
     rows: dict = {}

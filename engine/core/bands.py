@@ -1,5 +1,5 @@
 """The validated error of an estimate: how far the validation matrices' estimates were from the measured
-peaks, by profile x method x multi-GPU strategy.
+peaks, by profile x method x multi-GPU strategy, eager or compiled.
 
 The figures live in ``accuracy/bands.yaml`` (installed as ``vramwise.accuracy``) under
 ``schemas/accuracy-1.schema.json``, written by ``scripts/build_accuracy_bands.py`` from the cells of
@@ -63,11 +63,13 @@ class ErrorBand:
     generated: str | None = None  # the day they were measured
     commit: str | None = None  # the commit they were measured at
     reason: str | None = None  # why it is not measured
+    compile: bool = False  # the band of steps run under torch.compile
 
     def where(self) -> str:
+        compiled = ", compiled" if self.compile else ""
         if self.strategy == "none":
-            return "one GPU"
-        return f"{self.strategy} on {_sizes(self.world_sizes)} GPUs" if self.world_sizes else self.strategy
+            return "one GPU" + compiled
+        return (f"{self.strategy} on {_sizes(self.world_sizes)} GPUs" if self.world_sizes else self.strategy) + compiled
 
     def line(self) -> str:
         """One line for a person: ``validated: median |error| 0.02 %, largest 0.63 % over 40 measured
@@ -80,13 +82,13 @@ class ErrorBand:
 
     def to_dict(self) -> dict:
         return {"measured": self.measured, "profile": self.profile, "method": self.method, "strategy": self.strategy,
-                "cells": self.cells, "median_abs_error": self.median_abs_error, "max_abs_error": self.max_abs_error,
+                "compile": self.compile, "cells": self.cells, "median_abs_error": self.median_abs_error, "max_abs_error": self.max_abs_error,
                 "world_sizes": list(self.world_sizes), "matrices": list(self.matrices), "generated": self.generated,
                 "commit": self.commit, "reason": self.reason, "summary": self.line()}
 
 
 class BandTable:
-    """The bands of one file, checked: no (profile, method, strategy) twice, none for what the file calls
+    """The bands of one file, checked: no (profile, method, strategy, compile) twice, none for what the file calls
     unmeasured, the largest error at least the median."""
 
     def __init__(self, df: DataFile):
@@ -100,16 +102,17 @@ class BandTable:
                 problems.append(df.problem(("unmeasured", k, kind), f"{kind} {u[kind]!r} is listed twice"))
             self._unmeasured[(kind, u[kind])] = u["reason"]
         for k, b in enumerate(df.data["bands"]):
-            key = (b["profile"], b["method"], b["strategy"])
+            key = (b["profile"], b["method"], b["strategy"], b.get("compile", False))
             if key in self._bands:
-                problems.append(df.problem(("bands", k), f"{'/'.join(key)} is given twice"))
+                problems.append(df.problem(("bands", k), "/".join(key[:3]) + ("/compiled" if key[3] else "")
+                                           + " is given twice"))
             for kind in ("profile", "method"):
                 if (kind, b[kind]) in self._unmeasured:
                     problems.append(df.problem(("bands", k, kind), f"{kind} {b[kind]!r} is listed as unmeasured"))
             if b["max_abs_error"] < b["median_abs_error"]:
                 problems.append(df.problem(("bands", k, "max_abs_error"), "below the median"))
             self._bands[key] = ErrorBand(
-                *key, measured=True, cells=b["cells"], median_abs_error=b["median_abs_error"],
+                *key[:3], compile=key[3], measured=True, cells=b["cells"], median_abs_error=b["median_abs_error"],
                 max_abs_error=b["max_abs_error"], world_sizes=tuple(b["world_sizes"]), matrices=tuple(b["matrices"]),
                 generated=b["generated"], commit=b["commit"])
         if problems:
@@ -119,26 +122,31 @@ class BandTable:
         """Every measured band, in file order."""
         return tuple(self._bands.values())
 
-    def band(self, profile: str, method: str, strategy: str | None = "none", *, load_in_4bit: bool = False) -> ErrorBand:
-        """The band of ``profile`` x ``method`` x ``strategy`` (None or "none": one GPU)."""
+    def band(self, profile: str, method: str, strategy: str | None = "none", *, load_in_4bit: bool = False,
+             compile: bool = False) -> ErrorBand:
+        """The band of ``profile`` x ``method`` x ``strategy`` (None or "none": one GPU), of compiled steps
+        when ``compile``."""
         strategy = strategy or "none"
         if method == "lora" and load_in_4bit:
             method = "qlora"
-        got = self._bands.get((profile, method, strategy))
+        got = self._bands.get((profile, method, strategy, bool(compile)))
         if got is not None:
             return got
-        return ErrorBand(profile, method, strategy, measured=False, reason=self._why(profile, method, strategy))
+        return ErrorBand(profile, method, strategy, measured=False, compile=bool(compile),
+                         reason=self._why(profile, method, strategy, bool(compile)))
 
-    def _why(self, profile: str, method: str, strategy: str) -> str:
+    def _why(self, profile: str, method: str, strategy: str, compile: bool = False) -> str:
         for kind, name in (("method", method), ("profile", profile)):
             if (kind, name) in self._unmeasured:
                 return self._unmeasured[(kind, name)]
         if strategy != "none":
-            elsewhere = sorted({p for p, _, s in self._bands if s == strategy and p != profile})
-            if elsewhere and not any(p == profile and s == strategy for p, _, s in self._bands):
+            elsewhere = sorted({p for p, _, s, _ in self._bands if s == strategy and p != profile})
+            if elsewhere and not any(p == profile and s == strategy for p, _, s, _ in self._bands):
                 return f"{strategy} is measured on {', '.join(elsewhere)} only"
-            if not elsewhere and not any(s == strategy for _, _, s in self._bands):
+            if not elsewhere and not any(s == strategy for _, _, s, _ in self._bands):
                 return f"no validation matrix runs {strategy}"
+        if compile and not any(c and p == profile for p, _, _, c in self._bands):
+            return f"no validation matrix compiles the {profile} profile's step"
         return "no validation matrix has this cell"
 
 
@@ -154,9 +162,12 @@ def bundled_bands() -> BandTable:
     return read_bands(read_data_text(item, BANDS_PATH), BANDS_PATH, validate=False)
 
 
-def band_for(profile: Any, method: str, strategy: str | None, load_in_4bit: bool = False) -> ErrorBand:
-    """The band of an estimate made with the compiled ``profile`` (a :class:`~vramwise.core.profile.Profile`)."""
+def band_for(profile: Any, method: str, strategy: str | None, load_in_4bit: bool = False,
+             compile: bool = False) -> ErrorBand:
+    """The band of an estimate made with the compiled ``profile`` (a :class:`~vramwise.core.profile.Profile`);
+    ``compile``: the estimate models a step under torch.compile."""
     if profile.file != f"formulas/{profile.name}/profile.yaml":
         return ErrorBand(profile.name, "qlora" if method == "lora" and load_in_4bit else method, strategy or "none",
-                         measured=False, reason=f"the profile is read from {profile.file}, not the bundled formulas")
-    return bundled_bands().band(profile.name, method, strategy, load_in_4bit=load_in_4bit)
+                         measured=False, compile=bool(compile),
+                         reason=f"the profile is read from {profile.file}, not the bundled formulas")
+    return bundled_bands().band(profile.name, method, strategy, load_in_4bit=load_in_4bit, compile=compile)

@@ -343,7 +343,9 @@ class Estimate:
         got = self._memo.get("error_band")
         if got is None:
             s = self._stage.settings
-            got = self._memo["error_band"] = band_for(self._stage.profile, s["method"], self.strategy, s["load_in_4bit"])
+            prof = self._stage.profile
+            compiled = bool(s["compile"]) and prof.compiled is not None and bool(self._get(prof.compiled))
+            got = self._memo["error_band"] = band_for(prof, s["method"], self.strategy, s["load_in_4bit"], compiled)
         return got
 
     @property

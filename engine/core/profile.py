@@ -121,6 +121,7 @@ class Profile:
     settings_read: frozenset = frozenset()  # the settings its formulas, tables and warnings read
     strategy: str | None = None  # the multi-GPU strategy whose formulas were added (None: one GPU)
     methods_note: str = ""  # under a strategy: why the methods missing from ``methods`` are not modelled
+    compiled: str | None = None  # formula id of the flag "this estimate models a step under torch.compile"
     host: str | None = None  # formula id of the host memory a machine needs (strategies)
     rank_groups: tuple = ()  # ((role, count id, total id, {component: id}), ...): ranks that hold different amounts
     _programs: dict = field(default_factory=dict, repr=False, compare=False)  # type signature -> Program
@@ -384,6 +385,8 @@ def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | 
             warning_rules.append(WarningRule(when, w["message"], shown,
                                              bool(reads & (dynamic | {"batch_size", "seq_len"}))))
     refs = {"total": m["total"], "min_per_gpu": m["min_per_gpu"], "trainable_params": m["trainable_params"]}
+    if "compiled" in m:
+        refs["compiled"] = m["compiled"]
     refs.update({f"figures.{k}": v for k, v in m.get("figures", {}).items()})
     refs.update({f"phases.{k}": v for k, v in m.get("phases", {}).items()})
     refs.update({f"components.{k}": v for k, v in m["components"].items()})
@@ -426,7 +429,7 @@ def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | 
         report=report,
         components=dict(m["components"]), total=m["total"], min_per_gpu=m["min_per_gpu"],
         trainable_params=m["trainable_params"], figures=dict(m.get("figures", {})), phases=dict(m.get("phases", {})),
-        constants=constants, constant_info=constant_info,
+        compiled=m.get("compiled"), constants=constants, constant_info=constant_info,
         tables=tuple(tables), formulas=tuple(order), dynamic=dynamic, warning_rules=tuple(warning_rules),
         settings_read=frozenset(read & SETTING_NAMES),
         strategy=overlay.name if overlay is not None else None,

@@ -149,6 +149,39 @@ def test_lora_on_a_4bit_base_is_looked_up_as_qlora():
     assert t.band("hf", "lora", load_in_4bit=True).measured and not t.band("hf", "lora").measured
 
 
+COMPILED_ENTRY = """\
+  - profile: hf
+    method: lora
+    strategy: none
+    compile: true
+    cells: 4
+    median_abs_error: 0.003
+    max_abs_error: 0.012
+    world_sizes: [1]
+    matrices: [compile]
+    generated: '2026-12-05'
+    commit: '0a0cc15'
+"""
+COMPILED = FILE.replace("unmeasured:\n", COMPILED_ENTRY + "unmeasured:\n")
+
+
+def test_compiled_steps_have_bands_of_their_own():
+    t = read_bands(COMPILED, "x.yaml")
+    eager, compiled = t.band("hf", "lora"), t.band("hf", "lora", compile=True)
+    assert (eager.cells, eager.compile) == (40, False)
+    assert (compiled.cells, compiled.compile, compiled.matrices) == (4, True, ("compile",))
+    # 0.003 -> "0.30 %"; 0.012 -> "1.20 %"
+    assert compiled.line() == ("validated: median |error| 0.30 %, largest 1.20 % over 4 measured cells "
+                               "(hf, lora, one GPU, compiled)")
+    assert compiled.to_dict()["compile"] is True and eager.to_dict()["compile"] is False
+    missing = t.band("hf", "full", compile=True)
+    assert not missing.measured and missing.reason == "no validation matrix has this cell"
+    assert read_bands(FILE, "x.yaml").band("hf", "lora", compile=True).reason == (
+        "no validation matrix compiles the hf profile's step")
+    with pytest.raises(FileFormatError, match="hf/lora/none/compiled is given twice"):
+        read_bands(COMPILED.replace("unmeasured:\n", COMPILED_ENTRY + "unmeasured:\n"), "x.yaml")
+
+
 def _line_of(text: str, needle: str, nth: int = 0) -> int:
     return [k for k, line in enumerate(text.splitlines(), 1) if needle in line][nth]
 
