@@ -112,7 +112,7 @@ def layer_rows():
     from vramwise import estimate, measure
 
     rows = []
-    for name in HF.configs:
+    for name in HF.families:
         for method in METHODS:
             for att in HF.attention:
                 kw = dict(method=method, batch_size=2, seq_len=512, gradient_checkpointing="none", attention=att,

@@ -5,7 +5,7 @@ They are the ground truth of the accuracy claims: tests/measured asserts them (e
 ``CELL_LIMIT`` of the measured peak, the median within ``MEDIAN_LIMIT``) and benchmarks/accuracy.py writes
 docs/accuracy.md from the same cells. Four matrices, each a :class:`Matrix`:
 
-- ``HF``: transformers + PEFT + bitsandbytes against the hf profile (136 cells);
+- ``HF``: transformers + PEFT + bitsandbytes against the hf profile (147 cells);
 - ``TORCHTUNE``: torchtune's own model builders, loss and step against the torchtune profile (94 cells);
 - ``LITGPT``: LitGPT's own model, LoRA and chunked loss against the litgpt profile (72 cells);
 - ``STRATEGIES``: DDP and FSDP2 in gloo processes against the hf profile's per-rank strategies (30 cells).
@@ -95,8 +95,10 @@ class HfMatrix(Matrix):
     checkpointing off / on x sdpa / eager x two shapes (batch 1 x 128, batch 2 x 256): 120 cells;
     and gemma2 (both soft-caps) x full / LoRA x the same checkpointing, attention and shapes: 16
     cells, its sdpa cells measuring eager, which transformers runs for Gemma 2 (it refuses sdpa,
-    which cannot soft-cap). Full and LoRA run under fake tensors (equal to real tensors to the byte),
-    QLoRA with real bitsandbytes storage."""
+    which cannot soft-cap); and llama, qwen3 (sdpa / eager) and gemma3_text (sdpa) at vocabulary 1000
+    and 4 layers with checkpointing x full / LoRA at batch 2 x 512, and llama's QLoRA (sdpa): 11 cells
+    whose peak is the recomputed layer's. Full and LoRA
+    run under fake tensors (equal to real tensors to the byte), QLoRA with real bitsandbytes storage."""
 
     name = "hf"
     cell_limit = 0.02  # largest measured 0.63 %, median 0.02 %
@@ -134,7 +136,32 @@ class HfMatrix(Matrix):
             "sliding_window": 64, "layer_types": ["sliding_attention", "full_attention"],
             "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
         },
+        # vocabulary 1000, 4 layers: the recomputed layer's tensors and its backward's transients outweigh the logits
+        "llama_recompute": {
+            "model_type": "llama", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 768,
+            "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": False,
+        },
+        "qwen3_recompute": {
+            "model_type": "qwen3", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 768,
+            "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+            "tie_word_embeddings": True,
+        },
+        "gemma3_text_recompute": {  # four float32 norms a layer, the last after the MLP
+            "model_type": "gemma3_text", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 512,
+            "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 64,
+            "sliding_window": 64, "layer_types": ["sliding_attention", "full_attention"] * 2,
+        },
     }
+    configs["llama_qlora_recompute"] = configs["llama_recompute"]  # its QLoRA cell (real 4-bit storage)
+    #: the configs of the full product of methods, checkpointing, attention and shapes (and of the growth checks)
+    families = ("llama", "qwen3", "gemma3_text", "qwen3_moe", "deepseek_v3", "gemma2")
+    #: small-vocabulary configs measured with checkpointing only, at batch 2 x 512, where the backward's
+    #: peak is the recomputed layer's (setting its recompute term to 0 fails these cells): config ->
+    #: (methods, attention kernels)
+    recompute = {"llama_recompute": (("full", "lora"), ("sdpa", "eager")),
+                 "qwen3_recompute": (("full", "lora"), ("sdpa", "eager")),
+                 "gemma3_text_recompute": (("full", "lora"), ("sdpa",)),
+                 "llama_qlora_recompute": (("qlora",), ("sdpa",))}
     checkpointing = ("none", "true")
     attention = ("sdpa", "eager")
     #: methods of a config's cells where not all of METHODS (QLoRA's real 4-bit storage of a
@@ -147,10 +174,13 @@ class HfMatrix(Matrix):
 
     def cells(self):
         """(config name, method, checkpointing, attention, batch, sequence)."""
-        for name in self.configs:
+        for name in self.families:
             for method, gc, att, (b, s) in itertools.product(self.methods.get(name, METHODS), self.checkpointing,
                                                              self.attention, SHAPES):
                 yield name, method, gc, att, b, s
+        for name, (methods, kernels) in self.recompute.items():
+            for method, att in itertools.product(methods, kernels):
+                yield name, method, "true", att, 2, 512
 
     def measured_attention(self, name: str, attention: str) -> str:
         """The attention implementation ``measure`` runs for config ``name`` asked for ``attention``."""
