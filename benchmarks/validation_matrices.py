@@ -7,7 +7,7 @@ docs/accuracy.md from the same cells. Four matrices, each a :class:`Matrix`:
 
 - ``HF``: transformers + PEFT + bitsandbytes against the hf profile (147 cells);
 - ``TORCHTUNE``: torchtune's own model builders, loss and step against the torchtune profile (94 cells);
-- ``LITGPT``: LitGPT's own model, LoRA and chunked loss against the litgpt profile (72 cells);
+- ``LITGPT``: LitGPT's own model, LoRA and chunked loss against the litgpt profile (84 cells);
 - ``STRATEGIES``: DDP and FSDP2 in gloo processes against the hf profile's per-rank strategies (30 cells).
 
 A cell is a tuple whose first element names its config; :meth:`Matrix.settings` turns it into the
@@ -308,8 +308,9 @@ class LitgptMatrix(Matrix):
     """LitGPT's own GPT model, LoRA (bf16-true precision, fused qkv), bitsandbytes NF4 and chunked
     cross-entropy against the litgpt profile: llama, qwen3 (tied in the checkpoint; LitGPT keeps a separate
     head), qwen2 (q/k/v biases, no grouped queries), phi3 (Phi-4's layout and vocabulary, multi-query),
-    phi4_mini (a quarter of each head not rotated, tied) and gemma (GemmaMLP, scaled embeddings, RMSNorm's
-    unit offset, head_dim 128) x full / LoRA / QLoRA x standard / chunked loss x two shapes: 72 cells, all
+    phi4_mini (a quarter of each head not rotated, tied), olmo2 (post-norms, q / k norms over the whole
+    projections) and gemma (GemmaMLP, scaled embeddings, RMSNorm's unit offset, head_dim 128) x full / LoRA /
+    QLoRA x standard / chunked loss x two shapes: 84 cells, all
     under fake tensors (bitsandbytes registers fake kernels for gemm_4bit and dequantize_4bit). LitGPT's
     single-device scripts have no gradient checkpointing: no such axis."""
 
@@ -341,6 +342,11 @@ class LitgptMatrix(Matrix):
             "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,  # its 131,072 positions
             "tie_word_embeddings": True, "partial_rotary_factor": 0.75, "sliding_window": 262144,
             "max_position_embeddings": 131072,
+        },
+        "olmo2": {  # OLMo-2's vocabulary, norms after attention and the MLP, q / k norms over whole projections
+            "model_type": "olmo2", "vocab_size": 100352, "hidden_size": 256, "intermediate_size": 768,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+            "max_position_embeddings": 4096,
         },
         "gemma": {  # Gemma-2b's layout: its vocabulary, one key/value head, heads x head_dim = hidden; GemmaMLP,
             "model_type": "gemma", "vocab_size": 256000, "hidden_size": 256, "intermediate_size": 768,  # scaled

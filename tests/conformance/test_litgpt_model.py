@@ -58,6 +58,11 @@ CONFIGS = {
                   "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
                   "tie_word_embeddings": True, "partial_rotary_factor": 0.75, "sliding_window": 262144,
                   "max_position_embeddings": 131072},
+    # OLMo-2 layout: norms after attention and after the MLP (none before), q and k normalised over their
+    # whole projections, multi-head attention
+    "olmo2": {"model_type": "olmo2", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 768,
+              "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 4,
+              "max_position_embeddings": 4096},
     # Gemma-2b layout: one key/value head, heads x head_dim = hidden (8 x 256 = 2048), tied in the checkpoint
     "gemma": {"model_type": "gemma", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 768,
               "num_hidden_layers": 3, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 128},
@@ -146,6 +151,21 @@ def test_gemma_maps_to_litgpts_gemma_layout():
     assert prepared.params_total == 2873088
 
 
+def test_olmo2_maps_to_litgpts_olmo2_layout():
+    """Read from the built model: post-attention and post-MLP norms, none before, and q / k norms over the
+    whole projections (3 layers x (qkv 3 x 256 x 256 + proj 256 x 256 + MLP 3 x 768 x 256 + post norms
+    2 x 256 + q and k norms 2 x 256) + final norm 256 + embedding and head 2 x 1000 x 256
+    = 3 x 852,992 + 256 + 512,000 = 3,071,232, as many as transformers' Olmo2ForCausalLM holds)."""
+    settings = normalise_settings(method="full", gradient_checkpointing="none", optimizer="adamw_torch", batch_size=1,
+                                  seq_len=SEQ)
+    prepared = stack.prepare(CONFIGS["olmo2"], settings, dtype=torch.bfloat16, device="cpu", fake=True)
+    block = prepared.net.transformer.h[0]
+    assert isinstance(block.norm_1, torch.nn.Identity) and isinstance(block.norm_2, torch.nn.Identity)
+    assert block.post_attention_norm.weight.shape == (256,) and block.post_mlp_norm.weight.shape == (256,)
+    assert block.attn.norm_q.weight.shape == (256,) and block.attn.norm_k.weight.shape == (256,)
+    assert prepared.params_total == 3071232
+
+
 @pytest.mark.parametrize("cfg, match", [
     ({"model_type": "mixtral", "num_local_experts": 4}, "llama, mistral, qwen2, qwen3, phi3, gemma"),
     ({"model_type": "gemma2"}, "llama, mistral, qwen2, qwen3, phi3, gemma"),
@@ -177,6 +197,10 @@ def test_partial_qkv_adapters_on_wide_heads_are_refused():
                                   seq_len=SEQ)
     with pytest.raises(StackUnsupportedError, match="lora_ind"):
         stack.prepare(CONFIGS["gemma_mha"], settings, dtype=torch.bfloat16, device="cpu", fake=True)
+    kw = dict(profile="litgpt", method="lora", batch_size=1, seq_len=SEQ, gradient_checkpointing="none")
+    assert any("lora_ind" in w for w in estimate(CONFIGS["gemma_mha"], **kw).warnings)
+    assert not any("lora_ind" in w for w in estimate(CONFIGS["gemma_mha"], target_modules="all-linear", **kw).warnings)
+    assert not any("lora_ind" in w for w in estimate(CONFIGS["gemma"], **kw).warnings)
 
 
 def test_an_unmodelled_window_is_a_warning_of_the_estimate():

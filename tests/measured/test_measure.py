@@ -271,9 +271,9 @@ def test_an_unknown_stack_names_the_choices():
 def test_the_families_a_stack_builds_are_its_profiles():
     from vramwise.measuring.build import served_family
 
-    # formulas/litgpt/profile.yaml: families [llama, mistral, qwen2, qwen3, phi3, gemma]; torchtune's: [llama,
-    # mistral, qwen2, gemma, gemma2, phi3] (torchtune 0.6.1 has no Qwen3 builder)
-    litgpt = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma")
+    # formulas/litgpt/profile.yaml: families [llama, mistral, qwen2, qwen3, phi3, gemma, olmo2]; torchtune's:
+    # [llama, mistral, qwen2, gemma, gemma2, phi3] (torchtune 0.6.1 has no Qwen3 builder)
+    litgpt = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "olmo2")
     torchtune = ("llama", "mistral", "qwen2", "gemma", "gemma2", "phi3")
     assert served_family({"model_type": "qwen3"}, "litgpt") == ("qwen3", litgpt)
     assert served_family({"model_type": "qwen3"}, "torchtune") == (None, torchtune)

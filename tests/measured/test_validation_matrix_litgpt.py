@@ -2,9 +2,10 @@
 bitsandbytes NF4, chunked_cross_entropy and optimizers), plus unit tests of the profile's formulas.
 
 Cells (LITGPT of benchmarks/validation_matrices.py): llama, qwen3 (tied checkpoint, q/k norms), qwen2 (q/k/v
-biases, no grouped queries), phi3 (Phi-4's fused checkpoint layout, multi-query), phi4_mini (partial rotary, tied)
-and gemma (GemmaMLP, scaled embeddings, RMSNorm's unit offset) at 256 wide, 2 layers and their real vocabularies
-x full / LoRA / QLoRA x standard / chunked loss x two shapes (batch 1 x 128, batch 2 x 256): 72 cells, measured under fake
+biases, no grouped queries), phi3 (Phi-4's fused checkpoint layout, multi-query), phi4_mini (partial rotary, tied),
+olmo2 (post-norms, q / k norms over whole projections) and gemma (GemmaMLP, scaled embeddings, RMSNorm's unit
+offset) at 256 wide, 2 layers and their real vocabularies x full / LoRA / QLoRA x standard / chunked loss x two
+shapes (batch 1 x 128, batch 2 x 256): 84 cells, measured under fake
 tensors (one QLoRA cell is checked against real bitsandbytes storage to the byte). Every estimate must
 be within the matrix's cell limit of the measured peak and the median within its median limit (1 % and
 0.5 %, LitgptMatrix). A second check isolates the per-layer
