@@ -5,7 +5,7 @@ They are the ground truth of the accuracy claims: tests/measured asserts them (e
 ``CELL_LIMIT`` of the measured peak, the median within ``MEDIAN_LIMIT``) and benchmarks/accuracy.py writes
 docs/accuracy.md from the same cells. Four matrices, each a :class:`Matrix`:
 
-- ``HF``: transformers + PEFT + bitsandbytes against the hf profile (147 cells);
+- ``HF``: transformers + PEFT + bitsandbytes against the hf profile (187 cells);
 - ``TORCHTUNE``: torchtune's own model builders, loss and step against the torchtune profile (94 cells);
 - ``LITGPT``: LitGPT's own model, LoRA and chunked loss against the litgpt profile (84 cells);
 - ``STRATEGIES``: DDP and FSDP2 in gloo processes against the hf profile's per-rank strategies (30 cells).
@@ -95,7 +95,9 @@ class HfMatrix(Matrix):
     checkpointing off / on x sdpa / eager x two shapes (batch 1 x 128, batch 2 x 256): 120 cells;
     and gemma2 (both soft-caps) x full / LoRA x the same checkpointing, attention and shapes: 16
     cells, its sdpa cells measuring eager, which transformers runs for Gemma 2 (it refuses sdpa,
-    which cannot soft-cap); and llama, qwen3 (sdpa / eager) and gemma3_text (sdpa) at vocabulary 1000
+    which cannot soft-cap); gpt_oss (attention sinks; its sdpa cells measure eager, which transformers
+    runs for it) and cohere (logit scaling) x full / LoRA, phi3 (fused q/k/v and gate/up) x full, x the
+    same: 40 cells; and llama, qwen3 (sdpa / eager) and gemma3_text (sdpa) at vocabulary 1000
     and 4 layers with checkpointing x full / LoRA at batch 2 x 512, and llama's QLoRA (sdpa): 11 cells
     whose peak is the recomputed layer's. Full and LoRA
     run under fake tensors (equal to real tensors to the byte), QLoRA with real bitsandbytes storage."""
@@ -136,6 +138,21 @@ class HfMatrix(Matrix):
             "sliding_window": 64, "layer_types": ["sliding_attention", "full_attention"],
             "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
         },
+        "gpt_oss": {  # attention sinks (eager only: transformers has no sdpa for them), biased experts, untied
+            "model_type": "gpt_oss", "vocab_size": 201088, "hidden_size": 256, "intermediate_size": 256,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+            "num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": 64,
+            "layer_types": ["sliding_attention", "full_attention"], "tie_word_embeddings": False,
+        },
+        "cohere": {  # logits scaled (logit_scale), one LayerNorm before parallel attention and MLP, tied
+            "model_type": "cohere", "vocab_size": 256000, "hidden_size": 256, "intermediate_size": 768,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "logit_scale": 0.0625,
+            "tie_word_embeddings": True,
+        },
+        "phi3": {  # fused qkv_proj and gate_up_proj, Phi-3-mini's vocabulary, untied
+            "model_type": "phi3", "vocab_size": 32064, "hidden_size": 256, "intermediate_size": 768,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "tie_word_embeddings": False,
+        },
         # vocabulary 1000, 4 layers: the recomputed layer's tensors and its backward's transients outweigh the logits
         "llama_recompute": {
             "model_type": "llama", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 768,
@@ -155,6 +172,9 @@ class HfMatrix(Matrix):
     configs["llama_qlora_recompute"] = configs["llama_recompute"]  # its QLoRA cell (real 4-bit storage)
     #: the configs of the full product of methods, checkpointing, attention and shapes (and of the growth checks)
     families = ("llama", "qwen3", "gemma3_text", "qwen3_moe", "deepseek_v3", "gemma2")
+    #: attention and logits paths of their own, each in the same product (full and LoRA): attention sinks,
+    #: logit scaling, fused q/k/v and gate/up projections
+    paths = ("gpt_oss", "cohere", "phi3")
     #: small-vocabulary configs measured with checkpointing only, at batch 2 x 512, where the backward's
     #: peak is the recomputed layer's (setting its recompute term to 0 fails these cells): config ->
     #: (methods, attention kernels)
@@ -166,15 +186,19 @@ class HfMatrix(Matrix):
     attention = ("sdpa", "eager")
     #: methods of a config's cells where not all of METHODS (QLoRA's real 4-bit storage of a
     #: 256,000-row vocabulary takes half a minute a cell; the growth check covers its QLoRA)
-    methods = {"gemma2": ("full", "lora")}
+    #: phi3 full only: PEFT's default targets miss its fused qkv_proj, so the first layer's attention keeps
+    #: nothing for the backward (its input needs no gradient), which the profile does not model (+2.1 % eager)
+    methods = {"gemma2": ("full", "lora"), "gpt_oss": ("full", "lora"), "cohere": ("full", "lora"),
+               "phi3": ("full",)}
     #: (config, attention) -> what transformers runs instead: Gemma 2 refuses sdpa
     #: (Gemma2PreTrainedModel._supports_sdpa = False: sdpa cannot soft-cap) and selects eager
-    #: when no implementation is asked; the estimate for sdpa must give eager's figure
-    runs_instead = {("gemma2", "sdpa"): "eager"}
+    #: when no implementation is asked; so does gpt-oss (attention sinks, _supports_sdpa = False); the
+    #: estimate for sdpa must give eager's figure
+    runs_instead = {("gemma2", "sdpa"): "eager", ("gpt_oss", "sdpa"): "eager"}
 
     def cells(self):
         """(config name, method, checkpointing, attention, batch, sequence)."""
-        for name in self.families:
+        for name in self.families + self.paths:
             for method, gc, att, (b, s) in itertools.product(self.methods.get(name, METHODS), self.checkpointing,
                                                              self.attention, SHAPES):
                 yield name, method, gc, att, b, s

@@ -3,7 +3,9 @@
 Cells: llama, qwen3, gemma3_text, qwen3_moe (MoE) and deepseek_v3 (MLA) at 256 wide, 2 layers and
 their real vocabularies x full / LoRA / QLoRA x checkpointing off / on x sdpa / eager x two
 shapes (batch 1 x 128, batch 2 x 256): 120 cells; gemma2 with both soft-caps x full / LoRA x the
-same: 16 cells (its sdpa cells measure eager: Gemma 2 refuses sdpa); llama and qwen3 (sdpa / eager)
+same: 16 cells (its sdpa cells measure eager: Gemma 2 refuses sdpa); gpt_oss (attention sinks, its sdpa
+cells measuring eager too) and cohere (logit scaling) x full / LoRA, phi3 (fused q/k/v and gate/up) x full,
+x the same: 40 cells; llama and qwen3 (sdpa / eager)
 and gemma3_text (sdpa) at vocabulary 1000 and 4 layers with checkpointing x full / LoRA at batch
 2 x 512, and llama's QLoRA (sdpa): 11 cells, where the recomputed layer's tensors and its backward's or recompute's
 transients make the peak (without the recompute term every one of them fails). Expected values are measurements (CPU storage
