@@ -74,7 +74,13 @@ def prepare(cfg: dict, settings, *, dtype: Any, device: str, fake: bool) -> Prep
     loss_fn = None
     if settings.compile:  # the model and its loss as one compiled module (Trainer's torch_compile=True),
         # without the key/value cache, as Trainer sets it (TrainingArguments.use_cache defaults to False): a
-        # compiled forward that returned the cache would get a zero gradient for each of its tensors
+        # compiled forward that returned the cache would get a zero gradient for each of its tensors. The
+        # compiled steps measured before in this process are forgotten first (torch._dynamo.reset: their graphs
+        # and what those hold), so that each measurement counts its own model's memory only.
+        import gc
+
+        torch._dynamo.reset()
+        gc.collect()
         compiled = torch.compile(net)
         loss_fn = lambda: compiled(input_ids=ids, labels=ids, use_cache=False).loss  # noqa: E731
     return Prepared(net=net, opt=opt, ids=ids, loss_fn=loss_fn, params_total=sum(p.numel() for p in net.parameters()),
