@@ -8,6 +8,7 @@
 - ``ZERO``: DeepSpeed ZeRO stages 1 to 3 on its CPU accelerator (benchmarks/zero_matrix.py).
 - ``QLORA_PREPARE``: QLoRA with and without prepare_model_for_kbit_training (the kbit_prepare
   setting; the FSDP-QLoRA recipe skips it), on one process and under DDP, against the hf profile.
+- ``COMPILE``: the hf step under torch.compile (benchmarks/compile_matrix.py).
 
 Cells are tuples like those of :mod:`validation_matrices`, whose first element names the config.
 """
@@ -17,9 +18,10 @@ from __future__ import annotations
 from typing import Any
 
 from validation_matrices import OPTIMIZER, Matrix
+from compile_matrix import COMPILE
 from zero_matrix import ZERO
 
-__all__ = ["TorchtuneStrategiesMatrix", "TORCHTUNE_STRATEGIES", "QloraPrepareMatrix", "QLORA_PREPARE", "ZERO"]
+__all__ = ["TorchtuneStrategiesMatrix", "TORCHTUNE_STRATEGIES", "QloraPrepareMatrix", "QLORA_PREPARE", "ZERO", "COMPILE"]
 
 
 class TorchtuneStrategiesMatrix(Matrix):

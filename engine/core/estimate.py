@@ -344,8 +344,11 @@ class Estimate:
         if got is None:
             s = self._stage.settings
             prof = self._stage.profile
-            compiled = bool(s["compile"]) and prof.compiled is not None and bool(self._get(prof.compiled))
-            got = self._memo["error_band"] = band_for(prof, s["method"], self.strategy, s["load_in_4bit"], compiled)
+            # compile: a profile naming its compiled flag has compiled bands, and none where the flag is false
+            compiled = bool(s["compile"]) and prof.compiled is not None
+            modelled = not compiled or bool(self._get(prof.compiled))
+            got = self._memo["error_band"] = band_for(prof, s["method"], self.strategy, s["load_in_4bit"], compiled,
+                                                      modelled)
         return got
 
     @property

@@ -306,3 +306,16 @@ def test_the_generator_pools_a_key_and_measures_pooled_matrices_together():
     assert script.merge([entry], [other], {"litgpt"}) == [entry, other]
     with pytest.raises(SystemExit, match="measure them together"):
         script.merge([entry], [dict(entry, matrices=["qlora_prepare"])], {"qlora_prepare"})
+
+
+def test_a_compiled_step_the_profile_does_not_model_has_no_band():
+    # the hf profile models compile without checkpointing only; with it the figure is the eager run's
+    e = vramwise.estimate(SMALL, profile="hf", method="lora", compile=True, gradient_checkpointing="true",
+                          attention="sdpa")
+    b = e.error_band
+    assert not b.measured and b.compile
+    assert b.reason.startswith("torch.compile is not modelled for these settings")
+    assert any(w.startswith("compile: torch.compile with gradient checkpointing is not modelled") for w in e.warnings)
+    # a profile that does not model compile at all keeps its eager band (its own warning says compile is ignored)
+    t = vramwise.estimate(SMALL, profile="torchtune", method="lora", compile=True)
+    assert t.error_band == vramwise.estimate(SMALL, profile="torchtune", method="lora").error_band

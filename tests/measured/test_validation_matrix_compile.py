@@ -1,0 +1,16 @@
+"""The hf profile's compile=true against steps run under torch.compile (inductor) on one CPU process, the peak
+read from the allocator's own reports. Cells: COMPILE of benchmarks/compile_matrix.py."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("peft")
+
+from helpers import matrix_checks  # noqa: E402
+
+from compile_matrix import COMPILE  # noqa: E402
+
+test_cell_within_limit, test_median_within_limit = matrix_checks(COMPILE)
