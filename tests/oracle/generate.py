@@ -53,6 +53,10 @@ HF = [
     dict(method="full", optimizer="adamw_torch", gradient_checkpointing="true", attention="sdpa"),
     dict(method="full", batch_size=2, seq_len=333, gradient_checkpointing="none", attention="eager", optimizer="sgd"),
     dict(method="full", optimizer="adamw_torch_fused", loss="chunked", attention="flash_attention_2"),
+    # torch.compile: modelled (full fine-tuning, sdpa, no checkpointing), and the eager run with a warning
+    dict(method="full", compile=True, batch_size=2, seq_len=2048, gradient_checkpointing="none", attention="sdpa",
+         optimizer="adamw_torch"),
+    dict(method="full", compile=True, batch_size=1, seq_len=4096, gradient_checkpointing="true", attention="sdpa"),
 ]
 # multi-GPU strategies on the hf profile: every strategy, each offload mode, odd world sizes
 HF_STRATEGIES = [
