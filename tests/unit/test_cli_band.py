@@ -30,9 +30,10 @@ def _run(args, capsys):
     return capsys.readouterr().out
 
 
-def _entry(profile, method, strategy="none"):
-    """The file's band of the cell, or None."""
-    got = [b for b in FILE["bands"] if (b["profile"], b["method"], b["strategy"]) == (profile, method, strategy)]
+def _entry(profile, method, strategy="none", compile=False):
+    """The file's band of the cell (of compiled steps when ``compile``), or None."""
+    got = [b for b in FILE["bands"] if (b["profile"], b["method"], b["strategy"], b.get("compile", False))
+           == (profile, method, strategy, compile)]
     assert len(got) <= 1
     return got[0] if got else None
 
