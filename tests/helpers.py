@@ -155,6 +155,13 @@ def reference_minimal_config(reference) -> dict | None:
 # -- the measured strategies: world_size CPU processes joined by gloo ---------------------------
 
 
+def traced(est, fid: str):
+    """The value of formula ``fid`` in an estimate's trace: a model-scope formula, or a layer-scope one whose
+    layers form one layer class (a single trace entry either way)."""
+    (got,) = [t.value for t in est.trace if t.id == fid]
+    return got
+
+
 def require_gloo(*modules: str):
     """At the top of a test module: skip the module unless each of ``modules`` imports and
     torch.distributed has the gloo backend, which the measured strategies' processes join by. Returns

@@ -29,6 +29,8 @@ from vramwise import StackUnsupportedError, VramwiseError, estimate  # noqa: E40
 from vramwise.core.settings import normalise_settings  # noqa: E402
 from vramwise.measuring.stacks import litgpt as stack  # noqa: E402
 
+from helpers import traced  # noqa: E402
+
 pytestmark = pytest.mark.filterwarnings("ignore:Paged optimizers are not supported on CPU")
 
 SEQ = 64
@@ -100,10 +102,6 @@ def built(cfg: dict, method: str, targets: str | None):
     return param_bytes + sum(buffers.values()), buffers, four_bit, prepared.params_total, prepared.params_trainable
 
 
-def _trace(e, fid):
-    return next(t.value for t in e.trace if t.id == fid)
-
-
 @pytest.mark.parametrize("name, method, targets", list(_cases()))
 def test_weights_and_buffers_equal_litgpts_model(name, method, targets):
     cfg = CONFIGS[name]
@@ -112,11 +110,11 @@ def test_weights_and_buffers_equal_litgpts_model(name, method, targets):
                  seq_len=SEQ, gradient_checkpointing="none")
     # every parameter of LitGPT's model: the base (with its own head, and under QLoRA the StableEmbedding's
     # norm) and the adapters; trainable: the adapters (and under QLoRA the StableEmbedding)
-    assert (_trace(e, "litgpt_params") + _trace(e, "lora_params"), e.params_trainable) == (params, trainable)
+    assert (traced(e, "litgpt_params") + traced(e, "lora_params"), e.params_trainable) == (params, trainable)
     # the buffers: the rotary tables alone (and, under QLoRA, the quantization state the stack registers)
     rope = {k: v for k, v in buffers.items() if not k.startswith("_vramwise_")}
     assert set(rope) == {"cos", "sin"}
-    assert _trace(e, "rope_cache_bytes") == sum(rope.values())
+    assert traced(e, "rope_cache_bytes") == sum(rope.values())
     assert (four_bit > 0) == (method == "qlora")
     assert e.weights + e.lora == total - 64 * four_bit
 

@@ -26,6 +26,8 @@ from vramwise import estimate  # noqa: E402
 from vramwise.core.settings import normalise_settings  # noqa: E402
 from vramwise.measuring.stacks import torchtune as stack  # noqa: E402
 
+from helpers import traced  # noqa: E402
+
 pytestmark = pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")
 
 #: Small models of each family, shaped as the real ones (vocabulary apart); max_position_embeddings
@@ -89,17 +91,13 @@ def built(cfg: dict, method: str, targets: str | None):
     return param_bytes + buffer_bytes, buffer_bytes, nf4, params, trainable
 
 
-def _trace(e, fid):
-    return next(t.value for t in e.trace if t.id == fid)
-
-
 @pytest.mark.parametrize("name, method, targets", list(_cases()))
 def test_weights_and_buffers_equal_torchtunes_model(name, method, targets):
     cfg = CONFIGS[name]
     total, buffers, nf4, params, trainable = built(cfg, method, targets)
     e = estimate(cfg, profile="torchtune", method=method, lora_rank=8, target_modules=targets)
     assert (e.params_total + e.params_trainable * (method != "full"), e.params_trainable) == (params, trainable)
-    assert _trace(e, "rope_cache_bytes") == buffers
+    assert traced(e, "rope_cache_bytes") == buffers
     assert e.weights + e.lora == total - 34 * nf4
 
 
@@ -115,5 +113,5 @@ def test_rotary_buffers_by_hand():
     scaled = dict(CONFIGS["llama"], rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                                   "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})
     assert built(scaled, "lora", None)[1] == 1048576 + 128
-    assert _trace(estimate(scaled, profile="torchtune", method="lora"), "rope_cache_bytes") == 1048576 + 128
-    assert _trace(estimate(CONFIGS["qwen2"], profile="torchtune", method="lora"), "rope_cache_bytes") == 3 * 2097280
+    assert traced(estimate(scaled, profile="torchtune", method="lora"), "rope_cache_bytes") == 1048576 + 128
+    assert traced(estimate(CONFIGS["qwen2"], profile="torchtune", method="lora"), "rope_cache_bytes") == 3 * 2097280

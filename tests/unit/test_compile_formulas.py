@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from helpers import traced
 from vramwise import estimate
 
 # llama: 2 layers, hidden 64, 4 heads of 16 (q_dim 64), 2 KV heads (kv_dim 32), MLP 160, vocabulary 1000, untied
@@ -25,10 +26,7 @@ def hf(compile_, **kw):
     return estimate(LLAMA, profile="hf", batch_size=B, seq_len=S, compile=compile_, **kw)
 
 
-def value(est, fid):
-    """A formula's value (a layer-scope one once: both layers are one layer class here)."""
-    (got,) = [t.value for t in est.trace if t.id == fid]
-    return got
+value = traced  # both layers are one layer class here: a layer-scope formula is traced once
 
 
 def test_a_compiled_full_layer_saves_what_the_partitioner_keeps():
