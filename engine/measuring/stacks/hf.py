@@ -29,6 +29,9 @@ DEVICES = ("cpu", "cuda")
 
 
 def check(settings, *, device: str, fake: bool) -> None:
+    if settings.compile and fake:
+        raise SettingsError("a compiled step is measured with real tensors (inductor's buffers are real "
+                            "allocations): drop --fake")
     exposed = [n for n in ("loss", "activation_offloading", "optimizer_in_bwd")
                if getattr(settings, n) != {"loss": "standard"}.get(n, False)]
     if exposed:

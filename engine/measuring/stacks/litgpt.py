@@ -143,6 +143,9 @@ def lora_switches(settings) -> dict:
 
 def check(settings, *, device: str, fake: bool) -> None:
     """Refuse what LitGPT's single-device fine-tuning does not offer (before litgpt is imported)."""
+    if settings.compile:
+        raise SettingsError("measure compiles the hf stack's step only (LitGPT's finetune scripts do not "
+                            "compile): drop --compile")
     if settings.gradient_checkpointing != "none":
         raise SettingsError("LitGPT's single-device fine-tuning has no gradient checkpointing (only its FSDP "
                             "strategy checkpoints each Block, on several devices): use gradient_checkpointing none")

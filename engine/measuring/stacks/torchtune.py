@@ -228,6 +228,8 @@ def _default_targets() -> tuple:
 
 def check(settings, *, device: str, fake: bool) -> None:
     """Refuse what torchtune's single-device recipes do not run (before torchtune is imported)."""
+    if settings.compile:
+        raise SettingsError("measure compiles the hf stack's step only: drop --compile")
     if settings.gradient_checkpointing == "unsloth":
         raise SettingsError("torchtune's activation checkpointing is on or off: gradient checkpointing none or true")
     if settings.loss == "fused":
