@@ -167,12 +167,12 @@ def band_for(profile: Any, method: str, strategy: str | None, load_in_4bit: bool
     """The band of an estimate made with the compiled ``profile`` (a :class:`~vramwise.core.profile.Profile`);
     ``compile``: the step runs under torch.compile; ``modelled``: the profile models that compiled step
     (False: it estimates the eager run instead, which no band describes)."""
-    name = "qlora" if method == "lora" and load_in_4bit else method
     if profile.file != f"formulas/{profile.name}/profile.yaml":
-        return ErrorBand(profile.name, name, strategy or "none", measured=False, compile=bool(compile),
-                         reason=f"the profile is read from {profile.file}, not the bundled formulas")
-    if compile and not modelled:
-        return ErrorBand(profile.name, name, strategy or "none", measured=False, compile=True,
-                         reason="torch.compile is not modelled for these settings: the figure is the eager run's "
-                                "(see the estimate's warning)")
-    return bundled_bands().band(profile.name, method, strategy, load_in_4bit=load_in_4bit, compile=compile)
+        reason = f"the profile is read from {profile.file}, not the bundled formulas"
+    elif compile and not modelled:
+        reason = ("torch.compile is not modelled for these settings: the figure is the eager run's "
+                  "(see the estimate's warning)")
+    else:
+        return bundled_bands().band(profile.name, method, strategy, load_in_4bit=load_in_4bit, compile=compile)
+    return ErrorBand(profile.name, "qlora" if method == "lora" and load_in_4bit else method, strategy or "none",
+                     measured=False, compile=bool(compile), reason=reason)
