@@ -14,6 +14,9 @@ tracker (:mod:`vramwise.measuring.tracker`):
   resharding and no mixed precision. FSDP2 frees and re-allocates each layer's unsharded parameters
   by resizing their storage in place (``UntypedStorage.resize_``), which no operator reports; the
   tracker used here is told of every resize, so gathered layers count only while they are gathered.
+  Under another stack (torchtune) its collectives hand gloo private copies (:func:`private_copy_comms`),
+  so that FSDP's flat buffers die when FSDP drops them, as on a GPU, not when gloo's worker thread
+  lets go of them.
 
 Each process writes its figures (or its error) to a file of its own; the parent waits for all of
 them under a deadline, stops the others as soon as one fails, and turns a failure into one
@@ -45,7 +48,7 @@ from vramwise.measuring.strategies import STRATEGIES, WORLD_SIZES
 from vramwise.measuring.tracker import ResizeAwareTracker, rounded
 from vramwise.measuring.zero import ZERO_STAGES
 
-__all__ = ["STRATEGIES", "WORLD_SIZES", "check_distributed", "measure_distributed"]
+__all__ = ["STRATEGIES", "WORLD_SIZES", "check_distributed", "measure_distributed", "private_copy_comms"]
 
 
 def _ddp(net):
@@ -368,8 +371,10 @@ def _run_stack_rank(job: dict, rank: int, settings) -> dict:
     def wrap(model):
         for t in list(model.parameters()) + list(model.buffers()):
             tracker.add(t)
+        layers = _decoder_layers(model)
         with tracker.mode():  # the shards FSDP allocates count from the load phase on
-            _shard_layers(model, _decoder_layers(model), reshard)
+            _shard_layers(model, layers, reshard)
+        _collectives_in_this_thread([*layers, model])
         dist.barrier()
         gc.collect()
         tracker.sweep()
@@ -410,6 +415,54 @@ def _shard_layers(net, layers: list, reshard_after_forward: bool):
         if i > 0:
             layer.set_modules_to_backward_prefetch([layers[i - 1]])
     return net
+
+
+def _collectives_in_this_thread(units) -> None:
+    """Each FSDP2 unit's all-gather and reduce-scatter run on private copies of its buffers
+    (:func:`private_copy_comms`), so that the buffers FSDP allocates die when FSDP drops them."""
+    all_gather, reduce_scatter = private_copy_comms()
+    for unit in units:
+        unit.set_custom_all_gather(all_gather)
+        unit.set_custom_reduce_scatter(reduce_scatter)
+
+
+def private_copy_comms() -> tuple:
+    """FSDP2's default all-gather and reduce-scatter, with gloo handed copies made outside the tracker's
+    sight and the result copied back into FSDP's own buffer before FSDP reads it.
+
+    gloo runs a collective in a worker thread that keeps the work, and with it the tensors handed to it,
+    until it has finished and taken its queue's lock again (ProcessGroupGloo::runLoop resets
+    workInProgress_ after execute), which may be after the caller has waited and dropped them: a unit's
+    flat all-gather output then outlives FSDP's reference by a moment that lands before or after the next
+    allocation as the threads happen to run (a whole unit apart between two runs of the same step). On a
+    GPU, NCCL's watchdog keeps its copy of the work without the tensors (ProcessGroupNCCL::workEnqueue:
+    "we enqueue work without outputs_"), so the caching allocator frees each buffer when FSDP drops it:
+    at the end of wait_for_unshard for the all-gather output (torch 2.13
+    distributed/fsdp/_fully_shard/_fsdp_param_group.py:489), when the next unit's post_backward pops its
+    ReduceScatterState for the reduce-scatter input (:647-658). FSDP allocates the same buffers (the
+    default ``allocate``); the copies are transport, which NCCL does not need."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather, DefaultReduceScatter
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    class PrivateCopyAllGather(DefaultAllGather):
+        def __call__(self, output_tensor, input_tensor, group, async_op=False):
+            with _disable_current_modes():  # not device memory a GPU would hold
+                out = torch.empty_like(output_tensor)
+                dist.all_gather_single(out, input_tensor.clone(), group=group)
+                output_tensor.copy_(out)
+            return None  # finished: FSDP copies out as after a synchronous all-gather
+
+    class PrivateCopyReduceScatter(DefaultReduceScatter):
+        def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
+            with _disable_current_modes():
+                out = torch.empty_like(output_tensor)
+                dist.reduce_scatter_single(out, input_tensor.clone(), op=op, group=group)
+                output_tensor.copy_(out)
+            return None
+
+    return PrivateCopyAllGather(), PrivateCopyReduceScatter()
 
 
 def _decoder_layers(net) -> list:
