@@ -18,7 +18,10 @@ __all__ = ["LoraSums", "NO_ADAPTERS", "LORA_NAMES", "unsloth_sums", "peft_sums"]
 
 #: Formula names of the LoRA sums (see :meth:`LoraSums.formula_names`).
 LORA_NAMES = ("lora_io", "lora_inputs", "lora_adapters", "lora_merged_params", "lora_quantizable_params",
-              "lora_distinct_inputs")
+              "lora_distinct_inputs", "lora_attention_feed_adapters")
+
+#: The ``input`` a family gives the attention's output projection: adapters there do not feed the attention.
+ATTENTION_OUTPUT = "attention_output"
 
 
 @dataclass(frozen=True)
@@ -32,11 +35,19 @@ class LoraSums:
     merged_params: int = 0  # weights of parameters carrying an adapter (PEFT merges them in the forward)
     quantizable_params: int = 0  # quantizable weights of the linear modules (or fused parts) carrying an adapter
     distinct_inputs: int = 0  # sum of in features over the distinct tensors the adapted modules read (see _Reads)
+    attention_feed_adapters: int = 0  # adapters on the attention's modules but its output projection (see _feeds)
 
     def formula_names(self) -> dict:
         """The sums as formula inputs (see :data:`LORA_NAMES`)."""
         return dict(zip(LORA_NAMES, (self.io, self.inputs, self.adapters, self.merged_params, self.quantizable_params,
-                                     self.distinct_inputs)))
+                                     self.distinct_inputs, self.attention_feed_adapters)))
+
+
+def _feeds(module) -> bool:
+    """Whether an adapter on ``module`` feeds the attention: a module of the attention group that is not its
+    output projection (the module whose ``input`` is :data:`ATTENTION_OUTPUT`); q, k, v, a fused qkv, MLA's
+    latent projections. Its output needs a gradient, so the attention keeps its tensors for the backward."""
+    return module.group == "attention" and module.input != ATTENTION_OUTPUT
 
 
 class _Reads:
@@ -67,7 +78,7 @@ def unsloth_sums(groups: Iterable[tuple], targets: frozenset, explicit: frozense
     target is named gets its own. Parts marked explicit-only count only for names in
     ``explicit`` (named by the user, not brought in by a keyword such as all-linear).
     """
-    io = ins = n_adapters = quantizable = distinct = 0
+    io = ins = n_adapters = quantizable = distinct = feeds = 0
     matched: set[str] = set()
     for count, _, mods in groups:
         reads = _Reads()
@@ -76,6 +87,7 @@ def unsloth_sums(groups: Iterable[tuple], targets: frozenset, explicit: frozense
                 io += count * m.repeat * (m.in_features + m.out_features)
                 ins += count * m.repeat * m.in_features
                 n_adapters += count * m.repeat
+                feeds += count * m.repeat if _feeds(m) else 0
                 quantizable += count * m.weight_params if m.quantizable else 0
                 reads.add(m, count, m.repeat, m.in_features)
                 matched.add(m.name)
@@ -85,11 +97,12 @@ def unsloth_sums(groups: Iterable[tuple], targets: frozenset, explicit: frozense
                     io += count * n * (fin + fout)
                     ins += count * n * fin
                     n_adapters += count * n
+                    feeds += count * n if _feeds(m) else 0
                     quantizable += count * n * fin * fout if m.quantizable else 0
                     reads.add(m, count, n, fin, target)
                     matched.add(target)
         distinct += reads.total
-    return LoraSums(io, ins, n_adapters, frozenset(matched), 0, quantizable, distinct)
+    return LoraSums(io, ins, n_adapters, frozenset(matched), 0, quantizable, distinct, feeds)
 
 
 def peft_sums(groups: Iterable[tuple], target_parameters: Mapping[str, str], targets: frozenset) -> LoraSums:
@@ -106,7 +119,7 @@ def peft_sums(groups: Iterable[tuple], target_parameters: Mapping[str, str], tar
     for t in sorted(targets):
         if t in target_parameters:
             fused.setdefault(target_parameters[t], []).append(t)
-    io = ins = n_adapters = merged = quantizable = distinct = 0
+    io = ins = n_adapters = merged = quantizable = distinct = feeds = 0
     matched: set[str] = set()
     for count, _, mods in groups:
         reads = _Reads()
@@ -116,6 +129,7 @@ def peft_sums(groups: Iterable[tuple], target_parameters: Mapping[str, str], tar
                 io += count * m.repeat * (m.in_features + m.out_features)
                 ins += count * m.repeat * m.in_features
                 n_adapters += count * m.repeat
+                feeds += count * m.repeat if _feeds(m) else 0
                 quantizable += count * m.weight_params if m.quantizable else 0
                 reads.add(m, count, m.repeat, m.in_features)
                 matched.add(leaf)
@@ -127,6 +141,7 @@ def peft_sums(groups: Iterable[tuple], target_parameters: Mapping[str, str], tar
                     experts = m.shape[0] if len(m.shape) == 3 else 1
                     io += count * m.repeat * len(names) * experts * (m.shape[-1] + m.shape[-2])
                     merged += count * m.weight_params
+                    feeds += count * m.repeat * len(names) if _feeds(m) else 0
                     matched.update(names)
         distinct += reads.total
-    return LoraSums(io, ins, n_adapters, frozenset(matched), merged, quantizable, distinct)
+    return LoraSums(io, ins, n_adapters, frozenset(matched), merged, quantizable, distinct, feeds)
