@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import vramwise
+from helpers import traced
 from vramwise import SettingsError
 
 # One decoder layer, untied head: parameters by hand
@@ -27,6 +28,43 @@ def test_torchtune_fsdp_shards_parameters_and_keeps_the_rotary_buffers_whole():
     assert e.strategy == "fsdp" and e.world_size == 2
     assert e.weights == 330_112 // 2 + 8_224
 
+
+
+# TINY with two layers, the units FSDP2 gathers by hand: the root (embeddings 64,000, output head
+# 64,000, final norm 64) 128,064 parameters = 256,128 bf16 bytes; a layer 36,992 = 73,984 bytes; with
+# full fine-tuning each has a bf16 gradient of the same size, and a rank keeps half of every gradient:
+# the layers' shards 2 x 73,984 / 2 = 73,984 bytes. 16 tokens x 1,000 logits.
+TWO = dict(TINY, num_hidden_layers=2)
+ROOT, UNIT = 256_128, 73_984
+
+
+def test_torchtune_fsdp_gathers_the_root_again_beside_the_outputs_gradient():
+    # the root's pre-backward: its all-gather output and its unsharded parameters (2 x 256,128) beside the
+    # model output's gradient, float32 logits (16 x 1,000 x 4 = 64,000) or every bf16 chunk (32,000)
+    for loss, grad in (("standard", 64_000), ("chunked", 32_000)):
+        e = vramwise.estimate(TWO, profile="torchtune", strategy="fsdp", world_size=2, loss=loss, **FULL)
+        assert traced(e, "root_regather_bytes") == 2 * ROOT
+        assert traced(e, "rank_backward_root_bytes") == (traced(e, "rank_resident_bytes")
+                                                         + traced(e, "rank_activation_saved_bytes") + grad + 2 * ROOT)
+    sgo = vramwise.estimate(TWO, profile="torchtune", strategy="fsdp_shard_grad_op", world_size=2, **FULL)
+    assert traced(sgo, "root_regather_bytes") == ROOT + 2 * UNIT  # nothing gathered again: every unit still is
+
+
+def test_torchtune_fsdp_units_in_flight_by_hand():
+    e = vramwise.estimate(TWO, profile="torchtune", strategy="fsdp", world_size=2, **FULL)
+    resident, saved = traced(e, "rank_resident_bytes"), traced(e, "rank_layers_saved_bytes")
+    # the head's forward: the root and the last layer's all-gather output, freed at the root's post-forward
+    assert traced(e, "head_in_flight_bytes") == ROOT + UNIT
+    # the layers' forward: three units with the first layer's activations, two with both layers'
+    assert traced(e, "rank_forward_layers_bytes") == resident + ROOT + max(saved / 2 + 3 * UNIT, saved + 2 * UNIT)
+    # the layers' backward, beside the head's gradient, the root, a layer and its unreduced gradients:
+    # the second layer with both layers' activations and the first prefetched, or the first with its own
+    # activations, the second's gradient shard and reduce-scatter input
+    # (the recomputed layer beside them: torchtune's recipes checkpoint by default)
+    head, recompute = traced(e, "rank_head_gradient_bytes"), traced(e, "rank_recompute_bytes")
+    assert recompute > 0
+    assert traced(e, "rank_backward_layers_bytes") == resident + recompute + head + ROOT + UNIT + UNIT + max(
+        saved + UNIT, (saved + UNIT) / 2 + UNIT)
 
 def test_litgpt_fsdp_shards_parameters_and_keeps_its_rope_buffers_whole():
     # LitGPT's cos and sin buffers: 2 x seq_len x head_dim float32 = 2 x 16 x 16 x 4 = 2,048 bytes
