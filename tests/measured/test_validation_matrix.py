@@ -4,11 +4,13 @@ Cells: llama, qwen3, gemma3_text, qwen3_moe (MoE) and deepseek_v3 (MLA) at 256 w
 their real vocabularies x full / LoRA / QLoRA x checkpointing off / on x sdpa / eager x two
 shapes (batch 1 x 128, batch 2 x 256): 120 cells; gemma2 with both soft-caps x full / LoRA x the
 same: 16 cells (its sdpa cells measure eager: Gemma 2 refuses sdpa); gpt_oss (attention sinks, its sdpa
-cells measuring eager too) and cohere (logit scaling) x full / LoRA, phi3 (fused q/k/v and gate/up) x full,
-x the same: 40 cells; llama and qwen3 (sdpa / eager)
+cells measuring eager too), cohere (logit scaling) and phi3 (fused q/k/v and gate/up) x full / LoRA,
+x the same: 48 cells; llama and qwen3 (sdpa / eager)
 and gemma3_text (sdpa) at vocabulary 1000 and 4 layers with checkpointing x full / LoRA at batch
 2 x 512, and llama's QLoRA (sdpa): 11 cells, where the recomputed layer's tensors and its backward's or recompute's
-transients make the peak (without the recompute term every one of them fails). Expected values are measurements (CPU storage
+transients make the peak (without the recompute term every one of them fails); gpt_oss (eager) and
+gemma3_text (sdpa, window 64 exceeded) at vocabulary 1000 and 4 layers without checkpointing x full / LoRA
+at batch 2 x 512: 4 cells where the layers' saved tensors make the peak. Expected values are measurements (CPU storage
 tracker; full and LoRA under fake tensors, which tests/measured/test_measure.py shows equal real tensors to
 the byte; QLoRA with real bitsandbytes storage). The estimate's tensor peak must be within the matrix's
 limits of the measured peak: 2 % in every cell, 0.5 % in the median.
