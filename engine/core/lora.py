@@ -18,7 +18,7 @@ __all__ = ["LoraSums", "NO_ADAPTERS", "LORA_NAMES", "unsloth_sums", "peft_sums"]
 
 #: Formula names of the LoRA sums (see :meth:`LoraSums.formula_names`).
 LORA_NAMES = ("lora_io", "lora_inputs", "lora_adapters", "lora_merged_params", "lora_quantizable_params",
-              "lora_distinct_inputs", "lora_attention_feed_adapters")
+              "lora_distinct_inputs", "lora_attention_feed_adapters", "lora_attention_adapters")
 
 #: The ``input`` a family gives the attention's output projection: adapters there do not feed the attention.
 ATTENTION_OUTPUT = "attention_output"
@@ -36,11 +36,13 @@ class LoraSums:
     quantizable_params: int = 0  # quantizable weights of the linear modules (or fused parts) carrying an adapter
     distinct_inputs: int = 0  # sum of in features over the distinct tensors the adapted modules read (see _Reads)
     attention_feed_adapters: int = 0  # adapters on the attention's modules but its output projection (see _feeds)
+    attention_adapters: int = 0  # adapters on the attention's modules, its output projection included
 
     def formula_names(self) -> dict:
         """The sums as formula inputs (see :data:`LORA_NAMES`)."""
         return dict(zip(LORA_NAMES, (self.io, self.inputs, self.adapters, self.merged_params, self.quantizable_params,
-                                     self.distinct_inputs, self.attention_feed_adapters)))
+                                     self.distinct_inputs, self.attention_feed_adapters,
+                                     self.attention_adapters)))
 
 
 def _feeds(module) -> bool:
@@ -78,7 +80,7 @@ def unsloth_sums(groups: Iterable[tuple], targets: frozenset, explicit: frozense
     target is named gets its own. Parts marked explicit-only count only for names in
     ``explicit`` (named by the user, not brought in by a keyword such as all-linear).
     """
-    io = ins = n_adapters = quantizable = distinct = feeds = 0
+    io = ins = n_adapters = quantizable = distinct = feeds = attn = 0
     matched: set[str] = set()
     for count, _, mods in groups:
         reads = _Reads()
@@ -88,6 +90,7 @@ def unsloth_sums(groups: Iterable[tuple], targets: frozenset, explicit: frozense
                 ins += count * m.repeat * m.in_features
                 n_adapters += count * m.repeat
                 feeds += count * m.repeat if _feeds(m) else 0
+                attn += count * m.repeat if m.group == "attention" else 0
                 quantizable += count * m.weight_params if m.quantizable else 0
                 reads.add(m, count, m.repeat, m.in_features)
                 matched.add(m.name)
@@ -98,11 +101,12 @@ def unsloth_sums(groups: Iterable[tuple], targets: frozenset, explicit: frozense
                     ins += count * n * fin
                     n_adapters += count * n
                     feeds += count * n if _feeds(m) else 0
+                    attn += count * n if m.group == "attention" else 0
                     quantizable += count * n * fin * fout if m.quantizable else 0
                     reads.add(m, count, n, fin, target)
                     matched.add(target)
         distinct += reads.total
-    return LoraSums(io, ins, n_adapters, frozenset(matched), 0, quantizable, distinct, feeds)
+    return LoraSums(io, ins, n_adapters, frozenset(matched), 0, quantizable, distinct, feeds, attn)
 
 
 def peft_sums(groups: Iterable[tuple], target_parameters: Mapping[str, str], targets: frozenset) -> LoraSums:
@@ -119,7 +123,7 @@ def peft_sums(groups: Iterable[tuple], target_parameters: Mapping[str, str], tar
     for t in sorted(targets):
         if t in target_parameters:
             fused.setdefault(target_parameters[t], []).append(t)
-    io = ins = n_adapters = merged = quantizable = distinct = feeds = 0
+    io = ins = n_adapters = merged = quantizable = distinct = feeds = attn = 0
     matched: set[str] = set()
     for count, _, mods in groups:
         reads = _Reads()
@@ -130,6 +134,7 @@ def peft_sums(groups: Iterable[tuple], target_parameters: Mapping[str, str], tar
                 ins += count * m.repeat * m.in_features
                 n_adapters += count * m.repeat
                 feeds += count * m.repeat if _feeds(m) else 0
+                attn += count * m.repeat if m.group == "attention" else 0
                 quantizable += count * m.weight_params if m.quantizable else 0
                 reads.add(m, count, m.repeat, m.in_features)
                 matched.add(leaf)
@@ -142,6 +147,7 @@ def peft_sums(groups: Iterable[tuple], target_parameters: Mapping[str, str], tar
                     io += count * m.repeat * len(names) * experts * (m.shape[-1] + m.shape[-2])
                     merged += count * m.weight_params
                     feeds += count * m.repeat * len(names) if _feeds(m) else 0
+                    attn += count * m.repeat * len(names) if m.group == "attention" else 0
                     matched.update(names)
         distinct += reads.total
-    return LoraSums(io, ins, n_adapters, frozenset(matched), merged, quantizable, distinct, feeds)
+    return LoraSums(io, ins, n_adapters, frozenset(matched), merged, quantizable, distinct, feeds, attn)

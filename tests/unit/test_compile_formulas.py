@@ -64,15 +64,46 @@ def test_lora_counts_one_float32_copy_per_distinct_input_but_is_estimated_eager(
     assert a == 4 * 8 * 7
     # distinct inputs: attention input 64 + o_proj's input 64 + MLP input 64 + down's input 160, float32
     assert value(e, "compiled_lora_inputs_saved") == 4 * (H + O + H + M) + a
-    # but the adapters' float32 transients are not modelled: the figure is the eager run's, where PEFT keeps a
-    # copy per adapter: 64 x 3 (q, k, v) + 64 + 64 x 2 (gate, up) + 160
-    assert value(e, "compiled") is False
-    assert value(e, "layer_linear_inputs_saved") == 4 * (3 * H + O + 2 * H + M) + a
+    # and that is what the compiled layer keeps for its adapters (eager PEFT keeps a copy per adapter:
+    # 64 x 3 (q, k, v) + 64 + 64 x 2 (gate, up) + 160)
+    assert value(e, "compiled") is True
+    assert value(e, "layer_linear_inputs_saved") == value(e, "compiled_lora_inputs_saved")
+    assert value(hf(False, method="lora", lora_rank=8, target_modules=seven),
+                 "layer_linear_inputs_saved") == 4 * (3 * H + O + 2 * H + M) + a
+
+
+def test_compiled_lora_backward_rises_in_the_last_layer():
+    seven = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    e = hf(True, method="lora", lora_rank=8, target_modules=seven)
+    # MLP backward (adapters on gate and up): the gate's and up's output gradients in bf16 and float32, and the
+    # down projection's input gradient in bf16, 3 x 160 x 2 + 2 x 160 x 4 (its float32 one takes the place of
+    # its freed float32 input copy)
+    assert value(e, "compiled_layer_lora_mlp_backward") == 3 * M * 2 + 2 * M * 4
+    # attention backward: the MLP's held buffers above its freed saved tensors, 160 x (2 + 2 x 4), and the gate's
+    # and up's float32 input gradients less their shared float32 input, 64 x 4; the kernel's four query-wide
+    # gradients, 4 x 64 x 2; two hidden-wide bf16 gradients with an adapter on o_proj, 2 x 64 x 2
+    attention = M * (2 + 2 * 4) + H * 4 + 4 * Q * 2 + 2 * H * 2
+    assert value(e, "compiled_layer_lora_attention_backward") == attention
+    # the larger, for the 32 tokens, above every saved tensor in the layers' backward (the head is frozen)
+    assert attention > 3 * M * 2 + 2 * M * 4
+    assert value(e, "compiled_lora_backward_bytes") == T * attention
+    assert value(e, "backward_layers_bytes") == (value(e, "resident_bytes") + value(e, "activation_saved_bytes")
+                                                 + T * attention)
+
+
+def test_compiled_lora_on_q_and_v_holds_no_float32_mlp_buffers():
+    e = hf(True, method="lora", lora_rank=8, target_modules=["q_proj", "v_proj"])
+    # no adapter on the MLP: its backward holds two bf16 MLP-wide gradients; at the attention, those take the
+    # place of the gate's and up's freed outputs, so only the kernel's four query-wide gradients and one bf16
+    # hidden-wide gradient (no adapter on o_proj) remain
+    assert value(e, "compiled_layer_lora_mlp_backward") == 2 * M * 2
+    assert value(e, "compiled_layer_lora_attention_backward") == 4 * Q * 2 + H * 2
+    # the first layer's input norm keeps nothing (its input needs no gradient): 32 tokens x 64 x 2 (bf16, compiled)
+    assert value(e, "first_layer_unsaved_bytes") == T * H * 2
 
 
 @pytest.mark.parametrize("kw, reason", [
     ({"gradient_checkpointing": "true"}, "checkpointing"),
-    ({"method": "lora"}, "LoRA"),
     ({"attention": "eager"}, "eager attention"),
     ({"method": "qlora"}, "4-bit"),
     ({"method": "lora", "lora_dropout": 0.1}, "dropout"),

@@ -32,7 +32,25 @@ def test_phi3_default_targets_feed_no_attention():
     fused = estimate(PHI3, profile="hf", method="lora", batch_size=1, seq_len=128, attention="sdpa",
                      target_modules="qkv_proj,o_proj,gate_up_proj,down_proj", **OPT, **NO_GC)
     assert traced(fused, "first_layer_attention_idle") is False
-    assert traced(fused, "first_layer_unsaved_bytes") == 0
+    # the attention saves, but the first layer's input norm still does not (its input needs no gradient):
+    # 128 tokens x 256 x 4 bytes (its float32 upcast)
+    assert traced(fused, "first_layer_unsaved_bytes") == 128 * 256 * 4
+
+
+def test_adapters_on_the_mlp_only_leave_the_first_layer_residual_idle():
+    """Adapters on gate_up_proj and down_proj only: nothing in the first layer's attention trains, so the
+    residual stream after it needs no gradient and the norm before the MLP saves nothing either: beside the
+    input norm and the attention (2048 + 16 + 1024 bytes a token, as below), its float32 input, 4 x 256 = 1024
+    bytes a token; 128 x (2048 + 16 + 1024 + 1024)."""
+    e = estimate(PHI3, profile="hf", method="lora", batch_size=1, seq_len=128, attention="sdpa",
+                 target_modules="gate_up_proj,down_proj", **OPT, **NO_GC)
+    assert traced(e, "first_layer_residual_idle") is True
+    assert traced(e, "first_layer_unsaved_bytes") == 128 * (2048 + 16 + 1024 + 1024)
+    with_o = estimate(PHI3, profile="hf", method="lora", batch_size=1, seq_len=128, attention="sdpa",
+                      target_modules="o_proj,gate_up_proj,down_proj", **OPT, **NO_GC)
+    # an adapter on the output projection makes the residual need a gradient: that norm saves again
+    assert traced(with_o, "first_layer_residual_idle") is False
+    assert traced(with_o, "first_layer_unsaved_bytes") == 128 * (2048 + 16 + 1024)
 
 
 def test_phi3_first_layer_saves_no_attention_or_input_norm():
