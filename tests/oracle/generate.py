@@ -57,6 +57,10 @@ HF = [
     dict(method="full", compile=True, batch_size=2, seq_len=2048, gradient_checkpointing="none", attention="sdpa",
          optimizer="adamw_torch"),
     dict(method="full", compile=True, batch_size=1, seq_len=4096, gradient_checkpointing="true", attention="sdpa"),
+    # LoRA under torch.compile: adapters on every linear layer, and PEFT's default targets
+    dict(method="lora", compile=True, batch_size=2, seq_len=2048, gradient_checkpointing="none", attention="sdpa",
+         target_modules="all-linear", optimizer="adamw_torch"),
+    dict(method="lora", compile=True, batch_size=1, seq_len=1024, gradient_checkpointing="none", attention="sdpa"),
 ]
 # multi-GPU strategies on the hf profile: every strategy, each offload mode, odd world sizes
 HF_STRATEGIES = [
