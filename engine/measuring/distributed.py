@@ -393,8 +393,12 @@ def _run_stack_rank(job: dict, rank: int, settings) -> dict:
 
 
 def _fully_shard(net, reshard_after_forward: bool):
-    """FSDP2's ``fully_shard`` on every decoder layer, then on the root model."""
-    return _shard_layers(net, _decoder_layers(net), reshard_after_forward)
+    """FSDP2's ``fully_shard`` on every decoder layer, then on the root model, its collectives on private
+    copies (:func:`_collectives_in_this_thread`) as for the other stacks."""
+    layers = _decoder_layers(net)
+    _shard_layers(net, layers, reshard_after_forward)
+    _collectives_in_this_thread([*layers, net])
+    return net
 
 
 def _shard_layers(net, layers: list, reshard_after_forward: bool):
