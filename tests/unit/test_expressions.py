@@ -43,6 +43,8 @@ def test_layer_values_only_through_reducers():
     env = {"layer_x": LayerValues([(3, 10), (1, 40)])}
     e = compile_expression("layers_sum(layer_x) + layers_max(layer_x)", allowed=NAMES, layer_valued=frozenset({"layer_x"}))
     assert e.evaluate(env) == 3 * 10 + 1 * 40 + 40
+    smallest = compile_expression("layers_min(layer_x)", allowed=NAMES, layer_valued=frozenset({"layer_x"}))
+    assert smallest.evaluate(env) == 10  # the smaller of the two classes' values, whatever their counts
     msg = rejected("layer_x * 2", layer_valued=frozenset({"layer_x"}))
     assert "layers_sum(layer_x)" in msg
 

@@ -37,7 +37,13 @@ def _layers_max(counts: tuple, values) -> float:
     return max((value for value in values), default=0)
 
 
-_GLOBALS = dict(GLOBALS, _vw_lsum=_layers_sum, _vw_lmax=_layers_max, _vw_range=range)
+def _layers_min(counts: tuple, values) -> float:
+    return min((value for value in values), default=0)
+
+
+#: the generated code's name of each layer reducer
+_REDUCERS = {"layers_sum": "_vw_lsum", "layers_max": "_vw_lmax", "layers_min": "_vw_lmin"}
+_GLOBALS = dict(GLOBALS, _vw_lsum=_layers_sum, _vw_lmax=_layers_max, _vw_lmin=_layers_min, _vw_range=range)
 
 
 def dynamic_ids(formulas) -> frozenset:
@@ -106,7 +112,7 @@ def build_program(formulas, dynamic: frozenset, rounded: frozenset, model_types:
         return types.get(n) or model_types.get(n, ANY)
 
     def reducer(fname: str, arg: str) -> str | None:
-        fn = "_vw_lsum" if fname == "layers_sum" else "_vw_lmax"
+        fn = _REDUCERS[fname]
         if arg in layer_dynamic:
             return f"{fn}(_cnt, l_{arg})"
         if arg in layer_types:

@@ -53,7 +53,7 @@ MAX_POWER_BITS = 4096
 class LayerValues(tuple):
     """A per-layer quantity: ``((count, value), ...)`` over the layer classes of a model.
 
-    Only ``layers_sum`` and ``layers_max`` may consume it.
+    Only ``layers_sum``, ``layers_max`` and ``layers_min`` may consume it.
     """
 
     __slots__ = ()
@@ -65,6 +65,10 @@ def _layers_sum(values: LayerValues) -> float:
 
 def _layers_max(values: LayerValues) -> float:
     return max((value for _, value in values), default=0)
+
+
+def _layers_min(values: LayerValues) -> float:
+    return min((value for _, value in values), default=0)
 
 
 def _at(value, i: int):
@@ -91,9 +95,10 @@ FUNCTIONS: dict[str, Callable] = {
     "at": _at,
     "layers_sum": _layers_sum,
     "layers_max": _layers_max,
+    "layers_min": _layers_min,
 }
 
-_LAYER_REDUCERS = frozenset({"layers_sum", "layers_max"})
+_LAYER_REDUCERS = frozenset({"layers_sum", "layers_max", "layers_min"})
 
 
 def _pow(a, b):
@@ -186,7 +191,7 @@ def emit(
     ``name`` maps a variable of the expression to the code that reads it; ``types`` gives
     the type classes of a variable (unknown: any type), from which the guards are chosen;
     ``reducer(function, variable)`` may give the text of ``layers_sum(variable)`` /
-    ``layers_max(variable)`` (None: the plain call). Everything is parenthesised, so operator
+    ``layers_max(variable)`` or ``layers_min(variable)`` (None: the plain call). Everything is parenthesised, so operator
     precedence is that of the tree.
     """
 
@@ -239,7 +244,7 @@ def emit(
                     return text, NUMBER
             args = [go(a) for a in n.args]
             text = f"_vw_{fname}(" + ", ".join(a for a, _ in args) + ")"
-            if fname in ("ceil", "floor", "int", "len", "layers_sum", "layers_max"):
+            if fname in ("ceil", "floor", "int", "len", *_LAYER_REDUCERS):
                 return text, NUMBER
             if fname == "lower":
                 return text, frozenset(_STR)
@@ -382,8 +387,8 @@ def compile_expression(
     """Check ``value`` (an expression string, or a number/bool literal) and return it compiled.
 
     ``allowed`` is the set of names the expression may use (or a predicate);
-    names in ``layer_valued`` may appear only as the argument of ``layers_sum``
-    or ``layers_max``.
+    names in ``layer_valued`` may appear only as the argument of ``layers_sum``,
+    ``layers_max`` or ``layers_min``.
     """
     place = df.where(parts) if df else "<expression>:1:1"
     if isinstance(value, bool) or isinstance(value, (int, float)) or value is None:
@@ -465,7 +470,7 @@ def compile_expression(
             if node.id in layer_valued and not (
                 isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id in _LAYER_REDUCERS
             ):
-                raise fail(f"`{node.id}` has one value per layer: use layers_sum({node.id}) or layers_max({node.id})", node)
+                raise fail(f"`{node.id}` has one value per layer: use layers_sum({node.id}), layers_max({node.id}) or layers_min({node.id})", node)
             names.add(node.id)
     emitted, _ = emit(stmt)
     code = compile(emitted, place, "eval")
