@@ -35,7 +35,7 @@ class LoraSums:
     merged_params: int = 0  # weights of parameters carrying an adapter (PEFT merges them in the forward)
     quantizable_params: int = 0  # quantizable weights of the linear modules (or fused parts) carrying an adapter
     distinct_inputs: int = 0  # sum of in features over the distinct tensors the adapted modules read (see _Reads)
-    attention_feed_adapters: int = 0  # adapters on the attention's modules but its output projection (see _feeds)
+    attention_feed_adapters: int = 0  # adapters on the attention's modules but its output projection
     attention_adapters: int = 0  # adapters on the attention's modules, its output projection included
 
     def formula_names(self) -> dict:
@@ -45,11 +45,19 @@ class LoraSums:
                                      self.attention_adapters)))
 
 
-def _feeds(module) -> bool:
-    """Whether an adapter on ``module`` feeds the attention: a module of the attention group that is not its
-    output projection (the module whose ``input`` is :data:`ATTENTION_OUTPUT`); q, k, v, a fused qkv, MLA's
-    latent projections. Its output needs a gradient, so the attention keeps its tensors for the backward."""
-    return module.group == "attention" and module.input != ATTENTION_OUTPUT
+class _AttentionAdapters:
+    """Adapters on the attention's modules: ``all`` of them, and those that ``feed`` the attention, every one
+    but the output projection's (the module whose ``input`` is :data:`ATTENTION_OUTPUT`): q, k, v, a fused
+    qkv, MLA's latent projections, whose outputs need a gradient, so the attention keeps its tensors for
+    the backward."""
+
+    def __init__(self):
+        self.all = self.feed = 0
+
+    def add(self, module, n: int) -> None:
+        if module.group == "attention":
+            self.all += n
+            self.feed += n if module.input != ATTENTION_OUTPUT else 0
 
 
 class _Reads:
@@ -80,7 +88,8 @@ def unsloth_sums(groups: Iterable[tuple], targets: frozenset, explicit: frozense
     target is named gets its own. Parts marked explicit-only count only for names in
     ``explicit`` (named by the user, not brought in by a keyword such as all-linear).
     """
-    io = ins = n_adapters = quantizable = distinct = feeds = attn = 0
+    io = ins = n_adapters = quantizable = distinct = 0
+    attention = _AttentionAdapters()
     matched: set[str] = set()
     for count, _, mods in groups:
         reads = _Reads()
@@ -89,8 +98,7 @@ def unsloth_sums(groups: Iterable[tuple], targets: frozenset, explicit: frozense
                 io += count * m.repeat * (m.in_features + m.out_features)
                 ins += count * m.repeat * m.in_features
                 n_adapters += count * m.repeat
-                feeds += count * m.repeat if _feeds(m) else 0
-                attn += count * m.repeat if m.group == "attention" else 0
+                attention.add(m, count * m.repeat)
                 quantizable += count * m.weight_params if m.quantizable else 0
                 reads.add(m, count, m.repeat, m.in_features)
                 matched.add(m.name)
@@ -100,13 +108,13 @@ def unsloth_sums(groups: Iterable[tuple], targets: frozenset, explicit: frozense
                     io += count * n * (fin + fout)
                     ins += count * n * fin
                     n_adapters += count * n
-                    feeds += count * n if _feeds(m) else 0
-                    attn += count * n if m.group == "attention" else 0
+                    attention.add(m, count * n)
                     quantizable += count * n * fin * fout if m.quantizable else 0
                     reads.add(m, count, n, fin, target)
                     matched.add(target)
         distinct += reads.total
-    return LoraSums(io, ins, n_adapters, frozenset(matched), 0, quantizable, distinct, feeds, attn)
+    return LoraSums(io, ins, n_adapters, frozenset(matched), 0, quantizable, distinct, attention.feed,
+                    attention.all)
 
 
 def peft_sums(groups: Iterable[tuple], target_parameters: Mapping[str, str], targets: frozenset) -> LoraSums:
@@ -123,7 +131,8 @@ def peft_sums(groups: Iterable[tuple], target_parameters: Mapping[str, str], tar
     for t in sorted(targets):
         if t in target_parameters:
             fused.setdefault(target_parameters[t], []).append(t)
-    io = ins = n_adapters = merged = quantizable = distinct = feeds = attn = 0
+    io = ins = n_adapters = merged = quantizable = distinct = 0
+    attention = _AttentionAdapters()
     matched: set[str] = set()
     for count, _, mods in groups:
         reads = _Reads()
@@ -133,8 +142,7 @@ def peft_sums(groups: Iterable[tuple], target_parameters: Mapping[str, str], tar
                 io += count * m.repeat * (m.in_features + m.out_features)
                 ins += count * m.repeat * m.in_features
                 n_adapters += count * m.repeat
-                feeds += count * m.repeat if _feeds(m) else 0
-                attn += count * m.repeat if m.group == "attention" else 0
+                attention.add(m, count * m.repeat)
                 quantizable += count * m.weight_params if m.quantizable else 0
                 reads.add(m, count, m.repeat, m.in_features)
                 matched.add(leaf)
@@ -146,8 +154,8 @@ def peft_sums(groups: Iterable[tuple], target_parameters: Mapping[str, str], tar
                     experts = m.shape[0] if len(m.shape) == 3 else 1
                     io += count * m.repeat * len(names) * experts * (m.shape[-1] + m.shape[-2])
                     merged += count * m.weight_params
-                    feeds += count * m.repeat * len(names) if _feeds(m) else 0
-                    attn += count * m.repeat * len(names) if m.group == "attention" else 0
+                    attention.add(m, count * m.repeat * len(names))
                     matched.update(names)
         distinct += reads.total
-    return LoraSums(io, ins, n_adapters, frozenset(matched), merged, quantizable, distinct, feeds, attn)
+    return LoraSums(io, ins, n_adapters, frozenset(matched), merged, quantizable, distinct, attention.feed,
+                    attention.all)
