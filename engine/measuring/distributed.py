@@ -14,9 +14,8 @@ tracker (:mod:`vramwise.measuring.tracker`):
   resharding and no mixed precision. FSDP2 frees and re-allocates each layer's unsharded parameters
   by resizing their storage in place (``UntypedStorage.resize_``), which no operator reports; the
   tracker used here is told of every resize, so gathered layers count only while they are gathered.
-  Under another stack (torchtune) its collectives hand gloo private copies (:func:`private_copy_comms`),
-  so that FSDP's flat buffers die when FSDP drops them, as on a GPU, not when gloo's worker thread
-  lets go of them.
+  Its collectives hand gloo private copies (:func:`private_copy_comms`), so that FSDP's flat buffers
+  die when FSDP drops them, as on a GPU, not when gloo's worker thread lets go of them.
 
 Each process writes its figures (or its error) to a file of its own; the parent waits for all of
 them under a deadline, stops the others as soon as one fails, and turns a failure into one
@@ -371,10 +370,8 @@ def _run_stack_rank(job: dict, rank: int, settings) -> dict:
     def wrap(model):
         for t in list(model.parameters()) + list(model.buffers()):
             tracker.add(t)
-        layers = _decoder_layers(model)
         with tracker.mode():  # the shards FSDP allocates count from the load phase on
-            _shard_layers(model, layers, reshard)
-        _collectives_in_this_thread([*layers, model])
+            _fully_shard(model, reshard)
         dist.barrier()
         gc.collect()
         tracker.sweep()
@@ -393,11 +390,14 @@ def _run_stack_rank(job: dict, rank: int, settings) -> dict:
 
 
 def _fully_shard(net, reshard_after_forward: bool):
-    """FSDP2's ``fully_shard`` on every decoder layer, then on the root model, its collectives on private
-    copies (:func:`_collectives_in_this_thread`) as for the other stacks."""
+    """FSDP2's ``fully_shard`` on every decoder layer, then on the root model, each unit's collectives on
+    private copies (:func:`private_copy_comms`), so that the buffers FSDP allocates die when FSDP drops them."""
     layers = _decoder_layers(net)
     _shard_layers(net, layers, reshard_after_forward)
-    _collectives_in_this_thread([*layers, net])
+    all_gather, reduce_scatter = private_copy_comms()
+    for unit in [*layers, net]:
+        unit.set_custom_all_gather(all_gather)
+        unit.set_custom_reduce_scatter(reduce_scatter)
     return net
 
 
@@ -419,15 +419,6 @@ def _shard_layers(net, layers: list, reshard_after_forward: bool):
         if i > 0:
             layer.set_modules_to_backward_prefetch([layers[i - 1]])
     return net
-
-
-def _collectives_in_this_thread(units) -> None:
-    """Each FSDP2 unit's all-gather and reduce-scatter run on private copies of its buffers
-    (:func:`private_copy_comms`), so that the buffers FSDP allocates die when FSDP drops them."""
-    all_gather, reduce_scatter = private_copy_comms()
-    for unit in units:
-        unit.set_custom_all_gather(all_gather)
-        unit.set_custom_reduce_scatter(reduce_scatter)
 
 
 def private_copy_comms() -> tuple:
