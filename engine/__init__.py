@@ -48,7 +48,7 @@ _LAZY = {
     "Measurement": "measuring.results", "PhaseFigures": "measuring.results", "RankFigures": "measuring.results", "measure": "measuring.steps",
     "check": "core.check",
     "read_recipe": "recipes.reader",
-    "GpuSpec": "gpus.catalog", "gpu_spec": "gpus.catalog", "list_gpus": "gpus.catalog",
+    "GpuSpec": "core.gpu_catalog", "gpu_spec": "core.gpu_catalog", "list_gpus": "core.gpu_catalog",
     "fit": "answers.fit", "compare": "answers.fit", "sweep": "answers.fit", "Fit": "answers.fit", "MethodFit": "answers.fit", "Comparison": "answers.fit",
     "Sweep": "answers.fit", "GpuTarget": "answers.fit", "Advice": "answers.advice",
     "plot_estimate": "answers.plots", "plot_compare": "answers.plots", "plot_fit": "answers.plots", "plot_sweep": "answers.plots",

@@ -72,7 +72,7 @@ def gpu_target(gpu: Any, count: int | None = None) -> GpuTarget:
         smallest = min(visible, key=lambda g: g.free)
         return GpuTarget(f"local ({len(visible)} x {smallest.name})", smallest.free,
                          "NVML: the smallest free memory among the visible GPUs", count or len(visible))
-    from vramwise.gpus.catalog import gpu_spec
+    from vramwise.core.gpu_catalog import gpu_spec
 
     spec = gpu_spec(gpu)
     return GpuTarget(spec.name, spec.memory_bytes, spec.source, count or 1)

@@ -328,7 +328,7 @@ def api_families(_query: dict) -> dict:
 
 def api_gpus(_query: dict) -> dict:
     from vramwise.gpus.discovery import discover_gpus
-    from vramwise.gpus.catalog import list_gpus
+    from vramwise.core.gpu_catalog import list_gpus
 
     catalog = [{"id": g.id, "name": g.name, "vendor": g.vendor, "memory_bytes": g.memory_bytes, "source": g.source,
                 "aliases": list(g.aliases)} for g in list_gpus()]

@@ -7,8 +7,9 @@ The layers, bottom to top (docs/architecture.md draws them)::
 
     0  vramwise.core.errors           the exception tree, importable from anywhere
     1  vramwise.inputs                configs, checkpoints and the model catalog as plain mappings
-    2  vramwise.core                  data files, the expression language, families, plan, inventory, profiles, estimate
-    3  vramwise.gpus                  GPU catalog, NVML discovery, selection
+    2  vramwise.core                  data files, the expression language, families, plan, inventory, profiles, estimate,
+                                      the GPU catalog
+    3  vramwise.gpus                  NVML discovery
     3  vramwise.measuring             measured training steps (ground truth)
     3  vramwise.recipes               training recipes read into settings (formats: frameworks/*.yaml)
     3  vramwise.records               the local database of runs: predicted against measured

@@ -49,7 +49,7 @@ def _gpu_words(fit_result, query: str | None = None) -> list[str]:
     note = None
     if not g.source.startswith(("NVML", "given in bytes")):
         try:
-            from vramwise.gpus.catalog import gpu_spec
+            from vramwise.core.gpu_catalog import gpu_spec
 
             spec = gpu_spec(query or g.name)
             if spec.memory_bytes == g.memory_bytes:

@@ -11,7 +11,7 @@ import math
 
 from vramwise.core.errors import SettingsError
 from vramwise.core.settings import DEFAULT_PROFILE, SETTINGS, STACKS, SWEEPABLE
-from vramwise.gpus.sizes import parse_size, split_number
+from vramwise.core.sizes import parse_size, split_number
 from vramwise.measuring.strategies import STRATEGIES as MEASURED_STRATEGIES
 
 #: sweepable settings the sweep parser reads as comma-separated lists
@@ -75,7 +75,7 @@ def param_count(text: str) -> float:
 
 
 def byte_size(text: str) -> int:
-    """A size in bytes by the one size parser, :func:`vramwise.gpus.sizes.parse_size`: ``16GB`` (10**9),
+    """A size in bytes by the one size parser, :func:`vramwise.core.sizes.parse_size`: ``16GB`` (10**9),
     ``15GiB`` (2**30), ``1.5e10``; KB/MB/TB and KiB/MiB/TiB too, and a bare number is bytes."""
     try:
         size = parse_size(text)
