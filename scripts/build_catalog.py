@@ -76,6 +76,15 @@ def alias_paths(reg) -> list[tuple[bool, tuple]]:
         for rule in fam.facts:
             for alias in rule.aliases:
                 paths.add((alias.from_root, tuple(alias.path)))
+    from vramwise.core.checkpoint_formats import formats
+
+    for fmt in formats():  # what a quantized checkpoint's format reads from its quantization_config
+        for rule in fmt.parameters.values():
+            path = list(rule["path"])
+            path = path[:path.index("*")] if "*" in path else [k for k in path if isinstance(k, str)]
+            paths.add((True, ("quantization_config", *path)))
+        for key in fmt.skip_keys:
+            paths.add((True, ("quantization_config", key)))
     return sorted(paths, key=lambda p: (p[1], p[0]))
 
 

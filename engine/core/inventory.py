@@ -119,5 +119,7 @@ def take_inventory(family: Family, facts: Mapping[str, Any], classes: tuple, mod
         largest_layer_params=largest.params if largest is not None else 0,
         largest_layer_quantizable_params=largest_q, largest_layer_linear_quantizable_params=largest_lq,
         largest_module_params=largest_module,
+        embedding_params=by_group.get("embeddings", 0), head_params=by_group.get("lm_head", 0),
+        norm_params=by_group.get("norms", 0), router_params=by_group.get("router", 0),
     )
     return inventory, by_group

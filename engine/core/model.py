@@ -107,6 +107,14 @@ class Inventory:
     largest_layer_quantizable_params: int = field(default=0, metadata={"doc": "quantizable weights of the largest decoder layer"})
     largest_layer_linear_quantizable_params: int = field(default=0, metadata={"doc": "quantizable nn.Linear weights of the largest decoder layer"})
     largest_module_params: int = field(default=0, metadata={"doc": "parameters of the largest single module (what ZeRO-3 gathers at once)"})
+    embedding_params: int = field(default=0, metadata={"doc": "parameters of the token embeddings (module group embeddings)"})
+    head_params: int = field(default=0, metadata={"doc": "parameters of the output head (module group lm_head; 0 when tied)"})
+    norm_params: int = field(default=0, metadata={"doc": "parameters of the norms (module group norms)"})
+    router_params: int = field(default=0, metadata={"doc": "parameters of the mixture-of-experts routers (module group router)"})
+    checkpoint_quantized_params: int = field(default=0, metadata={"doc": "parameters (weights and biases) of the modules a quantized checkpoint stores quantized (formulas/checkpoint_formats.yaml)"})
+    checkpoint_quantized_bytes: int = field(default=0, metadata={"doc": "bytes those modules take in the checkpoint: packed weights, scales, zero points, indices, biases"})
+    checkpoint_quantized_head_params: int = field(default=0, metadata={"doc": "the output head's share of checkpoint_quantized_params"})
+    checkpoint_quantized_head_bytes: int = field(default=0, metadata={"doc": "the output head's share of checkpoint_quantized_bytes"})
 
     def names(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -137,6 +145,7 @@ class ModelSpec:
     fact_origins: Mapping[str, "FactOrigin"] = field(default_factory=dict, repr=False)  # where each fact came from
     inventory: Inventory | None = None
     params_by_group: Mapping[str, int] = field(default_factory=dict)
+    checkpoint_format: str | None = None  # the quantized checkpoint's format (formulas/checkpoint_formats.yaml), if any
 
     @property
     def params_total(self) -> int:

@@ -8,6 +8,7 @@ and totals, with :mod:`~vramwise.core.skiplists`).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
@@ -15,6 +16,7 @@ from vramwise.core.errors import ConfigError
 from vramwise.core.expr.language import render
 from vramwise.core.facts import FactOrigin, resolve_facts, short_repr
 from vramwise.core.family import Family
+from vramwise.core.checkpoint_formats import checkpoint_storage
 from vramwise.core.inventory import build_modules, take_inventory
 from vramwise.core.model import ModelSpec
 from vramwise.core.plan import layer_classes
@@ -46,6 +48,13 @@ def resolve_model(
     env = dict(facts)
     classes, model_mods = build_modules(family, env, layer_classes(family, env, n_layers))
     inventory, by_group = take_inventory(family, facts, classes, model_mods, n_layers, checkpoint_bytes)
+    quantized = checkpoint_storage(root.get("quantization_config") or text.get("quantization_config"),
+                                   classes, model_mods, family.path_roots, warns)
+    if quantized is not None:
+        inventory = replace(inventory, checkpoint_quantized_params=quantized.quantized_params,
+                            checkpoint_quantized_bytes=quantized.quantized_bytes,
+                            checkpoint_quantized_head_params=quantized.head_params,
+                            checkpoint_quantized_head_bytes=quantized.head_bytes)
     for rule in family.warning_rules:
         if rule.when.evaluate(facts):
             warns.append(render(rule.message, facts))
@@ -66,4 +75,5 @@ def resolve_model(
         peft_target_parameters=family.peft_target_parameters.get(model_type, MappingProxyType({})),
         compiled_family=family, fact_origins=MappingProxyType(origins), inventory=inventory,
         params_by_group=MappingProxyType(dict(sorted(by_group.items()))),
+        checkpoint_format=quantized.format if quantized is not None else None,
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-__all__ = ["skipped_quantizable"]
+__all__ = ["skipped_quantizable", "skipped_copies"]
 
 
 def _split_entries(entries: Iterable[str], roots: tuple) -> tuple[list, list]:
@@ -122,8 +122,9 @@ def _skip_constraints(template: str, index: _SkipIndex, canon: str) -> list | No
         return None
     out = []
     canon_segs = canon.split(".")
-    if segs[:len(canon_segs)] == canon_segs and len(segs) > len(canon_segs):
-        rel = segs[len(canon_segs):]
+    outside = segs[:len(canon_segs)] != canon_segs  # a module beside the layers' root (the output head)
+    if outside or len(segs) > len(canon_segs):
+        rel = segs if outside else segs[len(canon_segs):]
         if index.whole_tower:
             out.append(({None}, {}))
         for shape, numbers in index.rooted.items():
@@ -160,43 +161,83 @@ def _copies_matched(parts: list, indices, count: int, repeat: int) -> int:
     return total
 
 
-def skipped_quantizable(groups: Iterable[tuple], entries: Iterable[str], roots: tuple) -> int:
-    """Quantizable weights a 4-bit load keeps in 16 bit because the skip list names their module
-    (``groups``: (copies, layer indices or None, modules) of a model; ``roots``: the text tower's
-    paths, the canonical one first).
+def skipped_copies(groups: Iterable[tuple], entries: Iterable[str], roots: tuple, *,
+                   patterns: bool = True) -> Iterable[tuple]:
+    """For each (copies, layer indices or None, modules) of ``groups``, the same with a list of how many
+    copies (layers x numbered copies) of each linear layer and parameter the skip list names (0 for the
+    other modules).
 
-    Each module's path template is matched against the list once; layers and numbered copies
-    are counted from the constraints the match leaves, never by writing out every path.
+    Each module's path template is matched against the list once; layers and numbered copies are
+    counted from the constraints the match leaves, never by writing out every path. Entries with a
+    ``*`` (a glob over path segments) or ``re:`` (a regular expression, compressed-tensors' form) are
+    matched against each concrete path, as a prefix ending at a module boundary (``patterns`` False:
+    such entries match nothing).
     """
-    rooted, short = _split_entries(entries, roots)
+    entries = [e for e in entries if isinstance(e, str) and e]
+    found = [e for e in entries if "*" in e or e.startswith("re:")]
+    rooted, short = _split_entries([e for e in entries if e not in found], roots)
+    patterns = found if patterns else []
     canon = roots[0]
     index = _SkipIndex(rooted, short)
-    total = 0
+    pattern_match = _pattern_matcher(patterns, roots) if patterns else None
     for count, indices, mods in groups:
+        out = []
         for m in mods:
-            if not m.quantizable:
+            if not entries or m.kind not in ("linear", "parameter"):
+                out.append(0)
                 continue
             template = m.path.rsplit(".", 1)[0] if m.kind == "parameter" else m.path  # a bare parameter's module
-            constraints = _skip_constraints(template, index, canon)
+            constraints = None if pattern_match else _skip_constraints(template, index, canon)
             if constraints is None:
                 matches = _skip_matcher(rooted, short, canon)
                 layers = indices if indices is not None else (None,)
                 copies = sum(
                     1 for i in layers for p in m.paths(i)
-                    if matches(p.rsplit(".", 1)[0] if m.kind == "parameter" else p)
+                    if matches(q := (p.rsplit(".", 1)[0] if m.kind == "parameter" else p))
+                    or (pattern_match is not None and pattern_match(q))
                 )
             else:
                 copies = _copies_matched(constraints, indices if indices is not None else (0,), count, m.repeat)
-            total += copies * (m.weight_params // m.repeat)
-    return total
+            out.append(copies)
+        yield count, indices, mods, out
+
+
+def skipped_quantizable(groups: Iterable[tuple], entries: Iterable[str], roots: tuple) -> int:
+    """Quantizable weights a 4-bit load keeps in 16 bit because the skip list names their module
+    (``groups``: (copies, layer indices or None, modules) of a model; ``roots``: the text tower's
+    paths, the canonical one first). Glob and ``re:`` entries belong to a checkpoint's own format
+    (gpt-oss's MXFP4 list); a bitsandbytes load does not read them."""
+    return sum(copies * (m.weight_params // m.repeat)
+               for _, _, mods, skipped in skipped_copies(groups, entries, roots, patterns=False)
+               for m, copies in zip(mods, skipped) if m.quantizable)
+
+
+def _pattern_matcher(patterns: list, roots: tuple):
+    """A predicate over concrete module paths for glob (``*``: any one segment's text) and ``re:``
+    entries, tried on the path under each of the text tower's roots."""
+    compiled = []
+    for p in patterns:
+        text = p[3:] if p.startswith("re:") else ".*".join(re.escape(part) for part in p.split("*"))
+        try:
+            compiled.append(re.compile(f"(?:{text})(?:\\.|$)"))
+        except re.error:
+            continue
+    canon = roots[0]
+
+    def matches(path: str) -> bool:
+        rel = path[len(canon) + 1:] if path.startswith(canon + ".") else None
+        names = [path] + ([f"{r}.{rel}" for r in roots[1:]] if rel is not None else [])
+        return any(c.match(n) for c in compiled for n in names)
+
+    return matches
 
 
 def _skip_matcher(rooted: list, short: list, canon: str):
     """A predicate over concrete module paths (used when a path template cannot be matched as a whole)."""
 
     def matches(path: str) -> bool:
-        rel = path[len(canon) + 1:] if path.startswith(canon + ".") else None
-        if rel is not None:
+        rel = path[len(canon) + 1:] if path.startswith(canon + ".") else path  # beside the root: the head
+        if rel:
             for r in rooted:
                 if r == "" or rel == r or rel.startswith(r + "."):
                     return True
