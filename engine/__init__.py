@@ -34,7 +34,8 @@ from vramwise.core.errors import (
     UsageError,
     VramwiseError,
 )
-from vramwise.core.estimate import COMPONENTS, Estimate, RankEstimate, TraceEntry, estimate, estimate_from_size, load_model
+from vramwise.core.estimate import COMPONENTS, Estimate, RankEstimate, TraceEntry, estimate, load_model
+from vramwise.core.size_only import estimate_from_size
 from vramwise.core.model import LayerClass, ModelSpec, Module
 from vramwise.core.recipe import Origin, Recipe
 from vramwise.core.registry import Registry

@@ -185,6 +185,18 @@ def fit(
                                 "leave world_size out, the fit is for the GPUs")
         base["world_size"] = n
     prof = reg.profile(profile)
+    if prof.serving is not None:  # a serving engine fills its GPUs: the answers are context and concurrency
+        from vramwise.answers.serving import serving_fit
+
+        ranks = base["tensor_parallel_size"] * base["pipeline_parallel_size"]
+        if gpus is not None and gpus != ranks:
+            raise SettingsError(f"profile {prof.name} runs on tensor_parallel_size x pipeline_parallel_size GPUs "
+                                f"({ranks}), not on {gpus}: set --tensor-parallel-size (and --pipeline-parallel-size) "
+                                "instead of --gpus")
+        if headroom:
+            raise SettingsError(f"profile {prof.name} keeps 1 - gpu_memory_utilization of each GPU free: set "
+                                "--gpu-memory-utilization instead of --headroom")
+        return serving_fit(spec, prof, GpuTarget(target.name, target.memory_bytes, target.source, ranks), base, reg)
     share = prof.further_gpu_share
     gpu_set = GpuSet.alike(usable, n)  # the GPUs asked about, as the placement rule sees them
 

@@ -23,11 +23,11 @@ from vramwise.core.expr.codegen import MAX_FIGURE, static_tuple
 from vramwise.core.profile import Profile
 from vramwise.core.recipe import Recipe, unpack
 from vramwise.core.registry import Registry
-from vramwise.core.settings import DEFAULT_PROFILE, DEFAULTS, LIMITS, SETTINGS, TrainingSettings, normalise_static, positive_int, unmodelled_settings, unused_settings
+from vramwise.core.settings import DEFAULT_PROFILE, DEFAULTS, DERIVED_NAMES, LIMITS, SETTINGS, TrainingSettings, normalise_static, positive_int, unmodelled_settings, unused_settings
 
 _MAX_BATCH, _MAX_SEQ = LIMITS["batch_size"], LIMITS["seq_len"]
 
-__all__ = ["Estimate", "RankEstimate", "TraceEntry", "Provenance", "load_model", "estimate", "estimate_from_size", "size_only_model", "COMPONENTS", "Stage"]
+__all__ = ["Estimate", "RankEstimate", "TraceEntry", "Provenance", "load_model", "estimate", "COMPONENTS", "Stage"]
 
 #: Reported components, in display order.
 COMPONENTS = ("weights", "lora", "optimizer", "gradients", "activations", "overhead")
@@ -131,7 +131,8 @@ class Stage:
         finite and > 0, and the trainable parameters and per-GPU minimum are finite and >= 0.
         ``dynamic`` None: check only the figures of the static stage."""
         prof = self.profile
-        checks = [(name, fid, "int") for name, fid in sorted(_reported_names(prof).items())]
+        ratios = prof.ratio_ids
+        checks = [(name, fid, "finite" if fid in ratios else "int") for name, fid in sorted(_reported_names(prof).items())]
         checks += [(prof.total, prof.total, "positive"), (prof.trainable_params, prof.trainable_params, "finite"),
                    (prof.min_per_gpu, prof.min_per_gpu, "finite")]
         for name, fid, rule in checks:
@@ -360,7 +361,9 @@ class Estimate:
         """The profile's report lines for this estimate, figures formatted with ``gib(bytes)``."""
         figures = self.figures
         values = {"batch_size": str(self._batch), "seq_len": str(self._seq)}
-        values.update((name, gib(v)) for name, v in figures.items())
+        units = self._stage.profile.figure_units
+        values.update((name, gib(v) if units.get(name, "bytes") == "bytes" else (f"{v:,.2f}" if units[name] == "ratio" else f"{v:,}"))
+                      for name, v in figures.items())
         method = self._stage.settings["method"]
         return [render(text, values) for text, methods in self._stage.profile.report if methods is None or method in methods]
 
@@ -377,7 +380,8 @@ class Estimate:
 
     def _rerun(self, **changes) -> "Estimate":
         """The same model, profile and settings, with ``changes``."""
-        values = dict(self._stage.settings, batch_size=self._batch, seq_len=self._seq, **changes)
+        values = {k: v for k, v in self._stage.settings.items() if k not in DERIVED_NAMES}
+        values.update(batch_size=self._batch, seq_len=self._seq, **changes)
         return estimate(self._stage.spec, profile=self._stage.profile.name, registry=self._stage.registry, **values)
 
     def at_world_size(self, n: int) -> "Estimate":
@@ -438,7 +442,20 @@ class Estimate:
             **({} if self.strategy is None else {
                 "strategy": self.strategy, "world_size": self.world_size, "host_bytes": self.host_bytes,
                 "per_rank": [r.to_dict() for r in self.per_rank]}),
+            **({} if self.serving is None else {"serving": self.serving}),
         }
+
+    @property
+    def serving(self) -> dict | None:
+        """Under a serving profile: whether the server starts, the KV-cache tokens, the concurrency at
+        max_model_len and the largest max_model_len that starts (None under a training profile)."""
+        names = self._stage.profile.serving
+        if names is None:
+            return None
+        f = self.figures
+        return {"starts": bool(f[names["starts"]]), "kv_cache_tokens": f[names["kv_cache_tokens"]],
+                "max_concurrency": f[names["max_concurrency"]],
+                "largest_max_model_len": f[names["largest_max_model_len"]] or None}
 
     def to_gb_dict(self) -> dict[str, float]:
         """Components and total in GiB (2**30 bytes)."""
@@ -641,6 +658,7 @@ def estimate(model: Any, *, profile: str | None = None, trust_remote_code: bool 
         why = f": {prof.methods_note}" if prof.methods_note else ""
         raise SettingsError(f"profile {prof.name}{under} does not model {static['method']} "
                             f"(it models {', '.join(prof.methods)}){why}")
+    prof.check_required(static)
     spec = model if isinstance(model, ModelSpec) else reg.model(model, trust_remote_code=trust_remote_code)
     stage = _stage(reg, spec, prof, static)
     return Estimate(stage, batch, seq, stage.run(batch, seq))
@@ -654,40 +672,3 @@ estimate.__signature__ = inspect.Signature(
        inspect.Parameter("registry", inspect.Parameter.KEYWORD_ONLY, default=None)],
     return_annotation=Estimate,
 )
-
-
-def size_only_model(*, params: float | None = None, weight_bytes: int | None = None,
-                    registry: Registry | None = None) -> ModelSpec:
-    """The model :func:`estimate_from_size` estimates: known only by its parameter count or the
-    weights' size (family ``size_only``; estimate it with profile ``size_only``)."""
-    if params is None and weight_bytes is None:
-        raise SettingsError("give a parameter count (params) or the weights' size in bytes (weight_bytes)")
-    for name, value, least, most in (("params", params, 1, 10**15), ("weight_bytes", weight_bytes, 2, 2 * 10**15)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not ((isinstance(value, int) or math.isfinite(value)) and least <= value <= most)):
-            raise SettingsError(f"{name} must be a positive finite number from {least} to {most:,}, got {str(value)[:60]}")
-    reg = registry or Registry.default()
-    if params is not None:
-        config, origin = {"params": int(params)}, f"{float(params):g} parameters"
-    else:
-        config, origin = {"weight_bytes": int(weight_bytes)}, f"{int(weight_bytes)} bytes of weights"
-    return reg.resolve(
-        config, family="size_only", origin=origin,
-        warnings=[f"no model config: a fallback estimate from {origin} alone, each component a share of the model size"],
-        checkpoint_bytes=int(weight_bytes) if weight_bytes is not None else None,
-    )
-
-
-def estimate_from_size(*, params: float | None = None, weight_bytes: int | None = None,
-                       registry: Registry | None = None, **settings: Any) -> Estimate:
-    """The fallback when no config can be read: only a parameter count or the weights' size.
-
-    Every component is a share of the 16-bit model size (profile ``size_only``, family
-    ``size_only``); the estimate says so. See docs/unsloth-profile.md#size-only.
-    """
-    settings.pop("target_modules", None)
-    if "profile" in settings:
-        raise SettingsError("estimate_from_size always uses the size_only profile: leave profile out")
-    reg = registry or Registry.default()
-    spec = size_only_model(params=params, weight_bytes=weight_bytes, registry=reg)
-    return estimate(spec, profile="size_only", registry=reg, **settings)

@@ -66,6 +66,8 @@ class GpuSpec:
     query: str | None = None
     alternatives: tuple[str, ...] = ()
     size_unit: str | None = None
+    cuda_total_bytes: int | None = None  # the total CUDA reports (torch.cuda.mem_get_info), where it is known
+    cuda_total_source: str | None = None
 
     @property
     def memory_gib(self) -> float:
@@ -112,6 +114,7 @@ def build_catalog(text: str, path: str = CATALOG_PATH, *, validate: bool = True)
             id=entry["id"], name=entry["name"], vendor=entry["vendor"], memory_bytes=entry["memory_bytes"],
             source=entry["source"], nvml_visible=entry["nvml_visible"], memory_reading=entry["memory_reading"],
             aliases=tuple(entry["aliases"]), note=entry.get("note"),
+            cuda_total_bytes=entry.get("cuda_total_bytes"), cuda_total_source=entry.get("cuda_total_source"),
         )
         if spec.id in by_id:
             problems.append(df.problem(("gpus", i, "id"), f"duplicate GPU id {spec.id!r}"))

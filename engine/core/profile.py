@@ -18,7 +18,7 @@ from vramwise.core.expr.language import _FIELD, Expression, LayerValues, compile
 from vramwise.core.graph import dependency_order
 from vramwise.core.model import AGGREGATE_NAMES
 from vramwise.core.expr.codegen import Program, build_program, dynamic_ids
-from vramwise.core.settings import SETTING_NAMES
+from vramwise.core.settings import DERIVED_FROM, SETTING_NAMES
 from vramwise.core.datafiles import DataFile
 
 __all__ = ["Profile", "Formula", "Table", "Overlay", "build_profile", "check_inputs", "AGGREGATE_NAMES", "round_bytes"]
@@ -121,6 +121,7 @@ class Profile:
     settings_read: frozenset = frozenset()  # the settings its formulas, tables and warnings read
     strategy: str | None = None  # the multi-GPU strategy whose formulas were added (None: one GPU)
     methods_note: str = ""  # under a strategy: why the methods missing from ``methods`` are not modelled
+    serving: Mapping[str, Any] | None = None  # a serving profile: required settings, the figures its answers read
     compiled: str | None = None  # formula id of the flag "this estimate models a step under torch.compile"
     host: str | None = None  # formula id of the host memory a machine needs (strategies)
     rank_groups: tuple = ()  # ((role, count id, total id, {component: id}), ...): ranks that hold different amounts
@@ -161,10 +162,28 @@ class Profile:
                 explicit.add(t)
         return frozenset(out), frozenset(explicit)
 
+    def check_required(self, settings: Mapping[str, Any]) -> None:
+        """Raise :class:`SettingsError` when a serving profile lacks a setting it cannot do without."""
+        for rule in (self.serving or {}).get("requires", ()):
+            if all(settings.get(name) is None for name in rule["settings"]):
+                raise SettingsError(f"profile {self.name}: {rule['message']}")
+
+    @property
+    def figure_units(self) -> dict:
+        """The unit of each figure (by its name in ``figures``)."""
+        units = {f.id: f.unit for f in self.formulas}
+        return {name: units.get(fid, "bytes") for name, fid in self.figures.items()}
+
+    @property
+    def ratio_ids(self) -> frozenset:
+        """Figures whose unit is a ratio (a concurrency, a share): reported as they are, not rounded to bytes."""
+        return frozenset(f.id for f in self.formulas if f.unit == "ratio" and f.id in self.figures.values())
+
     @property
     def reported(self) -> frozenset:
         """Formula ids reported as components, figures or phases (rounded to whole bytes when evaluated)."""
         out = frozenset(self.components.values()) | frozenset(self.figures.values()) | frozenset(self.phases.values())
+        out -= self.ratio_ids
         if self.host is not None:
             out |= {self.host}
         for _, count, total, comps in self.rank_groups:
@@ -288,6 +307,13 @@ class Overlay:
     methods_note: str = ""  # why the others are not
 
 
+def _settings_read(read: set, manifest: Mapping) -> frozenset:
+    """The settings a profile's formulas read: a derived name reads its setting, and a profile of one
+    method models that method whether its formulas read it or not."""
+    out = (read & SETTING_NAMES) | {DERIVED_FROM[n] for n in read if n in DERIVED_FROM}
+    return frozenset(out | ({"method"} if len(manifest.get("methods", ())) == 1 else set()))
+
+
 def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | None = None) -> Profile:
     """Compile a profile (with a strategy's files and outputs when ``overlay`` is given): check every
     name and order formulas by dependency."""
@@ -390,6 +416,13 @@ def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | 
     refs.update({f"figures.{k}": v for k, v in m.get("figures", {}).items()})
     refs.update({f"phases.{k}": v for k, v in m.get("phases", {}).items()})
     refs.update({f"components.{k}": v for k, v in m["components"].items()})
+    for k, fid in (m.get("serving") or {}).items():
+        if k != "requires" and fid not in m.get("figures", {}).values():
+            problems.append(manifest.problem(("serving", k), f"{fid!r} is not one of the profile's figures"))
+    for k, rule in enumerate((m.get("serving") or {}).get("requires", ())):
+        for j, name in enumerate(rule["settings"]):
+            if name not in SETTING_NAMES:
+                problems.append(manifest.problem(("serving", "requires", k, "settings", j), f"unknown setting {name!r}"))
     ref_src, ref_parts = (manifest, ()) if overlay is None else (overlay.manifest, overlay.parts)
     if overlay is not None:
         refs["host"] = overlay.outputs["host"]
@@ -430,8 +463,9 @@ def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | 
         components=dict(m["components"]), total=m["total"], min_per_gpu=m["min_per_gpu"],
         trainable_params=m["trainable_params"], figures=dict(m.get("figures", {})), phases=dict(m.get("phases", {})),
         compiled=m.get("compiled"), constants=constants, constant_info=constant_info,
+        serving=m.get("serving"),
         tables=tuple(tables), formulas=tuple(order), dynamic=dynamic, warning_rules=tuple(warning_rules),
-        settings_read=frozenset(read & SETTING_NAMES),
+        settings_read=_settings_read(read, m),
         strategy=overlay.name if overlay is not None else None,
         host=overlay.outputs["host"] if overlay is not None else None,
         rank_groups=tuple((g["role"], g["count"], g["total"], dict(g.get("components", {}))) for g in overlay.ranks)

@@ -62,7 +62,8 @@ class Origin:
 class Recipe:
     """A training recipe read by :func:`vramwise.read_recipe`.
 
-    ``settings`` holds every setting of :data:`vramwise.SETTINGS` (validated one by one; the rules that
+    ``settings`` holds every training setting of :data:`vramwise.SETTINGS` (the serving ones only where
+    an override gives them; validated one by one; the rules that
     join settings apply when it is estimated), ``origins`` where each came from, ``extras`` the values
     that are not settings (``gradient_accumulation_steps``...), ``warnings`` the keys it did not use and
     the ones that change memory without being modelled. Pass it to :func:`vramwise.estimate`,

@@ -17,7 +17,7 @@ from vramwise.core.errors import SettingsError
 
 __all__ = [
     "DEFAULT_PROFILE", "Setting", "strategy_manifest_names", "SETTINGS", "SETTING_NAMES", "PER_CALL", "TrainingSettings", "METHODS", "CHECKPOINTING_MODES",
-    "LOSS_MODES", "ATTENTION_KINDS", "EXPERTS_LAYOUTS", "STACKS", "STRATEGIES", "OFFLOAD_MODES", "LIMITS", "normalise_settings", "normalise_static", "positive_int", "DEFAULTS", "SWEEPABLE",
+    "LOSS_MODES", "ATTENTION_KINDS", "EXPERTS_LAYOUTS", "STACKS", "STRATEGIES", "OFFLOAD_MODES", "LIMITS", "normalise_settings", "normalise_static", "positive_int", "DEFAULTS", "SWEEPABLE", "DERIVED_FROM", "DERIVED_NAMES",
 ]
 
 #: The profile an estimate uses when none is named.
@@ -101,7 +101,14 @@ _GC_ALIASES = {"none": "none", "false": "none", "off": "none", "no": "none", "0"
 
 #: Largest accepted value of each integer setting (a documented plausible range).
 LIMITS = {"batch_size": 2**20, "seq_len": 2**25, "lora_rank": 2**16, "loss_chunks": 2**16, "world_size": 2**16,
-          "gpus_per_node": 2**10}
+          "gpus_per_node": 2**10, "max_model_len": 2**25, "max_num_seqs": 2**20, "max_num_batched_tokens": 2**26,
+          "tensor_parallel_size": 2**10, "pipeline_parallel_size": 2**10, "gpu_memory": 2**50}
+#: vLLM's KV-cache dtypes (vllm/config/cache.py CacheDType, 0.34.0) that the serving profile models.
+KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
+#: vLLM's block sizes (vllm/config/cache.py BlockSize, 0.34.0).
+BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+#: The vLLM releases the serving profile has rules for (first, last), and the default: the newest.
+VLLM_VERSIONS = ("0.8.0", "0.34.0")
 
 
 def positive_int(name: str, value: Any) -> int:
@@ -145,6 +152,74 @@ def _checkpointing(name: str, value: Any) -> str:
     raise SettingsError(
         f"unknown gradient checkpointing mode {value!r} (choose one of: {', '.join(CHECKPOINTING_MODES)})"
     )
+
+
+def _optional_int(name: str, value: Any) -> int | None:
+    return None if value is None else positive_int(name, value)
+
+
+def _utilization(name: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise SettingsError(f"{name} must be a share of the GPU's memory in (0, 1], got {_short(value)}")
+    return float(value)
+
+
+def _block_size(name: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value not in BLOCK_SIZES:
+        raise SettingsError(f"block_size must be one of {', '.join(map(str, BLOCK_SIZES))} (vLLM's block sizes), "
+                            f"got {_short(value)}")
+    return value
+
+
+def version_code(text: str) -> int:
+    """A vLLM version as one comparable number: 0.11.2 -> 1102 (major x 10,000 + minor x 100 + patch)."""
+    major, minor, patch = (int(p) for p in text.split("."))
+    return major * 10000 + minor * 100 + patch
+
+
+def _vllm_version(name: str, value: Any) -> str:
+    import re
+
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("latest", "")):
+        return VLLM_VERSIONS[1]
+    m = re.fullmatch(r"v?(\d{1,3})\.(\d{1,3})(?:\.(\d{1,3}))?(?:[.+-]?(?:post|rc|dev)\S*)?",
+                     value.strip().lower()) if isinstance(value, str) and len(value) < 40 else None
+    if m is None:
+        raise SettingsError(f"vllm_version must be a vLLM release such as 0.11.0, got {_short(value)}")
+    text = f"{int(m[1])}.{int(m[2])}.{int(m[3] or 0)}"
+    first, last = VLLM_VERSIONS
+    if not version_code(first) <= version_code(text) < (version_code(last) // 100 + 1) * 100:
+        raise SettingsError(f"vllm_version {text}: the serving profile has vLLM's rules from {first} to the "
+                            f"{last.rsplit('.', 1)[0]} releases (versions before 0.8 run the older V0 engine)")
+    return text
+
+
+def _gpu_memory(name: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        from vramwise.core.sizes import parse_size
+
+        size = parse_size(value)
+        if size is None:
+            raise SettingsError(f"gpu_memory must be bytes or a size with its unit (80GB, 79.2GiB), got {_short(value)}")
+        value = size.bytes
+    value = positive_int(name, value)
+    if value < 2**30:
+        raise SettingsError(f"gpu_memory is the total bytes of one GPU, got {value:,} (under 1 GiB)")
+    return value
+
+
+def _gpu(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or len(value) > 100:
+        raise SettingsError(f"gpu must be a GPU name or alias (H100, a100-40gb) or a size (80GB), got {_short(value)}")
+    return value.strip()
 
 
 def _optimizer(name: str, value: Any) -> str:
@@ -212,6 +287,7 @@ def _targets(name: str, value: Any) -> tuple | None:
 
 
 _ADAPTERS = ("qlora", "lora")
+_SERVING = ("inference",)
 _TRAINING = ("qlora", "lora", "full")
 
 
@@ -283,10 +359,38 @@ SETTINGS: tuple = (
             applies_to=_TRAINING),
     Setting("gpus_per_node", 8, "GPUs per machine: fsdp_hybrid shards within one, host memory is per machine",
             positive_int, cli_type="int", applies_to=_TRAINING),
+    # serving (profile vllm): vLLM's own names, defaults and rules (formulas/vllm)
+    Setting("gpu", None, "serving: the GPU by name or alias (H100, a100-40gb) or size (80GB); sets gpu_memory",
+            _gpu, applies_to=_SERVING),
+    Setting("gpu_memory", None, "serving: total memory of one GPU in bytes as torch reports it (or a size: 79.2GiB)",
+            _gpu_memory, applies_to=_SERVING),
+    Setting("vllm_version", VLLM_VERSIONS[1], f"serving: the vLLM release whose rules apply ({VLLM_VERSIONS[0]} "
+            f"to {VLLM_VERSIONS[1]})", _vllm_version, applies_to=_SERVING),
+    Setting("gpu_memory_utilization", None, "serving: share of the GPU's memory vLLM may use (default: vLLM's for "
+            "the version: 0.9, 0.92 from 0.20, all of it from 0.34)", _utilization, cli_type="float", applies_to=_SERVING),
+    Setting("max_model_len", None, "serving: context length per request (default: the model's, from its config)",
+            _optional_int, cli_type="int", applies_to=_SERVING),
+    Setting("max_num_seqs", None, "serving: requests in one batch (default: vLLM's for the version and GPU)",
+            _optional_int, cli_type="int", applies_to=_SERVING),
+    Setting("max_num_batched_tokens", None, "serving: tokens in one batch (default: vLLM's for the version and GPU)",
+            _optional_int, cli_type="int", applies_to=_SERVING),
+    Setting("tensor_parallel_size", 1, "serving: GPUs each layer is split over", positive_int, cli_type="int",
+            applies_to=_SERVING),
+    Setting("pipeline_parallel_size", 1, "serving: stages the layers are split into, one GPU group each",
+            positive_int, cli_type="int", applies_to=_SERVING),
+    Setting("kv_cache_dtype", "auto", "serving: KV-cache element type (auto: the model's dtype; fp8: one byte)",
+            _choice(KV_CACHE_DTYPES, default="auto"), choices=KV_CACHE_DTYPES, applies_to=_SERVING),
+    Setting("block_size", None, "serving: tokens per KV-cache block (default: vLLM's, 16 for most models)",
+            _block_size, cli_type="int", applies_to=_SERVING),
+    Setting("enforce_eager", False, "serving: no CUDA graphs", _flag, cli_type="bool", applies_to=_SERVING),
 )
 
+#: Names derived from the settings for formula files (normalise_static sets them).
+DERIVED_NAMES = ("vllm_version_code",)
+#: The setting each derived name comes from (a formula reading the name reads the setting).
+DERIVED_FROM = {"vllm_version_code": "vllm_version"}
 #: Names that settings give to formula files.
-SETTING_NAMES = frozenset(s.name for s in SETTINGS)
+SETTING_NAMES = frozenset(s.name for s in SETTINGS) | frozenset(DERIVED_NAMES)
 #: The settings validated on every call; the others are normalised once per combination.
 PER_CALL = tuple(s.name for s in SETTINGS if s.per_call)
 #: Default of each setting.
@@ -331,6 +435,16 @@ def normalise_static(values: dict) -> dict:
         raise SettingsError("qlora loads the base model in 4 bit: use method 'lora' for a 16-bit base model")
     if out["kbit_prepare"] is None and method == "qlora":  # the FSDP-QLoRA recipe (peft docs) does not call it
         out["kbit_prepare"] = not out["strategy"].startswith("fsdp")
+    if out["gpu"] is not None:
+        from vramwise.core.gpu_catalog import gpu_spec
+
+        spec = gpu_spec(out["gpu"])
+        total = spec.cuda_total_bytes or spec.memory_bytes  # what CUDA reports, where the catalog knows it
+        if out["gpu_memory"] is not None and out["gpu_memory"] != total:
+            raise SettingsError(f"gpu {out['gpu']!r} has {total:,} bytes but gpu_memory is "
+                                f"{out['gpu_memory']:,}: give one of them")
+        out["gpu"], out["gpu_memory"] = spec.id, total
+    out["vllm_version_code"] = version_code(out["vllm_version"])
     if out["strategy"] == "none" and method != "inference":
         if out["world_size"] != 1:
             raise SettingsError(f"world_size {out['world_size']} needs a multi-GPU strategy "

@@ -492,6 +492,8 @@ def read_recipe(source: Any, *, framework: str | None = None, overrides: Mapping
     settings: dict = {}
     origins: dict = {}
     for s in SETTINGS:
+        if s.applies_to == ("inference",) and s.name not in over:  # serving settings: no training recipe sets them
+            continue
         if s.name in over:
             value, origin = over[s.name], Origin("override", key=s.name)
         else:

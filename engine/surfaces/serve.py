@@ -199,6 +199,8 @@ def _settings_of(body: dict, allowed_extra: tuple, recipe=None) -> tuple[dict, s
         raise SettingsError(f"profile must be a name, got {type(profile).__name__}")
     if recipe is not None:
         settings = {**recipe.settings, **settings}
+    for name in allowed_extra:  # the command's own field (fit's gpu is the GPU it answers for)
+        settings.pop(name, None)
     return settings, profile
 
 

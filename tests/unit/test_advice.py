@@ -12,7 +12,7 @@ import pytest
 import vramwise
 from vramwise.answers.advice import KINDS, MAX_COMBINATION_ESTIMATES, MAX_ESTIMATES, advise
 from vramwise.answers.fit import MAX_GPUS, fit
-from vramwise.core.estimate import size_only_model
+from vramwise.core.size_only import size_only_model
 from vramwise.core.registry import Registry
 
 GIB = 2**30

@@ -7,7 +7,8 @@ import os
 from typing import Any
 
 from vramwise.core.errors import SettingsError, VramwiseError
-from vramwise.core.estimate import Estimate, estimate, size_only_model
+from vramwise.core.estimate import Estimate, estimate
+from vramwise.core.size_only import size_only_model
 from vramwise.core.registry import Registry
 from vramwise.core.settings import SETTINGS
 from vramwise.inputs.config import checkpoint_size, local_kind

@@ -26,7 +26,7 @@ def run(args, out) -> int:
         raise BadValue(f"--profiles needs at least one profile, got {args.profiles!r}")
     if size_only:
         profiles = ["size_only"]
-    settings = settings_of(args, skip=("method",))
+    settings = settings_of(args, skip=("method", "gpu"))
     if size_only:
         settings["target_modules"] = None
     c = compare(model, methods=list(dict.fromkeys(methods)), profiles=list(dict.fromkeys(profiles)), gpu=args.gpu,

@@ -31,6 +31,11 @@ def run(args, out) -> int:
     est = run_estimate(args)
     if args.json:
         print_json(with_recipe(args, estimate_view(est, gpus)), out)
+    elif est.serving is not None:
+        from vramwise.surfaces.cli.serving import print_serving_estimate
+
+        show_recipe(args, out)
+        print_serving_estimate(est, label_of(args), out)
     else:
         show_recipe(args, out)
         note = other_profile_note(est, args.model, args.trust_remote_code)

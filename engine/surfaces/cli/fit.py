@@ -26,17 +26,25 @@ def run(args, out) -> int:
         f = fit(recipe, gpu=args.gpu, gpus=args.gpus, headroom=args.headroom, seq_lens=seq_lens,
                 trust_remote_code=args.trust_remote_code)
     else:
-        settings = settings_of(args)
+        settings = settings_of(args, skip=("gpu",))
         if size_only:
             settings["target_modules"] = None
         f = fit(model, gpu=args.gpu, gpus=args.gpus, headroom=args.headroom, seq_lens=seq_lens, profile=profile,
                 trust_remote_code=args.trust_remote_code, **settings)
+    serving = not hasattr(f, "frontier")  # a serving profile's answers (vramwise.answers.serving.ServingFit)
     if args.json:
         print_json(with_recipe(args, f.to_dict()), out)
+    elif serving:
+        from vramwise.surfaces.cli.serving import print_serving_fit
+
+        print_serving_fit(f, label, out)
     else:
         show_recipe(args, out)
         print_fit(f, label, out, args.gpu)
-    plot("fit", f, args.plot, sys.stderr)
+    if not serving:
+        plot("fit", f, args.plot, sys.stderr)
+    elif args.plot:
+        raise BadValue("--plot draws a training fit's frontier; a serving profile's fit has none")
     return 0
 
 

@@ -251,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
              "the largest batch at each sequence length.",
              "vramwise fit examples/llama-3.1-8b.json --gpu 'RTX 4090'\n"
              "vramwise fit examples/llama-3.1-8b.json --gpu 24GiB --method lora --headroom 10% --seq-lens 1024,4096,16384")
-    _training_args(p)
+    _training_args(p, skip=("gpu",))
     p.add_argument("--gpu", required=True, help="a GPU name or alias (RTX 4090, H100, a100-40gb), a size (24GiB, 80GB) or local")
     p.add_argument("--gpus", type=int, default=None, help="how many GPUs of that kind (default: 1; local: the visible ones)")
     p.add_argument("--headroom", type=_share, default=0.0,
@@ -264,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
              "Estimates side by side at the same settings: one column per profile and method, a row per component, "
              "the total and, with --gpu, whether each fits.",
              "vramwise compare examples/llama-3.1-8b.json --methods qlora,lora,full --profiles unsloth,hf --gpu H100")
-    _training_args(p, skip=("method",))
+    _training_args(p, skip=("method", "gpu"))
     p.add_argument("--methods", default="qlora,lora,full", help="comma-separated methods (default: qlora,lora,full)")
     p.add_argument("--profiles", default=None, help=f"comma-separated profiles (default: the --profile one, {DEFAULT_PROFILE})")
     p.add_argument("--gpu", default=None, help="also say whether each fits this GPU (a name, a size or local)")
