@@ -96,9 +96,11 @@ def _read(config: Mapping, name: str, rule: Mapping) -> Any:
     if value is None:
         return rule.get("default")
     kinds = _TYPES.get(rule.get("type", ""), None)
-    if kinds is not None and (not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool))):
+    bad_number = isinstance(value, (int, float)) and not isinstance(value, bool) and not -1 <= value <= 2**24
+    if bad_number or (kinds is not None and (not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)))):
         where = ".".join(str(k) for k in rule["path"])
-        raise ConfigError(f"quantization_config.{where} should be {rule['type']}, got {str(value)[:60]!r} "
+        kind = "a number from -1 to 16,777,216" if bad_number else rule.get("type", "a value")
+        raise ConfigError(f"quantization_config.{where} should be {kind}, got {str(value)[:60]!r} "
                           f"(the value the {name} of the checkpoint format is read from)")
     return value
 
@@ -127,6 +129,18 @@ def _skip_entries(fmt: CheckpointFormat, config: Mapping) -> list:
             found = True
             entries.append(v)
     return entries if found else list(fmt.default_skip)
+
+
+def _expert_projections(m) -> list:
+    """The (out_features, in_features) of each projection one expert of a fused expert tensor stores:
+    checkpoints keep an expert's gate_proj, up_proj and down_proj as separate linear modules, and some
+    models hold the fused tensor as [E, in, out] (Llama 4, gpt-oss), so the shapes come from the module's
+    per-expert LoRA targets when they cover the tensor, else from [E, out, in]."""
+    experts, rows, cols = m.shape
+    parts = [(out_f, in_f) for _, in_f, out_f, count, _ in m.lora_parts if count == experts]
+    if parts and sum(o * i for o, i in parts) == rows * cols:
+        return parts
+    return [(rows, cols)]
 
 
 def checkpoint_storage(config: Any, classes: tuple, model_mods: tuple, roots: tuple,
@@ -160,23 +174,27 @@ def checkpoint_storage(config: Any, classes: tuple, model_mods: tuple, roots: tu
                 continue
             if role == "experts":
                 copies *= m.shape[0]
-                out_f, in_f, bias = m.shape[1], m.shape[2], False
+                shapes = [(out_f, in_f, False) for out_f, in_f in _expert_projections(m)]
             else:
-                out_f, in_f, bias = m.shape[0], m.shape[-1], m.bias
-            key = (out_f, in_f, bias)
-            each = memo.get(key)
-            if each is None:
-                env = {**values, "in_features": in_f, "out_features": out_f, "bias": bias}
-                try:
-                    each = memo[key] = sum(int(t.evaluate(env)) for _, t in fmt.tensors)
-                except (TypeError, ValueError, ZeroDivisionError, ArithmeticError) as e:
-                    raise ConfigError(f"the checkpoint format {fmt.id} ({fmt.where}) cannot size module {m.name} "
-                                      f"({out_f} x {in_f}) from the quantization_config: {e}") from None
-            n = copies * (out_f * in_f + (out_f if bias else 0))
-            params += n
-            total += copies * each
-            if role == "head":
-                head_params += n
-                head_bytes += copies * each
+                shapes = [(m.shape[0], m.shape[-1], m.bias)]
+            for out_f, in_f, bias in shapes:
+                key = (out_f, in_f, bias)
+                each = memo.get(key)
+                if each is None:
+                    env = {**values, "in_features": in_f, "out_features": out_f, "bias": bias}
+                    try:
+                        each = memo[key] = sum(int(t.evaluate(env)) for _, t in fmt.tensors)
+                    except (TypeError, ValueError, ZeroDivisionError, ArithmeticError) as e:
+                        raise ConfigError(f"the checkpoint format {fmt.id} ({fmt.where}) cannot size module "
+                                          f"{m.name} ({out_f} x {in_f}) from the quantization_config: {e}") from None
+                    if each < 0:
+                        raise ConfigError(f"the checkpoint format {fmt.id} ({fmt.where}) gives module {m.name} "
+                                          f"({out_f} x {in_f}) {each:,} bytes from the quantization_config's values")
+                n = copies * (out_f * in_f + (out_f if bias else 0))
+                params += n
+                total += copies * each
+                if role == "head":
+                    head_params += n
+                    head_bytes += copies * each
     return CheckpointStorage(fmt.id, params, total, head_params, head_bytes)
 
