@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Mapping
 
-from vramwise.core.errors import ConfigError
+from vramwise.core.errors import ConfigError, EvaluationError
 from vramwise.core.expr.language import Expression, compile_expression
 from vramwise.core.model import module_groups
 from vramwise.core.skiplists import skipped_copies
@@ -184,7 +184,7 @@ def checkpoint_storage(config: Any, classes: tuple, model_mods: tuple, roots: tu
                     env = {**values, "in_features": in_f, "out_features": out_f, "bias": bias}
                     try:
                         each = memo[key] = sum(int(t.evaluate(env)) for _, t in fmt.tensors)
-                    except (TypeError, ValueError, ZeroDivisionError, ArithmeticError) as e:
+                    except (EvaluationError, TypeError, ValueError, ArithmeticError) as e:
                         raise ConfigError(f"the checkpoint format {fmt.id} ({fmt.where}) cannot size module "
                                           f"{m.name} ({out_f} x {in_f}) from the quantization_config: {e}") from None
                     if each < 0:

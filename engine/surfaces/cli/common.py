@@ -8,6 +8,7 @@ from typing import Any
 
 from vramwise.core.errors import SettingsError, VramwiseError
 from vramwise.core.estimate import Estimate, estimate
+from vramwise.core.settings import DEFAULT_PROFILE
 from vramwise.core.size_only import size_only_model
 from vramwise.core.registry import Registry
 from vramwise.core.settings import SETTINGS
@@ -92,6 +93,9 @@ def model_of(args) -> tuple[Any, str, str, bool]:
             raise SettingsError(f"--hub reads a hub id, but {model} is a local path")
         model = model if model.startswith(HUB_PREFIX) else HUB_PREFIX + model
     if size_only:
+        if args.profile not in ("size_only", DEFAULT_PROFILE):
+            raise SettingsError(f"--params and --weight-bytes estimate shares of the model size (profile size_only); "
+                                f"profile {args.profile} needs the model's config: give MODEL")
         if model is None and label is None:
             label = (f"a model of {count(int(params))} parameters (no config)" if params is not None
                      else f"a model of {count_bytes(int(weight_bytes))} of weights (no config)")
