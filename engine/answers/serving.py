@@ -18,10 +18,12 @@ from vramwise.core.estimate import Estimate, estimate
 from vramwise.core.model import ModelSpec
 from vramwise.core.profile import Profile
 
-__all__ = ["ServingFit", "serving_fit", "TP_SIZES"]
+__all__ = ["ServingFit", "serving_fit", "TP_SIZES", "UTILIZATIONS"]
 
 #: Tensor-parallel sizes the capacity table tries.
 TP_SIZES = (1, 2, 4, 8)
+#: gpu_memory_utilization values the capacity curve tries: 0.50, 0.55 ... 1.00.
+UTILIZATIONS = tuple(k / 20 for k in range(10, 21))
 #: gpu_memory_utilization is searched in hundredths (vLLM's examples give it to two decimals).
 _STEPS = 100
 
@@ -41,6 +43,7 @@ class ServingFit:
     largest_max_model_len: int | None  # the largest context that starts (None: none does)
     utilization_needed: float | None  # the smallest gpu_memory_utilization (in hundredths) that starts at max_model_len
     by_tp_size: tuple  # ((tensor_parallel_size, kv_cache_tokens or None, largest_max_model_len or None, problem), ...)
+    by_utilization: tuple = ()  # ((gpu_memory_utilization, kv_cache_tokens, starts), ...) at these settings
 
     def to_dict(self) -> dict:
         return {
@@ -50,6 +53,8 @@ class ServingFit:
             "utilization_needed": self.utilization_needed,
             "by_tp_size": [{"tensor_parallel_size": tp, "kv_cache_tokens": tokens, "largest_max_model_len": longest,
                             "problem": problem} for tp, tokens, longest, problem in self.by_tp_size],
+            "by_utilization": [{"gpu_memory_utilization": share, "kv_cache_tokens": tokens, "starts": ok}
+                               for share, tokens, ok in self.by_utilization],
             "figures": self.estimate.figures, "warnings": list(self.estimate.warnings),
             "error_band": self.estimate.error_band.to_dict(),
         }
@@ -80,9 +85,13 @@ def serving_fit(spec: ModelSpec, prof: Profile, target: Any, settings: Mapping[s
             rows.append((tp, g["kv_cache_tokens"] if g["starts"] else None, g["largest_max_model_len"], None))
         except VramwiseError as exc:  # a size the model cannot be split into: said per row
             rows.append((tp, None, None, str(exc)))
+    # the KV capacity as the share vLLM takes grows (tokens even where it does not start: the cache is
+    # then smaller than one request of max_model_len, or empty)
+    shares = tuple((share, g["kv_cache_tokens"], g["starts"])
+                   for share, g in ((u, est(gpu_memory_utilization=u).serving) for u in UTILIZATIONS))
     return ServingFit(
         gpu=target, profile=prof.name, settings=here.settings.to_dict(), estimate=here, starts=got["starts"],
         kv_cache_tokens=got["kv_cache_tokens"], max_concurrency=got["max_concurrency"], max_model_len=length,
         largest_max_model_len=got["largest_max_model_len"], utilization_needed=None if pct is None else pct / _STEPS,
-        by_tp_size=tuple(rows),
+        by_tp_size=tuple(rows), by_utilization=shares,
     )

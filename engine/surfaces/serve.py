@@ -14,7 +14,8 @@ path                      method  answer (the CLI command whose ``--json`` it eq
 ``/api/formats``          GET     the recipe formats: format, framework, version, description, part (a part of a recipe)
 ``/api/gpus``             GET     ``{"catalog": [...], "local": gpus --json}``
 ``/api/catalog?q=``       GET     ``catalog QUERY --json``
-``/api/settings``         GET     the settings table (names, defaults, choices) and the default profile: the page's form
+``/api/settings``         GET     the settings table (names, defaults, choices, methods), the default profile and the
+                                  serving profiles: the page's form
 ========================  ======  ===========================================================
 
 A POST body is one JSON object: ``model`` (a name in the model catalog) or ``config`` (a config.json
@@ -24,7 +25,9 @@ object) or ``config_text`` (a config.json file's text), ``profile``, any setting
 ``recipe`` (a list of ``{name, text}``, the main file first, then a DeepSpeed or accelerate config...)
 and ``framework`` when its content does not tell; its model must be in the catalog (or come as
 ``config``/``config_text``), the body's settings override its own, and the answer holds ``recipe``
-(what was read, with origins and warnings). Bad input of any kind is answered 4xx with
+(what was read, with origins and warnings). Under a serving profile (``"profile": "vllm"``, the GPU as
+``gpu`` and vLLM's settings by name) ``/api/fit`` answers the serving fit
+(:class:`vramwise.answers.serving.ServingFit`). Bad input of any kind is answered 4xx with
 ``{"error": "<the library's one-line message>"}``; an unexpected failure 500 with one line and no
 traceback.
 
@@ -62,7 +65,8 @@ _MAX_LIST = 64
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 _CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
         "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
-_STATIC = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8"}
+_STATIC = {"app.js": "text/javascript; charset=utf-8", "serving.js": "text/javascript; charset=utf-8",
+           "app.css": "text/css; charset=utf-8"}
 
 
 class _Bad(Exception):
@@ -354,11 +358,15 @@ def api_formats(_query: dict) -> dict:
 
 
 def api_settings(_query: dict) -> dict:
+    from vramwise.core.registry import Registry
     from vramwise.core.settings import SETTINGS
 
+    reg = Registry.default()
     return {"settings": [{"name": s.name, "default": s.default, "type": s.cli_type, "choices": list(s.choices),
                           "applies_to": list(s.applies_to), "help": s.help} for s in SETTINGS],
-            "default_profile": DEFAULT_PROFILE}
+            "default_profile": DEFAULT_PROFILE,
+            # the profiles of a serving engine (their fit answers context and concurrency: the page's serving mode)
+            "serving_profiles": [p for p in reg.profile_names() if reg.profile(p).serving is not None]}
 
 
 _POST = {"estimate": api_estimate, "explain": api_explain, "fit": api_fit, "compare": api_compare, "recipe": api_recipe}

@@ -4,7 +4,9 @@ Start the server on a free loopback port, open the page, choose a model from the
 change the batch size; the displayed total must equal /api/estimate (and vramwise.estimate) for the same
 settings, the charts must have bars, the address must hold the settings, and a bad upload must show the
 library's error message. A second test uploads a training recipe: the form takes its values, its
-origins show file:line and the fit advice is written in the recipe's keys. The first run takes a
+origins show file:line and the fit advice is written in the recipe's keys. A third switches to the serving
+mode (vllm): the KV-cache tokens, the table and the charts must be /api/fit's, and the address must restore
+the serving settings. The first run takes a
 screenshot of the page in its temporary folder; to refresh docs/serve.png, the picture of the
 documentation, name it in VRAMWISE_SCREENSHOT:
 
@@ -196,6 +198,77 @@ def test_recipe_upload_in_headless_chromium(monkeypatch):
 
             page.click("#recipe-clear")
             assert page.is_hidden("#recipe-loaded")
+            assert not errors, errors
+        finally:
+            browser.close()
+
+
+def test_serving_mode_in_headless_chromium(monkeypatch):
+    # the serving mode: Qwen3-30B-A3B on an H100 with max_model_len 32768 (vllm profile); the KV tokens shown are
+    # /api/fit's and vramwise.fit's, the training controls are hidden, the address restores the serving settings
+    _require()
+    import httpx
+    from playwright.sync_api import sync_playwright
+
+    model, lib = "Qwen/Qwen3-30B-A3B", {"profile": "vllm", "method": "inference", "max_model_len": 32768}
+    monkeypatch.setattr(_source, "_read_hub", lambda repo, trust: pytest.fail(f"the hub was asked for {repo!r}"))
+    with live_server() as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(url)
+            page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            page.select_option("#model-list", model)
+            page.select_option("#mode", "serving")
+            assert page.is_hidden("#training-box") and page.is_hidden("#gpus") and page.is_hidden("#strategy")
+            assert page.is_visible("#serving-box") and page.is_hidden("#compare-card")
+            page.select_option("#gpu", "h100-sxm")
+            page.fill("#max_model_len", "32768")
+            body = {"model": model, "gpu": "h100-sxm", **lib}
+            with httpx.Client(base_url=url, timeout=10) as c:
+                fit = c.post("/api/fit", json=body).json()
+                tp2 = c.post("/api/fit", json={**body, "tensor_parallel_size": 2}).json()
+            want = vramwise.fit(model, gpu="h100-sxm", **lib)
+            assert fit["kv_cache_tokens"] == want.kv_cache_tokens
+            page.wait_for_function("t => document.getElementById('total').dataset.tokens === t",
+                                   arg=str(fit["kv_cache_tokens"]), timeout=15_000)
+            assert page.text_content("#total").strip() == f"{fit['kv_cache_tokens']:,} tokens of KV cache"
+            assert ("vLLM starts on" if fit["starts"] else "vLLM does not start on") in page.text_content("#verdict")
+            row = lambda key: page.text_content(f"#serving-table tr[data-key='{key}'] td.num").strip()  # noqa: E731
+            assert row("kv_cache_tokens").startswith(f"{fit['kv_cache_tokens']:,} tokens")
+            assert row("weights") == _gib(fit["figures"]["weights"])
+            assert row("largest_max_model_len") == f"{fit['largest_max_model_len']:,}"
+            assert row("utilization_needed") == f"{fit['utilization_needed']:.2f}"
+            # the budget bar sums vLLM's parts; the charts have a bar per TP size and a point per share
+            bars = page.eval_on_selector_all("#chart rect.bar", "rs => rs.map(r => [r.dataset.component, +r.dataset.bytes])")
+            assert dict(bars)["KV cache"] == fit["figures"]["kv_cache_bytes"]
+            tps = page.eval_on_selector_all("#kv-by-tp rect.tp-bar", "rs => rs.map(r => [+r.dataset.tp, +r.dataset.tokens])")
+            assert tps == [[r["tensor_parallel_size"], r["kv_cache_tokens"]] for r in fit["by_tp_size"]
+                           if r["kv_cache_tokens"] is not None]
+            points = page.eval_on_selector_all("#kv-by-util circle.util-point", "cs => cs.map(c => +c.dataset.tokens)")
+            assert points == [r["kv_cache_tokens"] for r in fit["by_utilization"]]
+
+            # a serving setting changes the answer; the address holds the serving settings and restores them
+            page.fill("#tensor_parallel_size", "2")
+            page.wait_for_function("t => document.getElementById('total').dataset.tokens === t",
+                                   arg=str(tp2["kv_cache_tokens"]), timeout=15_000)
+            for part in ("profile=vllm", "gpu=h100-sxm", "max_model_len=32768", "tensor_parallel_size=2"):
+                assert part in page.url, (part, page.url)
+            assert "batch_size" not in page.url
+            shared = browser.new_page(viewport={"width": 1280, "height": 900})
+            shared.goto(page.url)
+            shared.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            assert shared.input_value("#mode") == "serving" and shared.input_value("#tensor_parallel_size") == "2"
+            assert shared.get_attribute("#total", "data-tokens") == str(tp2["kv_cache_tokens"])
+            shared.close()
+
+            # back to fine-tuning: the training form and its total again
+            page.select_option("#mode", "training")
+            page.wait_for_function("() => document.getElementById('total').dataset.bytes !== ''", timeout=15_000)
+            assert page.is_visible("#training-box") and page.is_hidden("#serving-box") and page.is_hidden("#serving-card")
+            assert "profile=vllm" not in page.url
             assert not errors, errors
         finally:
             browser.close()

@@ -10,7 +10,9 @@
     "optimizer", "attention", "loss", "load_in_4bit", "strategy", "offload", "gpus_per_node"];
   const SVGNS = "http://www.w3.org/2000/svg";
   const state = { table: {}, defaultProfile: null, models: [], upload: null, uploadName: null, seq: 0, inflight: null, timer: null,
-    recipe: null, formats: {} };  // recipe: {parts: [{name, text}], framework, data: /api/recipe's answer, catalog}
+    recipe: null, formats: {}, servingProfiles: [] };  // recipe: {parts: [{name, text}], framework, data: /api/recipe's answer, catalog}
+  //: the GPU the serving mode starts on when none is chosen
+  const SERVING_GPU = "h100-sxm";
 
   const gib = (n) => (n / GIB).toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 });
   const count = (n) => n >= 1e9 ? (n / 1e9).toFixed(2) + " B" : n >= 1e6 ? (n / 1e6).toFixed(2) + " M" : String(n);
@@ -24,6 +26,9 @@
   }
   function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); }
   function h(tag, text, cls) { const e = document.createElement(tag); if (text !== undefined) e.textContent = text; if (cls) e.className = cls; return e; }
+  const serving = window.vramwiseServing({ $, el, h, clear, gib });  // serving.js: the serving mode's drawing
+  const SERVING_FIELDS = serving.FIELDS;
+  const isServing = () => $("mode").value === "serving";
 
   async function api(path, body, signal) {
     const opts = body === undefined ? { signal } : { method: "POST", body: JSON.stringify(body), signal,
@@ -55,7 +60,7 @@
   }
 
   function currentModel() {  // with a recipe: the recipe, and the model when the server cannot find it in the catalog
-    const r = state.recipe, out = {};
+    const r = isServing() ? null : state.recipe, out = {};
     if (r) { out.recipe = r.parts; if (r.framework) out.framework = r.framework; }
     if (state.upload !== null) return Object.assign(out, { config_text: state.upload });
     if (r && r.catalog) return out;
@@ -63,7 +68,19 @@
     return id ? Object.assign(out, { model: id }) : null;
   }
 
+  function servingSettings() {  // the serving form: the profile, inference, the GPU, the settings given
+    const out = { profile: $("serving-profile").value, method: "inference" };
+    if ($("gpu").value) out.gpu = $("gpu").value;
+    for (const f of SERVING_FIELDS) {
+      const v = formValue(f), spec = state.table[f];
+      if (v === "" || (spec && v === spec.default)) continue;
+      out[f] = v;
+    }
+    return out;
+  }
+
   function settings() {
+    if (isServing()) return servingSettings();
     const out = {};
     for (const f of FIELDS) {
       const e = $(f), spec = state.table[f];
@@ -90,7 +107,9 @@
   function formValue(f) {
     const spec = state.table[f];
     let v = $(f).value.trim();
+    if (v === "") return v;
     if (spec && spec.type === "int") { const n = Number(v); v = Number.isInteger(n) ? n : v; }
+    else if (spec && spec.type === "float") { const n = Number(v); v = Number.isFinite(n) ? n : v; }
     else if (spec && spec.type === "bool") v = v === "true";
     return v;
   }
@@ -116,21 +135,33 @@
   }
 
   // the settings a request carries: the form's (over vramwise's defaults), or with a recipe what the form overrides
-  function requestSettings() { return state.recipe ? recipeOverrides() : settings(); }
+  function requestSettings() { return state.recipe && !isServing() ? recipeOverrides() : settings(); }
 
   function gpuChoice() {
     const g = $("gpu").value;
     if (!g) return null;
+    if (isServing()) return { gpu: g };  // vLLM runs on tensor_parallel_size x pipeline_parallel_size of them
     const n = parseInt($("gpus").value, 10), hr = Number($("headroom").value);
     return { gpu: g, gpus: Number.isInteger(n) && n > 0 ? n : 1, headroom: Number.isFinite(hr) ? hr / 100 : 0 };
   }
 
   function applies() {  // settings that do not apply to the method are hidden (SETTINGS[...].applies_to)
-    const m = $("method").value;
+    const m = isServing() ? "inference" : $("method").value;
     for (const f of FIELDS) {
       const spec = state.table[f], e = $(f);
       if (spec && e) e.closest("label").hidden = !spec.applies_to.includes(m);
     }
+  }
+
+  // the serving mode (a serving profile): its form and cards instead of the training ones
+  function showMode() {
+    const on = isServing();
+    $("training-box").hidden = on; $("recipe-box").hidden = on; $("serving-box").hidden = !on;
+    $("compare-card").hidden = on;
+    if (on) $("fit-card").hidden = true; else $("serving-card").hidden = true;
+    for (const e of document.querySelectorAll(".training-only")) e.hidden = on;
+    if (on && !$("gpu").value && [...$("gpu").options].some((o) => o.value === SERVING_GPU)) $("gpu").value = SERVING_GPU;
+    applies();
   }
 
   // -- the address bar ----------------------------------------------------------------------
@@ -139,9 +170,10 @@
     const model = $("model-list").value;
     if (state.upload === null && model) q.set("model", model);
     const s = settings();
+    if (isServing()) delete s.method;  // the profile says it
     for (const k in s) q.set(k, String(s[k]));
     const g = gpuChoice();
-    if (g) { q.set("gpu", g.gpu); if (g.gpus !== 1) q.set("gpus", g.gpus); if (g.headroom) q.set("headroom", $("headroom").value); }
+    if (g) { q.set("gpu", g.gpu); if (g.gpus > 1) q.set("gpus", g.gpus); if (g.headroom) q.set("headroom", $("headroom").value); }
     const prof = checkedProfiles().sort().join(",");
     if (prof !== defaultCompareProfiles().sort().join(",")) q.set("compare", prof);
     const text = q.toString();
@@ -157,7 +189,10 @@
       if (m) $("model-list").value = m.id;
     }
     for (const f of FIELDS) if (q.has(f) && $(f)) $(f).value = q.get(f);
-    if (q.has("profile")) $("profile").value = q.get("profile");
+    for (const f of SERVING_FIELDS) if (q.has(f)) $(f).value = q.get(f);
+    if (q.has("profile") && state.servingProfiles.includes(q.get("profile"))) {
+      $("mode").value = "serving"; $("serving-profile").value = q.get("profile");
+    } else if (q.has("profile")) $("profile").value = q.get("profile");
     if (q.has("gpu")) $("gpu").value = q.get("gpu");
     if (q.has("gpus")) $("gpus").value = q.get("gpus");
     if (q.has("headroom")) $("headroom").value = q.get("headroom");
@@ -169,7 +204,7 @@
 
   // -- updates ------------------------------------------------------------------------------
   function schedule() {
-    applies();
+    showMode();
     writeUrl();
     if (state.recipe) markOverrides();
     clearTimeout(state.timer);
@@ -195,6 +230,7 @@
     const body = Object.assign({}, model, requestSettings());
     const g = gpuChoice();
     const t0 = performance.now();
+    if (isServing()) return updateServing(body, ctl, seq, t0);
     const jobs = [api("/api/estimate", body, ctl.signal)];
     jobs.push(g ? api("/api/fit", Object.assign({}, body, g), ctl.signal) : Promise.resolve(null));
     const cmp = Object.assign({}, body, { methods: ["qlora", "lora", "full"], profiles: checkedProfiles() });
@@ -219,6 +255,30 @@
     if ($("trace").open) loadTrace(body, seq);
   }
 
+  // the serving mode: /api/fit answers for the serving profile (its ServingFit), /api/estimate names the family
+  async function updateServing(body, ctl, seq, t0) {
+    if (!body.gpu) {
+      $("total").textContent = "choose a GPU"; $("total").dataset.tokens = "";
+      $("verdict").textContent = ""; $("summary").textContent = ""; $("serving-card").hidden = true;
+      return;
+    }
+    let fit, est;
+    try {
+      [fit, est] = await Promise.all([api("/api/fit", body, ctl.signal), api("/api/estimate", body, ctl.signal)]);
+    } catch (e) {
+      if (e.name === "AbortError" || seq !== state.seq) return;
+      showError(e.message);
+      $("status").textContent = "";
+      return;
+    }
+    if (seq !== state.seq) return;
+    showError("");
+    $("serving-card").hidden = false;
+    serving.draw(fit, est);
+    $("status").textContent = "updated in " + Math.round(performance.now() - t0) + " ms";
+    if ($("trace").open) loadTrace(body, seq);
+  }
+
   // -- the estimate -------------------------------------------------------------------------
   function parts(est) {
     if (est.settings.method === "inference" && est.inference_total) {
@@ -234,6 +294,7 @@
     const total = $("total");
     total.textContent = gib(p.total) + " GiB";
     total.dataset.bytes = String(p.total);
+    total.dataset.tokens = "";
     const usable = fit ? fit.usable_bytes * (est.strategy ? 1 : fit.gpus) : null;  // a strategy's figures are one GPU's
     const verdict = $("verdict");
     if (fit) {
@@ -417,12 +478,21 @@
       api("/api/formats").catch(() => ({ formats: [] }))]);
     for (const s of table.settings) state.table[s.name] = s;
     state.defaultProfile = table.default_profile;
+    state.servingProfiles = table.serving_profiles || [];
     for (const f of ["method", "gradient_checkpointing", "attention", "loss", "strategy", "offload"]) fillSelect($(f), state.table[f].choices);
     for (const f of ["method", "batch_size", "seq_len", "lora_rank", "gradient_checkpointing", "optimizer", "attention", "loss",
       "strategy", "offload", "gpus_per_node"]) {
       $(f).value = state.table[f].default;
     }
-    state.profiles = families.profiles.filter((p) => p !== "size_only");
+    state.profiles = families.profiles.filter((p) => p !== "size_only" && !state.servingProfiles.includes(p));
+    fillSelect($("serving-profile"), state.servingProfiles, state.servingProfiles.map((p) => p + (families.profile_summaries[p] ? " — " + families.profile_summaries[p].slice(0, 50) : "")));
+    if (!state.servingProfiles.length) { $("mode-box").hidden = true; }
+    fillSelect($("kv_cache_dtype"), state.table.kv_cache_dtype.choices);
+    for (const f of SERVING_FIELDS) {
+      const spec = state.table[f];
+      $(f).value = spec.default === null ? "" : String(spec.default);
+      $(f).closest("label").title = spec.help;
+    }
     fillSelect($("profile"), state.profiles, state.profiles.map((p) => p + (families.profile_summaries[p] ? " — " + families.profile_summaries[p].slice(0, 60) : "")));
     $("profile").value = state.defaultProfile;
     const box = $("compare-profiles");
@@ -456,7 +526,7 @@
     $("recipe-files").addEventListener("change", () => loadRecipe().catch((e) => showError(e.message)));
     $("recipe-format").addEventListener("change", () => { if ($("recipe-files").files.length) loadRecipe(true).catch((e) => showError(e.message)); });
     $("recipe-clear").addEventListener("click", () => { dropRecipe(); describeModel(); schedule(); });
-    for (const id of [...FIELDS, "profile", "gpu", "gpus", "headroom"]) $(id).addEventListener("input", schedule);
+    for (const id of [...FIELDS, ...SERVING_FIELDS, "mode", "serving-profile", "profile", "gpu", "gpus", "headroom"]) $(id).addEventListener("input", schedule);
     box.addEventListener("change", schedule);
     $("upload").addEventListener("change", async (e) => {
       const f = e.target.files[0];
@@ -467,7 +537,7 @@
     $("paste-apply").addEventListener("click", () => { state.upload = $("paste").value; state.uploadName = "pasted config"; describeModel(); schedule(); });
     $("trace").addEventListener("toggle", () => { if ($("trace").open) loadTrace(Object.assign({}, currentModel(), requestSettings()), state.seq); });
     describeModel();
-    applies();
+    showMode();
     writeUrl();
     await update();
     document.body.dataset.ready = "1";
