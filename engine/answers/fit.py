@@ -44,6 +44,7 @@ class GpuTarget:
     memory_bytes: int
     source: str
     count: int = 1  # GPUs of this kind available (the local machine's visible GPUs, or --gpus)
+    cuda_total_bytes: int | None = None  # what CUDA reports of a catalog GPU, where known (a server sizes its cache from it)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "memory_bytes": self.memory_bytes, "source": self.source, "count": self.count}
@@ -75,7 +76,7 @@ def gpu_target(gpu: Any, count: int | None = None) -> GpuTarget:
     from vramwise.core.gpu_catalog import gpu_spec
 
     spec = gpu_spec(gpu)
-    return GpuTarget(spec.name, spec.memory_bytes, spec.source, count or 1)
+    return GpuTarget(spec.name, spec.memory_bytes, spec.source, count or 1, spec.cuda_total_bytes)
 
 
 @dataclass(frozen=True)
@@ -196,7 +197,8 @@ def fit(
         if headroom:
             raise SettingsError(f"profile {prof.name} keeps 1 - gpu_memory_utilization of each GPU free: set "
                                 "--gpu-memory-utilization instead of --headroom")
-        return serving_fit(spec, prof, GpuTarget(target.name, target.memory_bytes, target.source, ranks), base, reg)
+        total = target.cuda_total_bytes or target.memory_bytes
+        return serving_fit(spec, prof, GpuTarget(target.name, total, target.source, ranks, target.cuda_total_bytes), base, reg)
     share = prof.further_gpu_share
     gpu_set = GpuSet.alike(usable, n)  # the GPUs asked about, as the placement rule sees them
 

@@ -84,9 +84,8 @@ def test_kv_capacity_by_utilization():
         assert (r["kv_cache_tokens"], r["starts"]) == (est.serving["kv_cache_tokens"], est.serving["starts"])
 
 
-@pytest.mark.xfail(strict=True, reason="fit takes a catalog GPU's memory_bytes (79.65 GiB for the H100 SXM), "
-                                       "estimate its cuda_total_bytes (79.19 GiB, what torch reports)")
 def test_serving_fit_and_estimate_read_the_same_gpu_memory():
+    # both size the budget from what CUDA reports of a catalog GPU (the H100 SXM's 79.19 GiB), not nvidia-smi's total
     f = vramwise.fit(MODEL, gpu="H100", **LIB)
     est = vramwise.estimate(MODEL, gpu="H100", **LIB)
     assert f.estimate.figures["gpu_memory"] == est.figures["gpu_memory"]
