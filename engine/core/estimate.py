@@ -550,7 +550,23 @@ def load_model(model: Any, *, trust_remote_code: bool = False, registry: Registr
 
 def _settings_key(args: tuple) -> tuple:
     """A cache key of raw setting values that tells apart values Python calls equal (1, 1.0, True)."""
-    return tuple((type(v), v) for v in args)
+    return args, tuple(map(type, args))
+
+
+class _StaticKey:
+    """The key of one normalised combination of settings: its items, hashed once (a stage is looked up by
+    it on every estimate)."""
+
+    __slots__ = ("items", "hash")
+
+    def __init__(self, items: tuple):
+        self.items, self.hash = items, hash(items)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other) -> bool:
+        return self is other or (type(other) is _StaticKey and self.hash == other.hash and self.items == other.items)
 
 
 def _stage(reg: Registry, spec: ModelSpec, prof: Profile, static: dict) -> Stage:
@@ -594,7 +610,7 @@ def _static_settings(reg: Registry, raw: tuple) -> dict:
     if hit is not None:
         return hit
     static = normalise_static(dict(zip(_STATIC_NAMES, raw)))
-    static["_key"] = tuple((k, v) for k, v in static.items())
+    static["_key"] = _StaticKey(tuple(static.items()))
     if key is not None:
         reg.settings.put(key, static)
     return static
