@@ -293,9 +293,13 @@ def compare(model: Any, *, methods: Iterable[str] = ("qlora", "lora", "full"), p
             why = f"strategy {strategy} is modelled on the {', '.join(served)} profile, not on {p}"
             cells.extend((p, m, None, why, None) for m in methods)
             continue
+        extra = {}
+        if prof.serving is not None and target is not None and settings.get("gpu") is None \
+                and settings.get("gpu_memory") is None:  # a server sizes its cache from the GPU compared on
+            extra["gpu_memory"] = target.cuda_total_bytes or target.memory_bytes
         for m in methods:
             try:
-                e = estimate(spec, profile=p, registry=reg, **{**settings, "method": m, "load_in_4bit": None})
+                e = estimate(spec, profile=p, registry=reg, **{**settings, **extra, "method": m, "load_in_4bit": None})
             except SettingsError as exc:
                 if m in prof.methods:
                     raise

@@ -66,3 +66,10 @@ def test_mistakes_are_named(capsys):
     assert rc != 0 and "gpu_memory_utilization" in err
     rc, _, err = _run(["fit", LLAMA, *ARGS, "--plot", "x.png"], capsys)
     assert rc != 0 and "--plot" in err
+
+
+def test_compare_gives_a_serving_profile_the_gpu_compared_on():
+    c = vramwise.compare(LLAMA, methods=("inference",), profiles=("unsloth", "vllm"), gpu="H100")
+    cell = next(x for x in c.cells if x[0] == "vllm")
+    e = vramwise.estimate(LLAMA, profile="vllm", method="inference", gpu="H100")
+    assert cell[2].total == e.total and cell[3] is None
