@@ -4,7 +4,8 @@ The expected values are what vLLM 0.34.0's functions return (get_global_kv_cache
 get_kv_cache_capacity, the start-up check and its "estimated maximum model length"), run on the CPU by
 scripts/vllm_kv_reference.py and stored in tests/fixtures/vllm_kv_reference.json (its "command" says how).
 Only the KV arithmetic is compared: vramwise is run on a GPU whose total memory is chosen so that its
-available KV-cache memory equals the bytes vLLM was given.
+available KV-cache memory equals the bytes vLLM was given. The models' configs are read from the shared
+config corpus (without their quantization_config, which does not change the KV cache).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from pathlib import Path
 import pytest
 
 import vramwise
+from helpers import CONFIGS, SHARED_MISSING, shared_present
 
+pytestmark = pytest.mark.skipif(not shared_present(), reason=SHARED_MISSING)
 REFERENCE = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "vllm_kv_reference.json").read_text())
 CASES = {case["name"]: case for case in REFERENCE["cases"]}
 START_GPU = 85_031_714_816  # any total: the first estimate only measures what the budget takes before the cache
@@ -30,7 +33,7 @@ def _settings(case: dict) -> dict:
 def _at_available(case: dict):
     """The estimate on a GPU whose available KV-cache memory is the case's (from 0.34, with
     gpu_memory_utilization 1.0, the available memory grows byte for byte with the GPU's total)."""
-    config = REFERENCE["configs"][case["config"]]
+    config = {k: v for k, v in json.loads((CONFIGS / case["config"]).read_text()).items() if k != "quantization_config"}
     gpu = START_GPU
     for _ in range(3):
         e = vramwise.estimate(config, profile="vllm", method="inference", gpu_memory=gpu, **_settings(case))
