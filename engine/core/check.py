@@ -37,6 +37,7 @@ from vramwise.core.estimate import estimate, load_model
 from vramwise.core.examples import run_example
 from vramwise.core.profile import check_inputs
 from vramwise.core.registry import Registry
+from vramwise.core.settings import DEFAULTS
 
 __all__ = ["check"]
 
@@ -193,8 +194,12 @@ def check(paths: Sequence[str | os.PathLike] | str | os.PathLike) -> list[str]:
         paths = [paths]
     if not paths:
         raise UsageError("nothing to check: give family files or profile folders")
+    formats = [p for p in paths if Path(os.fspath(p)).name == "checkpoint_formats.yaml"]
+    problems: list[str] = [q for p in formats for q in _check_formats(Path(os.fspath(p)))]
+    paths = [p for p in paths if p not in formats]
+    if not paths:
+        return problems
     families, profiles = _classify(paths)
-    problems: list[str] = []
     with tempfile.TemporaryDirectory(prefix="vramwise-check-") as tmp:
         root = Path(tmp)
         shown, given = _stage(root, families, profiles, problems)
@@ -207,6 +212,17 @@ def check(paths: Sequence[str | os.PathLike] | str | os.PathLike) -> list[str]:
         problems.extend(_relocate(_check_registry(reg, given, set(profiles)), shown))
     seen: set = set()
     return [p for p in problems if not (p in seen or seen.add(p))]
+
+
+def _check_formats(path: Path) -> list[str]:
+    """The problems of a checkpoint-formats file: its schema and its expressions."""
+    from vramwise.core.checkpoint_formats import compile_formats
+
+    try:
+        compile_formats(load_data_file(read_data_text(path, str(path)), str(path), "checkpoint-formats-1.schema.json"))
+    except VramwiseError as e:
+        return _problems_of(e)
+    return []
 
 
 def _check_registry(reg: Registry, given: dict[str, _GivenFile], user_profiles: set[str]) -> list[str]:
@@ -277,7 +293,7 @@ def _check_registry(reg: Registry, given: dict[str, _GivenFile], user_profiles: 
                     spec = reg.resolve(cfg, family=fname)
                 if spec.family != fname:
                     continue
-                estimate(spec, registry=reg, profile=pname)
+                estimate(spec, registry=reg, profile=pname, **_profile_defaults(prof))
             except VramwiseError as e:
                 problems.extend(f"{p} (profile {pname}, family {fname}, its first example's config)"
                                 for p in _problems_of(e))
@@ -286,6 +302,19 @@ def _check_registry(reg: Registry, given: dict[str, _GivenFile], user_profiles: 
                     problems.extend(run_example(
                         reg, fname, ex, lambda parts, i=i, fam=fam: f"{fam.file}:1:1: $.examples[{i}]", profile=pname))
     return problems
+
+
+#: The GPU a serving profile is checked on (an H100 SXM as CUDA reports it: hardware/gpus.yaml).
+_CHECK_GPU_BYTES = 85_029_615_043
+
+
+def _profile_defaults(prof) -> dict:
+    """Settings for estimating with ``prof`` as its own defaults would: its first method where it does not
+    model the default one, and a GPU's memory for a serving profile that requires one."""
+    out: dict = {} if DEFAULTS["method"] in prof.methods else {"method": prof.methods[0]}
+    if prof.serving is not None:
+        out["gpu_memory"] = _CHECK_GPU_BYTES
+    return out
 
 
 def _ancestors_named(reg: Registry, name: str) -> set[str]:

@@ -60,8 +60,13 @@ def formats() -> tuple:
     from vramwise.core.datafiles import load_data_file, read_data_text
 
     item = resources.files("vramwise.formulas").joinpath("checkpoint_formats.yaml")
-    df = load_data_file(read_data_text(item, FORMATS_PATH), FORMATS_PATH, "checkpoint-formats-1.schema.json",
-                        validate=False)
+    return compile_formats(load_data_file(read_data_text(item, FORMATS_PATH), FORMATS_PATH,
+                                          "checkpoint-formats-1.schema.json", validate=False))
+
+
+def compile_formats(df) -> tuple:
+    """The formats of a loaded checkpoint-formats file, their expressions checked and compiled (an
+    :class:`~vramwise.core.errors.ExpressionError` names the file, line and node)."""
     out = []
     for k, entry in enumerate(df.data["formats"]):
         params = dict(entry.get("parameters", {}))

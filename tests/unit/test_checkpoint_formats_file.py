@@ -28,3 +28,16 @@ def test_an_unknown_key_is_named_with_its_line():
         load_data_file(text, "formats.yaml", SCHEMA, validate=True)
     message = str(info.value)
     assert "formats.yaml:" in message and "bytes_per_weight" in message and "$.formats[0]" in message
+
+
+def test_vramwise_check_reads_a_formats_file(tmp_path):
+    import vramwise
+
+    bad = tmp_path / "checkpoint_formats.yaml"
+    bad.write_text(_text().replace("out_features * in_features\n", "out_features * in_feature\n", 1), encoding="utf-8")
+    problems = vramwise.check([str(bad)])
+    assert len(problems) == 1 and "unknown name `in_feature`" in problems[0] and str(bad) + ":" in problems[0]
+    good = tmp_path / "good" / "checkpoint_formats.yaml"
+    good.parent.mkdir()
+    good.write_text(_text(), encoding="utf-8")
+    assert vramwise.check([str(good)]) == []
