@@ -50,7 +50,7 @@ def print_trace(est: Estimate, model: str, out, show_all: bool, note: str | None
     text = summary(est.profile)
     if text:
         write_wrapped(out, f"profile {est.profile}: {text}")
-    out.write(f"settings: {settings_line(est.settings)}\n")
+    out.write(f"settings: {settings_line(est.settings, serving=est.serving is not None)}\n")
     out.write(f"total: {est.total:,} bytes ({gib(est.total)} GiB)\n")
     write_wrapped(out, est.error_band.line())
     if note:

@@ -121,8 +121,26 @@ def applies(name: str, method: str) -> bool:
     return method in _SETTING[name].applies_to
 
 
-def settings_line(s) -> str:
-    """The settings that matter for the method (``SETTINGS[...].applies_to``), in a few words."""
+def serving_settings_line(s) -> str:
+    """A serving estimate's settings (vLLM's names), in a few words; unset ones take vLLM's defaults."""
+    parts = [f"vLLM {s.vllm_version}", f"tensor_parallel_size {s.tensor_parallel_size}"]
+    if s.pipeline_parallel_size > 1:
+        parts.append(f"pipeline_parallel_size {s.pipeline_parallel_size}")
+    for name in ("max_model_len", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "block_size"):
+        if getattr(s, name) is not None:
+            parts.append(f"{name} {getattr(s, name)}")
+    if s.kv_cache_dtype != "auto":
+        parts.append(f"kv_cache_dtype {s.kv_cache_dtype}")
+    if s.enforce_eager:
+        parts.append("enforce_eager")
+    return ", ".join(parts)
+
+
+def settings_line(s, serving: bool = False) -> str:
+    """The settings that matter for the method (``SETTINGS[...].applies_to``), in a few words (a serving
+    profile's: vLLM's settings)."""
+    if serving:
+        return serving_settings_line(s)
     m = s.method
     parts = [m, f"batch {s.batch_size}", f"seq {s.seq_len}"]
     if applies("lora_rank", m):
