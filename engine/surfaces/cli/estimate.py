@@ -8,9 +8,9 @@ from typing import Sequence
 from vramwise.answers.placement import inference_split
 from vramwise.core.estimate import COMPONENTS, Estimate
 from vramwise.core.registry import Registry
-from vramwise.surfaces.cli.common import show_recipe, with_recipe, label_of, other_profile_note, plot, run_estimate
-from vramwise.surfaces.cli.format import bar, count, family_line, gib, print_json, summary, write_wrapped
-from vramwise.surfaces.cli.parser import int_list
+from vramwise.surfaces.cli.common import show_recipe, with_recipe, label_of, other_profile_note, plot, run_estimate, settings_of
+from vramwise.surfaces.cli.format import bar, count, family_line, gib, gpus_word, print_json, summary, write_wrapped
+from vramwise.surfaces.cli.parser import BadValue, int_list
 from vramwise.surfaces.views import estimate_view
 
 #: the most GPUs --gpus may count
@@ -26,9 +26,30 @@ _ABSENT_REASONS = {
 }
 
 
+def _strategy_gpus(args, gpus: list) -> None:
+    """With a strategy, ``--gpus N`` is the world size: it sets --world-size, or is refused where it would
+    mean something else (several counts, another --world-size)."""
+    settings = settings_of(args)
+    if settings.get("strategy") in (None, "none") or args.gpus is None:
+        return
+    if len(gpus) != 1:
+        raise BadValue(f"with --strategy {settings['strategy']}, --gpus is the number of GPUs it runs on: give one "
+                       f"number (--gpus 8), or --world-size")
+    given = set(getattr(args, "given_flags", ()))
+    if "world_size" in given and args.world_size != gpus[0]:
+        raise BadValue(f"--gpus {gpus[0]} and --world-size {args.world_size} disagree: with a strategy both are the "
+                       "number of GPUs it runs on; give one of them")
+    args.world_size = gpus[0]
+    args.given_flags = given | {"world_size"}
+
+
 def run(args, out) -> int:
-    gpus = int_list("--gpus", args.gpus, 1, MAX_GPU_COUNT)  # arguments: checked before any work
+    gpus = int_list("--gpus", args.gpus or "1,2,4,8", 1, MAX_GPU_COUNT)  # arguments: checked before any work
+    _strategy_gpus(args, gpus)
     est = run_estimate(args)
+    if est.serving is not None and args.gpus is not None:
+        raise BadValue("a vLLM server runs on --tensor-parallel-size x --pipeline-parallel-size GPUs: give those "
+                       "instead of --gpus")
     if args.json:
         print_json(with_recipe(args, estimate_view(est, gpus)), out)
     elif est.serving is not None:
@@ -126,5 +147,5 @@ def _strategy_lines(est: Estimate, out) -> None:
     out.write("on each GPU: " + ", ".join(parts) + "\n")
     host = est.host_bytes
     notes = ([f"offload {s.offload}"] if s.offload != "none" else []) + ([info["host_note"]] if info.get("host_note") else [])
-    write_wrapped(out, f"host memory per machine ({min(est.world_size, s.gpus_per_node)} GPUs): {gib(host)} GiB"
+    write_wrapped(out, f"host memory per machine ({gpus_word(min(est.world_size, s.gpus_per_node))}): {gib(host)} GiB"
                   + (f" ({'; '.join(notes)})" if notes else ""))

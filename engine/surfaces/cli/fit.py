@@ -9,7 +9,7 @@ from vramwise.answers.fit import MAX_GPUS, fit
 from vramwise.answers.placement import GpuSet, pooled_bytes, spare_per_gpu
 from vramwise.core.errors import VramwiseError
 from vramwise.surfaces.cli.common import model_of, plot, recipe_of, settings_of, show_recipe, with_recipe
-from vramwise.surfaces.cli.format import WRAP, bar, dash, family_line, fits_word, gib, print_json, summary, write_wrapped
+from vramwise.surfaces.cli.format import WRAP, bar, dash, family_line, fits_word, gib, gpus_word, print_json, summary, write_wrapped
 from vramwise.surfaces.cli.parser import BadValue, int_list
 
 _READINGS = {"nvidia-smi": "the total nvidia-smi reports", "rocm-smi": "the total rocm-smi reports",
@@ -143,7 +143,7 @@ def _min_gpus_line(f) -> str:
         return f"fewest GPUs: none up to {MAX_GPUS:,} x {name} holds it"
     need = est.min_per_gpu(k)
     if est.strategy is not None:
-        return (f"fewest GPUs: {k} x {name}: strategy {est.strategy} on {k} GPUs needs {gib(need)} GiB on each "
+        return (f"fewest GPUs: {k} x {name}: strategy {est.strategy} on {gpus_word(k)} needs {gib(need)} GiB on each "
                 f"(<= {gib(usable)} GiB usable)")
     if k == 1:
         return (f"fewest GPUs: 1 x {name}: the total {gib(est.total)} GiB fits the usable {gib(usable)} GiB "
@@ -186,7 +186,7 @@ def _print_advice(f, out) -> None:
     if not any(a.fits for a in f.advice):
         out.write("no change found makes it fit, alone or combined; each of these on its own:\n")
     for a in f.advice:
-        on = f" on {a.gpus} GPUs" if a.gpus != f.gpus else ""
+        on = f" on {gpus_word(a.gpus)}" if a.gpus != f.gpus else ""
         verdict = "fits" if a.fits else "does not fit"
         _wrap(out, f"{a.rank:>3}. {gib(a.per_gpu)} GiB per GPU{on}, {verdict}: {a.description}", "       ")
         _wrap(out, "set " + ", ".join(_change_text(k, v) for k, v in a.changes.items()), "       ", "       ")

@@ -121,6 +121,11 @@ def applies(name: str, method: str) -> bool:
     return method in _SETTING[name].applies_to
 
 
+def gpus_word(n: int) -> str:
+    """``1 GPU``, ``8 GPUs``."""
+    return f"{n} GPU" if n == 1 else f"{n:,} GPUs"
+
+
 def serving_settings_line(s) -> str:
     """A serving estimate's settings (vLLM's names), in a few words; unset ones take vLLM's defaults."""
     parts = [f"vLLM {s.vllm_version}", f"tensor_parallel_size {s.tensor_parallel_size}"]
@@ -162,7 +167,7 @@ def settings_line(s, serving: bool = False) -> str:
     if m == "inference":
         parts.append("4-bit weights" if s.load_in_4bit else "16-bit weights")
     if applies("strategy", m) and s.strategy != "none":
-        parts.append(f"{s.strategy} on {s.world_size} GPUs" + (f", offload {s.offload}" if s.offload != "none" else ""))
+        parts.append(f"{s.strategy} on {gpus_word(s.world_size)}" + (f", offload {s.offload}" if s.offload != "none" else ""))
     return ", ".join(parts)
 
 

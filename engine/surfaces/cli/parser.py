@@ -234,7 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
              "vramwise estimate examples/llama-3.1-8b.json --method lora --batch-size 8 --gpus 1,2\n"
              "vramwise estimate --params 8B --method full")
     _training_args(p)
-    p.add_argument("--gpus", default="1,2,4,8", help="GPU counts for the per-GPU minimum (default: 1,2,4,8)")
+    p.add_argument("--gpus", default=None,
+                   help="GPU counts for the per-GPU minimum (default: 1,2,4,8); with --strategy, the one number of "
+                        "GPUs the strategy runs on (the same as --world-size)")
     p.add_argument("--plot", type=_plot_path, default=None, metavar="FILE",
                    help="also draw the components as a stacked bar to FILE (.png or .svg; needs vramwise[plot])")
     p = _sub(sub, "explain", "every formula behind an estimate, with file:line, inputs and result",
