@@ -237,22 +237,29 @@
     delete cmp.method; delete cmp.profile;
     if (g) { cmp.gpu = g.gpu; cmp.gpus = g.gpus; }
     jobs.push(api("/api/compare", cmp, ctl.signal).catch((e) => ({ error: e.message })));
-    let est, fit, comparison;
-    try {
-      [est, fit, comparison] = await Promise.all(jobs);
-    } catch (e) {
-      if (e.name === "AbortError" || seq !== state.seq) return;
-      showError(e.message);
-      $("status").textContent = "";
-      return;
-    }
-    if (seq !== state.seq) return;
+    const got = await settled(jobs, seq);
+    if (!got) return;
+    const [est, fit, comparison] = got;
     showError("");
     drawEstimate(est, fit);
     drawFit(fit, est);
     drawCompare(comparison);
     $("status").textContent = "updated in " + Math.round(performance.now() - t0) + " ms";
     if ($("trace").open) loadTrace(body, seq);
+  }
+
+  // the answers of one update; null when a request failed (the error is shown) or a newer update began
+  async function settled(jobs, seq) {
+    try {
+      const got = await Promise.all(jobs);
+      return seq === state.seq ? got : null;
+    } catch (e) {
+      if (e.name !== "AbortError" && seq === state.seq) {
+        showError(e.message);
+        $("status").textContent = "";
+      }
+      return null;
+    }
   }
 
   // the serving mode: /api/fit answers for the serving profile (its ServingFit), /api/estimate names the family
@@ -262,16 +269,9 @@
       $("verdict").textContent = ""; $("summary").textContent = ""; $("serving-card").hidden = true;
       return;
     }
-    let fit, est;
-    try {
-      [fit, est] = await Promise.all([api("/api/fit", body, ctl.signal), api("/api/estimate", body, ctl.signal)]);
-    } catch (e) {
-      if (e.name === "AbortError" || seq !== state.seq) return;
-      showError(e.message);
-      $("status").textContent = "";
-      return;
-    }
-    if (seq !== state.seq) return;
+    const got = await settled([api("/api/fit", body, ctl.signal), api("/api/estimate", body, ctl.signal)], seq);
+    if (!got) return;
+    const [fit, est] = got;
     showError("");
     $("serving-card").hidden = false;
     serving.draw(fit, est);
