@@ -34,8 +34,11 @@ traceback.
 What the server does not do, by design: read a file or fetch a model named by a request (model
 names are looked up in the catalog only), run remote code, answer other origins' scripts (no CORS
 headers; requests whose ``Host`` is not this machine are refused while it listens on loopback),
-accept a body over :data:`MAX_BODY_BYTES`, or wait more than :data:`BODY_TIMEOUT` seconds for a body
-or :data:`COMPUTE_TIMEOUT` seconds for an answer.
+accept a body over :data:`MAX_BODY_BYTES`, or wait more than :data:`BODY_TIMEOUT` seconds for a request
+or :data:`COMPUTE_TIMEOUT` seconds for an answer. Connections are guarded by
+:mod:`vramwise.surfaces.serve_guard`: silent, stalled and idle sockets are closed at their deadline or to
+make room for a new connection, so they cannot starve it; at most :data:`WORKERS` answers are computed at
+once and :data:`QUEUE` wait, and a request beyond that is answered ``503`` with ``Retry-After`` at once.
 """
 
 from __future__ import annotations
@@ -51,16 +54,33 @@ from typing import Any, Callable
 from vramwise.core.errors import ConfigError, InternalError, MissingDependencyError, SettingsError, VramwiseError
 from vramwise.core.settings import DEFAULT_PROFILE
 
-__all__ = ["create_app", "make_server", "serve", "MAX_BODY_BYTES", "BODY_TIMEOUT", "COMPUTE_TIMEOUT"]
+__all__ = ["create_app", "make_server", "serve", "default_limits", "MAX_BODY_BYTES", "BODY_TIMEOUT", "COMPUTE_TIMEOUT",
+           "WORKERS", "QUEUE", "MAX_CONNECTIONS", "KEEP_ALIVE"]
 
 #: the largest request body (a config.json upload inside it): 1 MiB
 MAX_BODY_BYTES = 2**20
-#: seconds to receive a whole request body
+#: seconds to receive a whole request, headers and body, from the connection's opening (or the previous answer)
 BODY_TIMEOUT = 10.0
 #: seconds to compute an answer (estimates take microseconds; a full fit milliseconds)
 COMPUTE_TIMEOUT = 20.0
 #: answers computed at once (more wait their turn)
 WORKERS = 4
+#: requests waiting for a worker at most; more are answered 503 with Retry-After at once
+QUEUE = 64
+#: open connections at most (the one receiving the longest makes room for a new one)
+MAX_CONNECTIONS = 128
+#: seconds an idle kept-alive connection stays open
+KEEP_ALIVE = 5.0
+#: the Retry-After, in seconds, of a request refused because the queue is full
+RETRY_AFTER = 1
+
+
+def default_limits():
+    """The server's :class:`~vramwise.surfaces.serve_guard.Limits` from this module's constants."""
+    from vramwise.surfaces.serve_guard import Limits
+
+    return Limits(request_deadline=BODY_TIMEOUT, keep_alive=KEEP_ALIVE, answer_deadline=COMPUTE_TIMEOUT + 10.0,
+                  max_connections=MAX_CONNECTIONS, workers=WORKERS, queue=QUEUE, compute_timeout=COMPUTE_TIMEOUT)
 _MAX_LIST = 64
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 _CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -380,8 +400,9 @@ def _web(name: str) -> bytes:
     return resources.files("vramwise.surfaces").joinpath("web", name).read_bytes()
 
 
-def create_app(*, allowed_hosts: tuple | None = _LOOPBACK_NAMES):
-    """The ASGI application. ``allowed_hosts``: the ``Host`` header names accepted (None: any)."""
+def create_app(*, allowed_hosts: tuple | None = _LOOPBACK_NAMES, limits=None):
+    """The ASGI application. ``allowed_hosts``: the ``Host`` header names accepted (None: any);
+    ``limits``: the workers, queue and compute timeout (:func:`default_limits` when None)."""
     _need_starlette()
     import anyio
     from starlette.applications import Starlette
@@ -389,25 +410,33 @@ def create_app(*, allowed_hosts: tuple | None = _LOOPBACK_NAMES):
     from starlette.responses import Response
     from starlette.routing import Route
 
-    limiter = anyio.CapacityLimiter(WORKERS)
+    limits = limits or default_limits()
+    limiter = anyio.CapacityLimiter(limits.workers)
+    admitted = [0]  # requests computing or waiting for a worker (the event loop's thread alone counts them)
     assets = {name: _web(name) for name in ("index.html", *_STATIC)}
 
-    def answer(status: int, data: Any) -> Response:
+    def answer(status: int, data: Any, headers: dict | None = None) -> Response:
         try:
             body = json.dumps(data, allow_nan=False, separators=(",", ":")).encode()
         except (TypeError, ValueError) as e:  # a figure that is not JSON: a bug, reported in one line
             status, body = 500, json.dumps({"error": f"internal error: {type(e).__name__}: {_one_line(e)}"}).encode()
-        return Response(body, status_code=status, media_type="application/json")
+        return Response(body, status_code=status, media_type="application/json", headers=headers)
 
-    def error(status: int, message: str) -> Response:
-        return answer(status, {"error": _one_line(message)})
+    def error(status: int, message: str, retry_after: int | None = None) -> Response:
+        return answer(status, {"error": _one_line(message)},
+                      None if retry_after is None else {"Retry-After": str(retry_after)})
 
     async def compute(fn: Callable, arg: dict) -> Response:
+        if admitted[0] >= limits.workers + limits.queue:
+            return error(503, f"the server is busy ({limits.workers} answers computing, {limits.queue} waiting); "
+                              f"try again in {RETRY_AFTER} s", retry_after=RETRY_AFTER)
+        admitted[0] += 1
         try:
-            with anyio.fail_after(COMPUTE_TIMEOUT):
+            with anyio.fail_after(limits.compute_timeout):
                 data = await anyio.to_thread.run_sync(fn, arg, limiter=limiter, abandon_on_cancel=True)
         except TimeoutError:
-            return error(503, f"the answer took more than {COMPUTE_TIMEOUT:g} s; try fewer or smaller settings")
+            return error(503, f"the answer took more than {limits.compute_timeout:g} s; try fewer or smaller settings",
+                         retry_after=RETRY_AFTER)
         except _Bad as e:
             return error(e.status, str(e))
         except InternalError as e:
@@ -419,6 +448,8 @@ def create_app(*, allowed_hosts: tuple | None = _LOOPBACK_NAMES):
             return error(400, "the request nests too deep")
         except Exception as e:  # noqa: BLE001 - a bug: one line, never a traceback
             return error(500, f"internal error: {type(e).__name__}: {_one_line(e, 500)}")
+        finally:
+            admitted[0] -= 1
         return answer(200, data)
 
     async def read_body(request: Request) -> dict:
@@ -433,14 +464,14 @@ def create_app(*, allowed_hosts: tuple | None = _LOOPBACK_NAMES):
                 raise _Bad(413, f"the request body is {int(length):,} bytes; at most {MAX_BODY_BYTES:,} (1 MiB) are accepted")
         chunks, size = [], 0
         try:
-            with anyio.fail_after(BODY_TIMEOUT):
+            with anyio.fail_after(limits.request_deadline):
                 async for chunk in request.stream():
                     size += len(chunk)
                     if size > MAX_BODY_BYTES:
                         raise _Bad(413, f"the request body is over {MAX_BODY_BYTES:,} bytes (1 MiB)")
                     chunks.append(chunk)
         except TimeoutError:
-            raise _Bad(408, f"the request body did not arrive within {BODY_TIMEOUT:g} s") from None
+            raise _Bad(408, f"the request body did not arrive within {limits.request_deadline:g} s") from None
         from vramwise.inputs.config import parse_json_bytes
 
         raw = b"".join(chunks)
@@ -544,14 +575,18 @@ async def _send_json(send, status: int, data: dict) -> None:
 
 # -- running it --------------------------------------------------------------------------------
 
-def make_server(host: str = "127.0.0.1", port: int = 0):
+def make_server(host: str = "127.0.0.1", port: int = 0, *, limits=None):
     """(uvicorn server, bound socket, URL): bound now, so port 0 gives a free port; call
-    ``server.run(sockets=[sock])`` to serve (in a thread for tests)."""
+    ``server.run(sockets=[sock])`` to serve (in a thread for tests). ``limits``: a
+    :class:`~vramwise.surfaces.serve_guard.Limits` (:func:`default_limits` when None)."""
     _need_starlette()
     import uvicorn
 
+    from vramwise.surfaces.serve_guard import guarded_protocol
+
+    limits = limits or default_limits()
     loop = is_loopback(host)
-    app = create_app(allowed_hosts=_LOOPBACK_NAMES + ((host,) if loop else ()) if loop else None)
+    app = create_app(allowed_hosts=_LOOPBACK_NAMES + ((host,) if loop else ()) if loop else None, limits=limits)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets whose proto says TCP; without it each answer
     # (headers, then body) waits for the client's delayed ACK, about 40 ms a request
@@ -562,11 +597,14 @@ def make_server(host: str = "127.0.0.1", port: int = 0):
     except OSError as e:
         sock.close()
         raise SettingsError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
-    sock.listen(128)
+    sock.listen(256)
     sock.setblocking(False)
     config = uvicorn.Config(
         app, log_level="warning", access_log=False, server_header=False, date_header=False, proxy_headers=False,
-        timeout_keep_alive=5, timeout_graceful_shutdown=3, limit_concurrency=64, backlog=128,
+        # the connection limit, deadlines and idle timeout are the guard's (serve_guard), not uvicorn's
+        # limit_concurrency, which refuses every new request while idle sockets fill it
+        http=guarded_protocol(limits), timeout_keep_alive=limits.keep_alive, timeout_graceful_shutdown=3,
+        limit_concurrency=None, backlog=256,
         h11_max_incomplete_event_size=64 * 1024, lifespan="off",
     )
     server = uvicorn.Server(config)
