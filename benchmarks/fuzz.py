@@ -73,7 +73,7 @@ def _fmt_key(key: str) -> str:
 
 def render(states: dict) -> str:
     lines = [
-        "# Robustness: fuzzing results",
+        "# Robustness: fuzzing, and the server under load",
         "",
         "Written by `benchmarks/fuzz.py` (issue 10); the CI-sized suite is `tests/unit/test_fuzz.py`, the found",
         "inputs are replayed by `tests/unit/test_fuzz_corpus.py`. Cases come from the generators in",
@@ -90,6 +90,9 @@ def render(states: dict) -> str:
         "",
         "Findings are labelled `kind@file:function` (the deepest engine frame); each new label's first case",
         "is minimised and saved under `tests/fuzz_corpus/<target>/`.",
+        "",
+        "How `vramwise serve` holds up against silent, stalled and concurrent clients is at the end: "
+        "[the server under load](#the-server-under-load).",
         "",
     ]
     for target in TARGETS:
@@ -119,10 +122,16 @@ def render(states: dict) -> str:
     return "\n".join(lines)
 
 
+#: the line after which the document is written by hand (the status notes, the server under load): kept as it is
+KEEP_MARK = "<!-- written by hand from here on: benchmarks/fuzz.py keeps what follows -->"
+
+
 def write(doc: Path, states: dict) -> None:
     doc.parent.mkdir(parents=True, exist_ok=True)
+    text = doc.read_text(encoding="utf-8") if doc.exists() else ""
+    kept = text[text.index(KEEP_MARK):] if KEEP_MARK in text else KEEP_MARK + "\n"
     tmp = doc.with_suffix(".md.tmp")
-    tmp.write_text(render(states), encoding="utf-8")
+    tmp.write_text(render(states).rstrip("\n") + "\n\n" + kept, encoding="utf-8")
     tmp.replace(doc)
 
 
