@@ -121,6 +121,7 @@ def build_index(files: FamilyFiles, whole: bool = False) -> tuple[dict[str, str]
     """
     problems: list[str] = []
     owners: dict[str, str] = {}
+    first_at: dict[str, tuple] = {}  # model type -> (family, index in its model_types), to say where it was first
     fallbacks = []
     for name in files:
         head = read_head(files.text(name), files.shown(name), whole)
@@ -130,17 +131,23 @@ def build_index(files: FamilyFiles, whole: bool = False) -> tuple[dict[str, str]
         types = head.get("model_types") or []
         if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
             files[name]  # the schema names the problem with its position
-            raise FileFormatError(f"{files.shown(name)}:1:1: $.model_types: a list of model type names")
-        for mt in types:
+            raise FileFormatError(files[name].problem(("model_types",), "a list of model type names"))
+        for i, mt in enumerate(types):
             if mt in owners:
-                problems.append(
-                    files[name].problem(("model_types",), f"model type {mt!r} is already served by family {owners[mt]!r}")
-                )
-            owners[mt] = name
+                first, j = first_at[mt]
+                problems.append(files[name].problem(
+                    ("model_types", i), f"model type {mt!r} is already served by family {first!r} "
+                                        f"({files[first].where(('model_types', j))})"))
+                continue
+            owners[mt], first_at[mt] = name, (name, i)
         if head.get("fallback") is True:
             fallbacks.append(name)
     if len(fallbacks) > 1:
-        problems.append(f"families {', '.join(fallbacks)} are all marked fallback: only one may be")
+        first = fallbacks[0]
+        for name in fallbacks[1:]:
+            problems.append(files[name].problem(
+                ("fallback",), f"family {name!r} is marked fallback, and so is family {first!r} "
+                               f"({files[first].where(('fallback',))}): only one family may be; remove one of the two"))
     if problems:
         raise FileFormatError(problems)
     return owners, (fallbacks[0] if fallbacks else None)

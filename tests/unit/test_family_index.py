@@ -58,8 +58,25 @@ def test_a_model_type_served_twice_is_named_in_any_style(tmp_path):
     fams = _bundled(tmp_path)
     (fams / "my_llama.yaml").write_text(
         "schema_version: 1\nfamily: my_llama\ndescription: d\nsource: none\nextends: llama\nmodel_types:\n  - llama\n")
-    with pytest.raises(vramwise.FileFormatError, match="my_llama.yaml:7:3: .*'llama' is already served by family 'llama'"):
+    # the second file's item (line 7, "  - llama": the name at column 5) and the first's (families/llama.yaml
+    # line 7, "model_types: [llama]": the name at column 15) are both named
+    with pytest.raises(vramwise.FileFormatError,
+                       match=r"my_llama.yaml:7:5: .*'llama' is already served by family 'llama' \(.*llama.yaml:7:15\)"):
         vramwise.Registry(fams, validate=False)
+
+
+@pytest.mark.parametrize("validate", [False, True])
+def test_two_fallback_families_are_refused_naming_both_files_and_lines(tmp_path, validate):
+    fams = _bundled(tmp_path)
+    # the bundled generic.yaml says "fallback: true" on its line 11; this file says it on its line 6
+    (fams / "zz_other.yaml").write_text(
+        "schema_version: 1\nfamily: zz_other\ndescription: d\nsource: none\nextends: generic\nfallback: true\n")
+    with pytest.raises(vramwise.FileFormatError) as e:
+        vramwise.Registry(fams, validate=validate)
+    message = str(e.value)
+    assert "zz_other.yaml:6:11: $.fallback:" in message, message
+    assert "generic.yaml:11:11)" in message, message
+    assert "only one family may be" in message
 
 
 def test_unknown_family_is_an_unknown_family_error():
