@@ -16,6 +16,8 @@ path                      method  answer (the CLI command whose ``--json`` it eq
 ``/api/catalog?q=``       GET     ``catalog QUERY --json``
 ``/api/settings``         GET     the settings table (names, defaults, choices, methods), the default profile and the
                                   serving profiles: the page's form
+``/api/address?...``      GET     the page's address read as the CLI reads the same values (GPU and model aliases, sizes,
+                                  setting spellings): each field's canonical value or its error, and the unknown fields
 ========================  ======  ===========================================================
 
 A POST body is one JSON object: ``model`` (a name in the model catalog) or ``config`` (a config.json
@@ -53,6 +55,7 @@ from typing import Any, Callable
 
 from vramwise.core.errors import ConfigError, InternalError, MissingDependencyError, SettingsError, VramwiseError
 from vramwise.core.settings import DEFAULT_PROFILE
+from vramwise.surfaces import serve_address as _address
 
 __all__ = ["create_app", "make_server", "serve", "default_limits", "MAX_BODY_BYTES", "BODY_TIMEOUT", "COMPUTE_TIMEOUT",
            "WORKERS", "QUEUE", "MAX_CONNECTIONS", "KEEP_ALIVE"]
@@ -391,7 +394,7 @@ def api_settings(_query: dict) -> dict:
 
 _POST = {"estimate": api_estimate, "explain": api_explain, "fit": api_fit, "compare": api_compare, "recipe": api_recipe}
 _GET = {"families": api_families, "gpus": api_gpus, "catalog": api_catalog, "settings": api_settings,
-        "formats": api_formats}
+        "formats": api_formats, "address": _address.read_address}
 
 
 # -- the application ---------------------------------------------------------------------------

@@ -272,3 +272,53 @@ def test_serving_mode_in_headless_chromium(monkeypatch):
             assert not errors, errors
         finally:
             browser.close()
+
+
+def test_the_address_accepts_what_the_cli_accepts_and_is_written_back_canonical(monkeypatch):
+    """A shared link written as a user types the command line: a GPU alias (H100), a model alias in another
+    case, a method in capitals, checkpointing 'on', and a field the page does not have."""
+    _require()
+    from playwright.sync_api import sync_playwright
+
+    from vramwise.core.gpu_catalog import gpu_spec
+    from vramwise.inputs.catalog import find_model
+
+    monkeypatch.setattr(_source, "_read_hub", lambda repo, trust: (_ for _ in ()).throw(AssertionError(repo)))
+    # the CLI's own readings of the same values, the independent side of the comparison
+    gpu = gpu_spec("H100")
+    model = find_model("OLMOE-1B-7B")
+    assert model is not None and gpu.matched_by == "ambiguous"
+    want = vramwise.estimate(model.id, batch_size=8, gradient_checkpointing="true").total
+    with live_server() as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(url + "?model=OLMOE-1B-7B&gpu=H100&method=QLoRA&batch_size=8&gradient_checkpointing=on&colour=blue")
+            page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            page.wait_for_function("b => document.getElementById('total').dataset.bytes === b", arg=str(want),
+                                   timeout=15_000)
+            assert page.input_value("#gpu") == gpu.id
+            assert page.input_value("#model-list") == model.id
+            assert not page.is_hidden("#fit-card")  # the GPU was read: the fit section is there
+            # written back in canonical form (qlora is the default method, so it is left out)
+            assert f"gpu={gpu.id}" in page.url and "gradient_checkpointing=true" in page.url, page.url
+            assert "QLoRA" not in page.url and "colour" not in page.url and "H100" not in page.url, page.url
+            note = page.text_content("#address-note")
+            assert "colour: not a field of this page" in note and gpu.note in note, note
+
+            # a size, as --gpu 24GiB takes it: a GPU of that size is chosen and kept in the address
+            page.goto(url + "?model=" + model.id + "&gpu=24%20gib")
+            page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            assert page.input_value("#gpu") == "24GiB"
+            page.wait_for_selector("#fit-card:not([hidden])", timeout=15_000)
+            assert "gpu=24GiB" in page.url, page.url
+
+            # a value the CLI refuses is named, not dropped unsaid
+            page.goto(url + "?model=" + model.id + "&gpu=H1000")
+            page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            assert "gpu: unknown GPU 'H1000'" in page.text_content("#address-note")
+            assert not errors, errors
+        finally:
+            browser.close()

@@ -180,26 +180,54 @@
     history.replaceState(null, "", text ? "?" + text : location.pathname);
   }
 
-  function readUrl() {
+  // the address as the command line reads the same values (GPU and model aliases, sizes, any spelling of a
+  // setting): the server's /api/address gives each field's canonical value, which the form takes and
+  // writeUrl writes back; a field it cannot read is named in the address note, never dropped unsaid
+  async function readUrl() {
     const q = new URLSearchParams(location.search);
-    const model = q.get("model");
-    if (model) {
-      const m = state.models.find((x) => x.id === model || x.aliases.includes(model)) ||
-        state.models.find((x) => x.id.toLowerCase() === model.toLowerCase());
-      if (m) $("model-list").value = m.id;
+    if (![...q.keys()].length) return;
+    let got;
+    try { got = await api("/api/address?" + q.toString()); } catch (e) { showAddressNote(["the address: " + e.message], []); return; }
+    const val = (k) => got.fields[k] && "value" in got.fields[k] ? got.fields[k].value : undefined;
+    const problems = [], notes = [];
+    for (const k in got.fields) if (got.fields[k].error) problems.push(k + ": " + got.fields[k].error);
+    for (const k of got.unknown) problems.push(k + ": not a field of this page");
+    const model = val("model");
+    if (model !== undefined) {
+      if (state.models.some((x) => x.id === model)) $("model-list").value = model;
+      else problems.push("model: " + model + " is not in this page's catalog");
     }
-    for (const f of FIELDS) if (q.has(f) && $(f)) $(f).value = q.get(f);
-    for (const f of SERVING_FIELDS) if (q.has(f)) $(f).value = q.get(f);
-    if (q.has("profile") && state.servingProfiles.includes(q.get("profile"))) {
-      $("mode").value = "serving"; $("serving-profile").value = q.get("profile");
-    } else if (q.has("profile")) $("profile").value = q.get("profile");
-    if (q.has("gpu")) $("gpu").value = q.get("gpu");
-    if (q.has("gpus")) $("gpus").value = q.get("gpus");
-    if (q.has("headroom")) $("headroom").value = q.get("headroom");
-    if (q.has("compare")) {
-      const want = q.get("compare").split(",");
+    const show = (id, v) => {  // a value the form's list lacks (an optimizer, a GPU size) is added to it
+      const e = $(id), text = fieldText(v);
+      if (e.tagName === "SELECT" && ![...e.options].some((o) => o.value === text)) { const o = h("option", text); o.value = text; e.appendChild(o); }
+      e.value = text;
+    };
+    for (const f of [...FIELDS, ...SERVING_FIELDS]) if (val(f) !== undefined && $(f)) show(f, val(f));
+    const profile = val("profile");
+    if (profile !== undefined && state.servingProfiles.includes(profile)) {
+      $("mode").value = "serving"; $("serving-profile").value = profile;
+    } else if (profile !== undefined) $("profile").value = profile;
+    const gpu = got.fields.gpu;
+    if (gpu && gpu.value !== undefined) {
+      const sel = $("gpu");
+      if (![...sel.options].some((o) => o.value === gpu.value)) { const o = h("option", gpu.name); o.value = gpu.value; sel.appendChild(o); }
+      sel.value = gpu.value;
+      if (gpu.note) notes.push("gpu " + q.get("gpu") + ": " + gpu.note);
+    }
+    if (val("gpus") !== undefined) $("gpus").value = val("gpus");
+    if (val("headroom") !== undefined) $("headroom").value = val("headroom");
+    if (val("compare") !== undefined) {
+      const want = val("compare");
       for (const c of document.querySelectorAll("#compare-profiles input")) c.checked = want.includes(c.value);
     }
+    showAddressNote(problems, notes);
+  }
+
+  function showAddressNote(problems, notes) {
+    const box = $("address-note");
+    box.textContent = [...problems.map((p) => "not read from the address: " + p), ...notes].join("\n");
+    box.className = problems.length ? "error" : "muted";
+    box.hidden = !problems.length && !notes.length;
   }
 
   // -- updates ------------------------------------------------------------------------------
@@ -512,7 +540,7 @@
     const gsel = $("gpu");
     for (const g of gpus.catalog) { const o = h("option", g.name + " (" + gib(g.memory_bytes) + " GiB)"); o.value = g.id; gsel.appendChild(o); }
     if (gpus.local && gpus.local.visible && gpus.local.visible.length) { const o = h("option", "local: the visible GPUs"); o.value = "local"; gsel.appendChild(o); }
-    readUrl();
+    await readUrl();
     if (!$("model-list").value && state.models.length) {
       const dflt = state.models.find((m) => m.id === "meta-llama/Llama-3.1-8B") || state.models[0];
       $("model-list").value = dflt.id;
