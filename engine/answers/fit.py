@@ -287,6 +287,11 @@ def compare(model: Any, *, methods: Iterable[str] = ("qlora", "lora", "full"), p
     cells = []
     strategy = settings.get("strategy")
     served = reg.strategy_info(strategy)["profiles"] if strategy not in (None, "none") else None
+    if served is not None and target is not None:  # as in fit: the strategy runs on the GPUs compared on
+        if settings.get("world_size", 1) not in (1, target.count):
+            raise SettingsError(f"world_size {settings['world_size']!r} differs from the {target.count} GPU(s) compared "
+                                "on: leave world_size out, the comparison is for the GPUs")
+        settings["world_size"] = target.count
     for p in profiles:
         prof = reg.profile(p)
         if served is not None and p not in served:  # the strategy is not modelled on this profile: say so per cell

@@ -575,6 +575,12 @@ def _stage(reg: Registry, spec: ModelSpec, prof: Profile, static: dict) -> Stage
     if stage is not None:
         return stage
     prof.check_family(spec.compiled_family)
+    if prof.serving is None and static["gpu_memory"] is not None:
+        # not a setting to ignore with a warning: a user naming a GPU asks whether the run fits on it
+        given = f"gpu {static['gpu']!r}" if static["gpu"] is not None else f"gpu_memory {static['gpu_memory']:,}"
+        raise SettingsError(f"{given} is the GPU a serving profile (vllm) runs on; the {prof.name} profile's estimate is "
+                            "the memory the run needs on any GPU: to check it against a GPU, ask fit with that GPU "
+                            "(vramwise fit MODEL --gpu H100, or --gpu 80GB; vramwise.fit(model, gpu=...))")
     warnings = list(spec.warnings)
     unused = unused_settings(static)
     if unused:

@@ -5,7 +5,8 @@ The API mirrors the command line's ``--json`` output, computed by the same funct
 ========================  ======  ===========================================================
 path                      method  answer (the CLI command whose ``--json`` it equals)
 ========================  ======  ===========================================================
-``/api/estimate``         POST    ``estimate --json`` (``gpus``: the per-GPU counts)
+``/api/estimate``         POST    ``estimate --json`` (``gpus``: the per-GPU counts; with a strategy, the one number of
+                                  GPUs it runs on, as ``world_size``)
 ``/api/explain``          POST    ``explain --json``
 ``/api/fit``              POST    ``fit --json`` (``gpu`` required)
 ``/api/compare``          POST    ``compare --json``
@@ -287,7 +288,20 @@ def api_estimate(body: dict) -> dict:
     gpus = _int_list(body, "gpus", [1, 2, 4, 8], 1, 1 << 20)
     recipe = _recipe_of(body)
     settings, profile = _settings_of(body, ("gpus",), recipe)
+    strategy = settings.get("strategy")
+    if body.get("gpus") is not None and strategy not in (None, "none"):
+        # as `estimate --gpus N --strategy S`: the number of GPUs the strategy runs on, never one GPU's answer
+        if len(gpus) != 1:
+            raise SettingsError(f"with strategy {strategy}, gpus is the number of GPUs it runs on: give one number "
+                                "(gpus: 8), or world_size")
+        if body.get("world_size") is not None and body["world_size"] != gpus[0]:
+            raise SettingsError(f"gpus {gpus[0]} and world_size {body['world_size']} disagree: with a strategy both are "
+                                "the number of GPUs it runs on; give one of them")
+        settings["world_size"] = gpus[0]
     est = estimate(_model_of(body, recipe), profile=profile, **settings)
+    if est.serving is not None and body.get("gpus") is not None:
+        raise SettingsError("a vLLM server runs on tensor_parallel_size x pipeline_parallel_size GPUs: give those "
+                            "instead of gpus")
     return _with_recipe(estimate_view(est, gpus), recipe)
 
 

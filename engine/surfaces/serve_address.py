@@ -86,14 +86,15 @@ def read_address(query: dict) -> dict:
             raise SettingsError(f"{name} must be a whole number from {low:,} to {high:,}, got {t[:60]!r}")
         return int(t)
 
-    def share(text: str) -> float:
+    def share(text: str) -> float:  # as --headroom reads it: 10% or 0.1
+        import argparse
+
+        from vramwise.surfaces.cli.parser import headroom_share
+
         try:
-            v = float(text)
-        except ValueError:
-            v = math.nan
-        if not 0 <= v <= 90:
-            raise SettingsError(f"headroom must be a percentage from 0 to 90, got {text.strip()[:60]!r}")
-        return v
+            return headroom_share(text)
+        except argparse.ArgumentTypeError as e:
+            raise SettingsError(f"headroom: {e}") from None
 
     readers = {
         "model": lambda t: {"value": catalog_model(t.strip()).id},

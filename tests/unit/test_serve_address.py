@@ -21,7 +21,7 @@ def test_aliases_sizes_and_spellings_are_read_as_the_cli_reads_them(client):
     r = client.get("/api/address", params={
         "model": "OLMOE-1B-7B", "gpu": "H100", "method": "QLoRA", "gradient_checkpointing": "on", "batch_size": "8",
         "attention": " SDPA ", "load_in_4bit": "yes", "profile": "HF", "compare": "hf,unsloth,hf", "gpus": "2",
-        "headroom": "10", "target_modules": "q_proj,v_proj", "colour": "blue"})
+        "headroom": "10%", "target_modules": "q_proj,v_proj", "colour": "blue"})
     assert r.status_code == 200
     f = r.json()["fields"]
     h100 = gpu_spec("H100")
@@ -36,12 +36,14 @@ def test_aliases_sizes_and_spellings_are_read_as_the_cli_reads_them(client):
     assert f["batch_size"] == {"value": 8}
     assert f["profile"] == {"value": "hf"}
     assert f["compare"] == {"value": ["hf", "unsloth"]}
-    assert f["gpus"] == {"value": 2} and f["headroom"] == {"value": 10.0}
+    assert f["gpus"] == {"value": 2} and f["headroom"] == {"value": 0.1}  # 10% as --headroom 10% reads it
     assert r.json()["unknown"] == ["colour"]
 
 
 def test_a_gpu_size_is_written_in_one_form():
     from vramwise.surfaces.serve_address import read_address
+
+    assert read_address({"headroom": "0.1"})["fields"]["headroom"] == {"value": 0.1}  # --headroom 0.1
 
     # 24 GiB however it is typed; the form is the number and the unit as parse_size reads them
     for typed in ("24GiB", "24 gib", " 24GIB "):
@@ -51,7 +53,7 @@ def test_a_gpu_size_is_written_in_one_form():
 
 def test_what_the_cli_refuses_is_answered_with_its_message(client, capsys):
     r = client.get("/api/address", params={"gpu": "H1000", "batch_size": "-1", "model": "no-such-model", "gpus": "0",
-                                            "profile": "nope", "headroom": "95", "seq_len": "long"})
+                                            "profile": "nope", "headroom": "10", "seq_len": "long"})
     f = r.json()["fields"]
     with pytest.raises(SettingsError) as e:
         gpu_spec("H1000")
@@ -63,5 +65,6 @@ def test_what_the_cli_refuses_is_answered_with_its_message(client, capsys):
     assert "not in the model catalog" in f["model"]["error"]
     assert f["gpus"]["error"].startswith("gpus must be a whole number from 1 to 1,024")
     assert "unknown profile 'nope'" in f["profile"]["error"]
-    assert "headroom must be a percentage from 0 to 90" in f["headroom"]["error"]
+    # a bare 10 is a share of 10 to --headroom, not 10 %: refused, naming both spellings
+    assert "expected a share from 0 to 0.9 (or 0% to 90%)" in f["headroom"]["error"]
     assert f["seq_len"]["error"] == "seq_len must be a whole number, got 'long'"

@@ -112,8 +112,8 @@ def name_list(text: str | None) -> list[str] | None:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
-def _share(text: str) -> float:
-    """Headroom: ``10%`` or ``0.1``."""
+def headroom_share(text: str) -> float:
+    """Headroom as the command line and the page's address write it: ``10%`` or ``0.1``."""
     t = text.strip()
     try:
         value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
@@ -256,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     _training_args(p, skip=("gpu",))
     p.add_argument("--gpu", required=True, help="a GPU name or alias (RTX 4090, H100, a100-40gb), a size (24GiB, 80GB) or local")
     p.add_argument("--gpus", type=int, default=None, help="how many GPUs of that kind (default: 1; local: the visible ones)")
-    p.add_argument("--headroom", type=_share, default=0.0,
+    p.add_argument("--headroom", type=headroom_share, default=0.0,
                    help="share of each GPU's memory kept free, e.g. 10%% or 0.1 (default: 0)")
     p.add_argument("--seq-lens", default=None, metavar="S[,S...]",
                    help="sequence lengths of the frontier (default: 16 powers of two from 128 to 4,194,304)")

@@ -173,7 +173,7 @@
     if (isServing()) delete s.method;  // the profile says it
     for (const k in s) q.set(k, String(s[k]));
     const g = gpuChoice();
-    if (g) { q.set("gpu", g.gpu); if (g.gpus > 1) q.set("gpus", g.gpus); if (g.headroom) q.set("headroom", $("headroom").value); }
+    if (g) { q.set("gpu", g.gpu); if (g.gpus > 1) q.set("gpus", g.gpus); if (g.headroom) q.set("headroom", $("headroom").value + "%"); }  // as --headroom: 10% or 0.1
     const prof = checkedProfiles().sort().join(",");
     if (prof !== defaultCompareProfiles().sort().join(",")) q.set("compare", prof);
     const text = q.toString();
@@ -215,7 +215,7 @@
       if (gpu.note) notes.push("gpu " + q.get("gpu") + ": " + gpu.note);
     }
     if (val("gpus") !== undefined) $("gpus").value = val("gpus");
-    if (val("headroom") !== undefined) $("headroom").value = val("headroom");
+    if (val("headroom") !== undefined) $("headroom").value = String(+(val("headroom") * 100).toFixed(4));  // a share; the form shows %
     if (val("compare") !== undefined) {
       const want = val("compare");
       for (const c of document.querySelectorAll("#compare-profiles input")) c.checked = want.includes(c.value);
