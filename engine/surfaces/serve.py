@@ -338,9 +338,14 @@ def api_compare(body: dict) -> dict:
 
     recipe = _recipe_of(body)
     settings, profile = _settings_of(body, ("gpu", "gpus", "methods", "profiles"), recipe)
-    settings.pop("method", None)
+    settings.pop("method", None)  # a recipe's: compare sets each column's
+    if body.get("method") is not None:  # as on the command line: never dropped unsaid
+        raise SettingsError("compare's methods are methods (a column each): send methods, not method")
     methods = _str_list(body, "methods", ["qlora", "lora", "full"])
     profiles = _str_list(body, "profiles", [profile])
+    if body.get("profiles") is not None and body.get("profile") is not None and body["profile"] not in profiles:
+        raise SettingsError(f"compare's profiles are profiles (a column each): profile {str(body['profile'])[:60]!r} is "
+                            "not among them; add it there, or leave profile out")
     gpu = _gpu_field(body, False)
     gpus = _int_field(body, "gpus", None, 1, 1024)
     if gpus is not None and gpu is None:

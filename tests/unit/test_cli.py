@@ -158,7 +158,8 @@ def _run(args, capsys):
     (["estimate", "x", "--batch-size", "9" * 5000], "vramwise estimate"),
     (["estimate", "x", "--lora-dropout", "nan"], "vramwise estimate"),
     (["estimate", "--params", "inf"], "vramwise estimate"),
-    (["estimate", "x", "--unknown-flag"], "vramwise"),
+    (["estimate", "x", "--unknown-flag"], "vramwise estimate"),  # the command's flags are the ones to read
+    (["compare", "x", "--method", "lora"], "vramwise compare"),  # not an abbreviation of --methods
     (["estimate", "{cfg}", "--gpus", "0"], "vramwise estimate"),
     (["estimate", "{cfg}", "--gpus", "a,b"], "vramwise estimate"),
     (["estimate", "{cfg}", "--gpus", "1" + "0" * 30], "vramwise estimate"),

@@ -71,3 +71,18 @@ def test_compare_under_a_strategy_estimates_on_the_gpus_compared_on():
     assert c.to_dict()["cells"][0]["total"] == want.total
     with pytest.raises(vramwise.SettingsError, match="world_size 4 differs from the 8 GPU"):
         vramwise.compare(LLAMA, methods=("full",), profiles=("hf",), gpu="H100", gpus=8, strategy="fsdp", world_size=4)
+
+
+def test_compare_refuses_a_method_or_profile_it_would_drop(client, capsys):
+    # compare's columns are --methods and --profiles: --method was taken as an abbreviation of --methods, and an
+    # unlisted --profile beside --profiles was ignored
+    assert main(["compare", LLAMA, "--method", "lora"]) == 2
+    assert "unrecognized arguments: --method lora (did you mean --methods?)" in capsys.readouterr().err
+    assert main(["compare", LLAMA, "--profile", "hf", "--profiles", "unsloth"]) == 2
+    assert "--profile hf is not among --profiles unsloth" in capsys.readouterr().err
+    assert main(["compare", LLAMA, "--profile", "hf", "--profiles", "unsloth,hf", "--json"]) == 0  # listed: fine
+    capsys.readouterr()
+    r = client.post("/api/compare", json={"model": MODEL, "method": "lora"})
+    assert r.status_code == 400 and "send methods" in r.json()["error"]
+    r = client.post("/api/compare", json={"model": MODEL, "profile": "hf", "profiles": ["unsloth"]})
+    assert r.status_code == 400 and "'hf' is not among them" in r.json()["error"]

@@ -20,10 +20,14 @@ def run(args, out) -> int:
         raise BadValue("--gpus needs --gpu (the kind of GPU to count)")
     if args.gpus is not None and not 1 <= args.gpus <= MAX_GPUS:
         raise BadValue(f"--gpus must be a number of GPUs from 1 to {MAX_GPUS:,}, got {args.gpus}")
+    given = set(getattr(args, "given_flags", ()))
     model, profile, label, size_only = model_of(args)
     profiles = name_list(args.profiles) if args.profiles is not None else [profile]
     if not profiles:
         raise BadValue(f"--profiles needs at least one profile, got {args.profiles!r}")
+    if args.profiles is not None and "profile" in given and args.profile not in profiles:
+        raise BadValue(f"compare's profiles are --profiles (a column each): --profile {args.profile} is not among "
+                       f"--profiles {args.profiles}; add it there, or leave --profile out")
     if size_only:
         profiles = ["size_only"]
     settings = settings_of(args, skip=("method", "gpu"))

@@ -147,8 +147,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
     cmd = args.command
+    if extra:  # refused by the command's own parser, which names its closest flags
+        parser.subparser(cmd).error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return COMMANDS[cmd](args, sys.stdout)
     except BadValue as e:

@@ -31,9 +31,32 @@ class BadValue(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse without the usage dump: an error raises :class:`CommandLineError` for ``main`` to print."""
+    """argparse without the usage dump: an error raises :class:`CommandLineError` for ``main`` to print.
+    A flag is never abbreviated: ``compare --method lora`` would otherwise be ``--methods lora`` and
+    ``--gpu`` a prefix of more than one flag; an unknown flag is refused with the closest ones named."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def subparser(self, command: str) -> "Parser":
+        """The parser of ``command``."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+                return action.choices[command]
+        return self
 
     def error(self, message: str):  # noqa: D401 - argparse's hook
+        if message.startswith("unrecognized arguments:"):
+            import difflib
+
+            known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+            unknown = [w.split("=", 1)[0] for w in message.split(":", 1)[1].split() if w.startswith("--")]
+            # what the flag abbreviates (argparse's own abbreviation, off here), else the closest spellings
+            close = [c for w in unknown
+                     for c in ([o for o in known if o.startswith(w)][:3] or difflib.get_close_matches(w, known, n=2, cutoff=0.75))]
+            if close:
+                message += f" (did you mean {' or '.join(dict.fromkeys(close))}?)"
         raise CommandLineError(message, self.prog)
 
 
