@@ -299,6 +299,8 @@ def compare(model: Any, *, methods: Iterable[str] = ("qlora", "lora", "full"), p
             cells.extend((p, m, None, why, None) for m in methods)
             continue
         extra = {}
+        if prof.serving is not None:  # a training step's batch and sequence are not a server's (max_num_seqs...)
+            extra.update(batch_size=DEFAULTS["batch_size"], seq_len=DEFAULTS["seq_len"])
         if prof.serving is not None and target is not None and settings.get("gpu") is None \
                 and settings.get("gpu_memory") is None:  # a server sizes its cache from the GPU compared on
             extra["gpu_memory"] = target.cuda_total_bytes or target.memory_bytes

@@ -575,8 +575,7 @@ def _stage(reg: Registry, spec: ModelSpec, prof: Profile, static: dict) -> Stage
     if stage is not None:
         return stage
     prof.check_family(spec.compiled_family)
-    if prof.serving is None and static["gpu_memory"] is not None:
-        # not a setting to ignore with a warning: a user naming a GPU asks whether the run fits on it
+    if prof.serving is None and static["gpu_memory"] is not None:  # naming a GPU asks whether the run fits on it
         given = f"gpu {static['gpu']!r}" if static["gpu"] is not None else f"gpu_memory {static['gpu_memory']:,}"
         raise SettingsError(f"{given} is the GPU a serving profile (vllm) runs on; the {prof.name} profile's estimate is "
                             "the memory the run needs on any GPU: to check it against a GPU, ask fit with that GPU "
@@ -681,6 +680,10 @@ def estimate(model: Any, *, profile: str | None = None, trust_remote_code: bool 
         raise SettingsError(f"profile {prof.name}{under} does not model {static['method']} "
                             f"(it models {', '.join(prof.methods)}){why}")
     prof.check_required(static)
+    if prof.serving is not None and (batch != DEFAULTS["batch_size"] or seq != DEFAULTS["seq_len"]):
+        raise SettingsError("a vLLM server's context is max_model_len and its batch max_num_seqs, not seq_len and "
+                            "batch_size (a training step's): give --max-model-len / --max-num-seqs "
+                            "(max_model_len=, max_num_seqs=)")
     spec = model if isinstance(model, ModelSpec) else reg.model(model, trust_remote_code=trust_remote_code)
     stage = _stage(reg, spec, prof, static)
     return Estimate(stage, batch, seq, stage.run(batch, seq))

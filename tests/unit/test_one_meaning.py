@@ -86,3 +86,19 @@ def test_compare_refuses_a_method_or_profile_it_would_drop(client, capsys):
     assert r.status_code == 400 and "send methods" in r.json()["error"]
     r = client.post("/api/compare", json={"model": MODEL, "profile": "hf", "profiles": ["unsloth"]})
     assert r.status_code == 400 and "'hf' is not among them" in r.json()["error"]
+
+
+def test_a_training_batch_or_sequence_under_a_serving_profile_is_refused_naming_vllms_settings(client, capsys):
+    # --seq-len 4096 under --profile vllm was ignored: the server was sized for the model's whole context
+    with pytest.raises(vramwise.SettingsError, match="max_model_len"):
+        vramwise.estimate(LLAMA, profile="vllm", method="inference", gpu="H100", seq_len=4096)
+    with pytest.raises(vramwise.SettingsError, match="max_num_seqs"):
+        vramwise.estimate(LLAMA, profile="vllm", method="inference", gpu="H100", batch_size=8)
+    assert main(["estimate", LLAMA, "--profile", "vllm", "--method", "inference", "--gpu", "H100", "--seq-len", "4096"]) == 2
+    assert "--max-model-len" in capsys.readouterr().err
+    # a compare with a training column and a serving column: the batch is the training columns'
+    c = vramwise.compare(LLAMA, methods=("inference",), profiles=("unsloth", "vllm"), gpu="H100", batch_size=8)
+    served = vramwise.estimate(LLAMA, profile="vllm", method="inference", gpu="H100")
+    totals = {cell["profile"]: cell["total"] for cell in c.to_dict()["cells"]}
+    assert totals["vllm"] == served.total
+    assert totals["unsloth"] == vramwise.estimate(LLAMA, method="inference", batch_size=8).total
