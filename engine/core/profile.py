@@ -73,6 +73,8 @@ class WarningRule:
                 values[name] = f"{round(v):,}"
             elif isinstance(v, LayerValues):
                 values[name] = ", ".join(str(x) for _, x in v)
+            elif isinstance(v, (tuple, list)):  # a list fact (the kernels a class runs): its items, comma-separated
+                values[name] = ", ".join(str(x) for x in v)
             else:
                 values[name] = v
         return render(self.message, values)

@@ -107,7 +107,10 @@ def test_sdpa_with_an_attention_cap_is_counted_as_eager_and_says_so():
     # without an attention cap sdpa keeps its memory-efficient figure (the final cap does not touch attention)
     final_only = dict(NO_CAPS, final_logit_softcapping=30.0)
     assert hf(final_only, attention="sdpa").phases["forward"] < hf(final_only, attention="eager").phases["forward"]
-    assert not hf(final_only, attention="sdpa").warnings
+    # no soft-capping warning; the one left is that Gemma2ForCausalLM refuses sdpa whatever its caps
+    # (_supports_sdpa = False), so a run needs another kernel
+    (w,) = hf(final_only, attention="sdpa").warnings
+    assert w.startswith("attention sdpa: transformers' model class for this config does not support it")
 
 
 def test_gemma2_caps_default_to_the_config_class_and_null_or_zero_turns_them_off():
