@@ -106,7 +106,8 @@ class MeasurementError(VramwiseError):
 
 class StackUnsupportedError(MeasurementError):
     """A training stack (transformers, torchtune, LitGPT) cannot build this model or run these
-    settings; the message says what to change."""
+    settings (an attention kernel the model class does not run, a pad_token_id outside the
+    vocabulary, a model type it has no class for); the message names the input and what to change."""
 
 
 class GpuSelectionError(VramwiseError):

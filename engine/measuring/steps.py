@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from vramwise.core.errors import MeasurementError, SettingsError
+from vramwise.core.errors import MeasurementError, SettingsError, StackUnsupportedError
 from vramwise.core.settings import normalise_settings
 from vramwise.inputs.config import read_config
 from vramwise.measuring.build import require
@@ -124,9 +124,22 @@ def measure(
     cfg, _ = read_config(model)
     if isinstance(cfg.get("text_config"), dict) and "model_type" in cfg["text_config"]:
         cfg = dict(cfg["text_config"])
+    check_config = getattr(runs, "check_config", None)  # what the stack refuses in this config, before it builds
+    if check_config is not None:
+        check_config(cfg, settings, device=device)
     if strategy is not None:
         from vramwise.measuring.distributed import measure_distributed
 
         return measure_distributed(cfg, settings, steps, strategy, world_size, stack=stack)
     prepared = runs.prepare(cfg, settings, dtype=torch.bfloat16, device=device, fake=fake)
-    return run_prepared(prepared, settings, steps, device)
+    if not fake:
+        return run_prepared(prepared, settings, steps, device)
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+
+    try:
+        return run_prepared(prepared, settings, steps, device)
+    except (DataDependentOutputException, DynamicOutputShapeException) as e:  # the step reads tensor values
+        raise StackUnsupportedError(
+            f"--fake: this model's step runs {getattr(e, 'func', 'an operator')}, whose output depends on the "
+            "values of tensors, which fake tensors do not have (mixture-of-experts routing, for one): drop --fake "
+            "and measure real tensors") from None

@@ -19,9 +19,10 @@ from typing import Any
 from vramwise.core.errors import SettingsError, StackUnsupportedError
 from vramwise.core.registry import Registry
 from vramwise.measuring.build import OPTIMIZERS, build_optimizer, require
+from vramwise.measuring.refusals import causal_lm_class, check_attention, check_device, check_padding, padding_refusal
 from vramwise.measuring.stacks.protocol import Prepared
 
-__all__ = ["PROFILE", "DEVICES", "check", "prepare", "meta_model", "random_model", "apply_lora", "apply_checkpointing"]
+__all__ = ["PROFILE", "DEVICES", "check", "check_config", "prepare", "meta_model", "random_model", "apply_lora", "apply_checkpointing"]
 
 #: The profile that models what this stack runs (plain transformers + PEFT); its LoRA defaults apply here.
 PROFILE = "hf"
@@ -43,6 +44,33 @@ def check(settings, *, device: str, fake: bool) -> None:
         raise SettingsError(f"measure builds {', '.join(OPTIMIZERS)}; got {settings.optimizer!r}")
     if fake and settings.method == "qlora":
         raise SettingsError("QLoRA cannot be measured with fake tensors (bitsandbytes needs real 4-bit storage): drop --fake")
+
+
+def check_config(cfg: dict, settings, *, device: str) -> None:
+    """Refuse, before anything is built, what transformers would refuse for ``cfg`` (a config dict) at
+    ``settings`` on ``device``: a model type it has no causal LM for, an attention kernel the class does not
+    run, then one that cannot run on ``device`` here, a pad_token_id outside the embedding it is built into."""
+    require("transformers")
+    config, cls = _transformers_config(cfg)
+    check_attention(cls, settings.attention)
+    check_device(settings.attention, device)
+    check_padding(cfg, config, cls)
+
+
+def _transformers_config(cfg_dict: dict):
+    """(transformers' config of ``cfg_dict``, its quantization left out; the causal LM class it builds)."""
+    from transformers import AutoConfig
+
+    d = dict(cfg_dict)
+    mt = d.pop("model_type", None)
+    if not mt:
+        raise StackUnsupportedError("the config has no model_type, so transformers cannot build it")
+    d.pop("quantization_config", None)  # random weights are built unquantized; the method decides
+    try:
+        cfg = AutoConfig.for_model(mt, **d)
+    except Exception as e:  # noqa: BLE001
+        raise StackUnsupportedError(f"transformers cannot build a {mt!r} config: {type(e).__name__}: {e}") from None
+    return cfg, causal_lm_class(cfg)
 
 
 def prepare(cfg: dict, settings, *, dtype: Any, device: str, fake: bool) -> Prepared:
@@ -93,19 +121,22 @@ def prepare(cfg: dict, settings, *, dtype: Any, device: str, fake: bool) -> Prep
 def meta_model(cfg_dict: dict, attention: str, dtype):
     """The causal LM transformers builds from ``cfg_dict``, on the meta device (nothing allocated)."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    d = dict(cfg_dict)
-    mt = d.pop("model_type", None)
-    if not mt:
-        raise StackUnsupportedError("the config has no model_type, so transformers cannot build it")
-    d.pop("quantization_config", None)  # random weights are built unquantized; the method decides
+    cfg, cls = _transformers_config(cfg_dict)
+    check_attention(cls, attention)  # what transformers refuses, told before the build (vramwise.measuring.refusals)
+    check_padding(cfg_dict, cfg, cls)
     try:
-        cfg = AutoConfig.for_model(mt, **d)
-    except Exception as e:  # noqa: BLE001
-        raise StackUnsupportedError(f"transformers cannot build a {mt!r} config: {type(e).__name__}: {e}") from None
-    with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation=attention)
+        with torch.device("meta"):
+            return AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation=attention)
+    except (AssertionError, IndexError):  # an embedding's padding_idx outside its table (nn.Embedding asserts;
+        # XGLM's position table indexes it): the user's pad_token_id where the family does not say so
+        message = padding_refusal(getattr(cfg, "pad_token_id", None), getattr(cfg, "vocab_size", None),
+                                  named="pad_token_id" in cfg_dict, config_class=type(cfg).__name__,
+                                  model_class=cls.__name__)
+        if message is None:
+            raise
+        raise StackUnsupportedError(message) from None
 
 
 def random_model(cfg_dict: dict, attention: str, dtype):

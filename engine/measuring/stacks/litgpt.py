@@ -143,6 +143,10 @@ def lora_switches(settings) -> dict:
 
 def check(settings, *, device: str, fake: bool) -> None:
     """Refuse what LitGPT's single-device fine-tuning does not offer (before litgpt is imported)."""
+    if settings.attention != "sdpa":
+        raise SettingsError(f"--attention {settings.attention}: --stack litgpt runs LitGPT's own attention "
+                            "(CausalSelfAttention: torch's scaled_dot_product_attention), not transformers' "
+                            "kernels: leave --attention at sdpa")
     if settings.compile:
         raise SettingsError("measure compiles the hf stack's step only (LitGPT's finetune scripts do not "
                             "compile): drop --compile")

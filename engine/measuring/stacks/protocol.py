@@ -44,6 +44,10 @@ class Stack(Protocol):
     def check(self, settings, *, device: str, fake: bool) -> None:
         """Raise SettingsError for settings this stack does not run (nothing is imported or built)."""
 
+    # optional: ``check_config(cfg, settings, *, device)`` refuses, before anything is built, what the stack
+    # would refuse for this config (the hf stack: an attention kernel its class lacks, a pad_token_id outside
+    # the vocabulary), with StackUnsupportedError or SettingsError naming the input and the fix
+
     def prepare(self, cfg: dict, settings, *, dtype: Any, device: str, fake: bool, wrap: Any = None) -> Prepared:
         """The model of ``cfg`` (a config dict) at ``settings``, its optimizer, a batch and the loss;
         ``wrap(model)``, when given, shards or wraps the model for a distributed strategy before the

@@ -230,6 +230,10 @@ def check(settings, *, device: str, fake: bool) -> None:
     """Refuse what torchtune's single-device recipes do not run (before torchtune is imported)."""
     if settings.compile:
         raise SettingsError("measure compiles the hf stack's step only: drop --compile")
+    if settings.attention != "sdpa":
+        raise SettingsError(f"--attention {settings.attention}: --stack torchtune runs torchtune's own attention "
+                            "(torch's scaled_dot_product_attention; its Gemma 2 computes the soft-capped scores "
+                            "itself), not transformers' kernels: leave --attention at sdpa")
     if settings.gradient_checkpointing == "unsloth":
         raise SettingsError("torchtune's activation checkpointing is on or off: gradient checkpointing none or true")
     if settings.loss == "fused":

@@ -1,0 +1,115 @@
+"""Inputs transformers refuses, told as the user's mistake before the model is built.
+
+transformers refuses to build a model for an attention kernel its class does not support (the class's
+``_supports_sdpa``, ``_supports_flash_attn`` and ``_supports_flex_attn``, read as
+``PreTrainedModel.get_correct_attn_implementation`` reads them), and torch's ``nn.Embedding`` asserts
+that a ``padding_idx`` (the config's ``pad_token_id``) lies within its table. ``measure`` checks both
+here, from the class's own attributes and the config, and raises :class:`StackUnsupportedError` naming
+the input and the fix; the hf profile's warnings say the same from the family facts
+``transformers_attention``, ``embedding_padding_idx`` and ``embedding_padding_rows``
+(tests/conformance/test_transformers_refusals.py keeps those facts equal to what this module reads).
+A refusal that can only be seen when the build fails is caught around that one call
+(:func:`padding_refusal`); anything else stays an error of vramwise's own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vramwise.core.errors import SettingsError, StackUnsupportedError
+
+__all__ = ["KERNEL_ORDER", "class_kernels", "causal_lm_class", "check_attention", "check_device", "padding_refusal",
+           "check_padding"]
+
+#: The attention kernels in the order messages list them.
+KERNEL_ORDER = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+
+
+def class_kernels(cls) -> tuple:
+    """The kernels transformers' model class ``cls`` runs: eager always, the others by its attributes."""
+    runs = {"eager": True, "sdpa": bool(getattr(cls, "_supports_sdpa", False)),
+            "flash_attention_2": bool(getattr(cls, "_supports_flash_attn", False)),
+            "flash_attention_3": bool(getattr(cls, "_supports_flash_attn", False)),
+            "flex_attention": bool(getattr(cls, "_supports_flex_attn", False))}
+    return tuple(k for k in KERNEL_ORDER if runs[k])
+
+
+def causal_lm_class(config) -> Any:
+    """The class ``AutoModelForCausalLM`` builds for the transformers config ``config``; a model type it
+    has no causal LM for is refused naming it."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    mt = getattr(config, "model_type", None)
+    name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(mt)
+    cls = getattr(transformers, name, None) if name is not None else None
+    if cls is None:
+        raise StackUnsupportedError(
+            f"transformers {transformers.__version__} has no causal language model for model_type {mt!r}, so "
+            "--stack hf cannot build this config")
+    return cls
+
+
+def check_attention(cls, attention: str) -> None:
+    """Refuse ``attention`` when transformers' ``cls`` does not run it, naming the kernels it runs."""
+    runs = class_kernels(cls)
+    if attention not in runs:
+        raise StackUnsupportedError(
+            f"--attention {attention}: transformers' {cls.__name__} does not support it and refuses to build "
+            f"the model (it runs {', '.join(runs)}); use --attention eager")
+
+
+#: Kernels no CPU runs, and why (transformers asks for a GPU; torch's flex attention has no CPU backward).
+_NOT_ON_CPU = {
+    "flash_attention_2": "the flash-attn package runs on CUDA GPUs only",
+    "flash_attention_3": "the flash-attn 3 package runs on CUDA GPUs (Hopper) only",
+    "flex_attention": "torch's flex attention has no backward pass on the CPU",
+}
+#: transformers' check of the flash-attn package of each version (transformers.utils).
+_FLASH_AVAILABLE = {"flash_attention_2": "is_flash_attn_2_available", "flash_attention_3": "is_flash_attn_3_available"}
+_FLASH_PACKAGE = {"flash_attention_2": "flash-attn", "flash_attention_3": "flash-attn 3 (flash_attn_interface)"}
+
+
+def check_device(attention: str, device: str) -> None:
+    """Refuse a kernel that cannot run on ``device`` here (nothing is imported for the CPU's answer)."""
+    if device == "cpu" and attention in _NOT_ON_CPU:
+        raise SettingsError(f"--attention {attention} is not runnable here: {_NOT_ON_CPU[attention]}; on the CPU "
+                            "use --attention sdpa or eager (or measure on a GPU with --device cuda)")
+    if device == "cuda" and attention in _FLASH_AVAILABLE:
+        import transformers.utils as tu
+
+        if not getattr(tu, _FLASH_AVAILABLE[attention])():
+            raise SettingsError(f"--attention {attention} is not runnable here: transformers finds no "
+                                f"{_FLASH_PACKAGE[attention]} package; install it, or use --attention sdpa")
+
+
+def padding_refusal(pad: Any, rows: Any, *, named: bool, config_class: str, model_class: str) -> str | None:
+    """The message refusing ``pad`` (the pad_token_id the embedding takes as padding_idx) when it lies
+    outside a table of ``rows`` rows, else None. ``named``: the config itself sets pad_token_id (else the
+    config class's default was taken)."""
+    if isinstance(pad, bool) or not isinstance(pad, int) or isinstance(rows, bool) or not isinstance(rows, int):
+        return None
+    if -rows <= pad < rows:
+        return None
+    whose = "the config's" if named else f"{config_class}'s default: the config sets none"
+    return (f"pad_token_id {pad} ({whose}) lies outside the {rows} rows of the embedding transformers' {model_class} "
+            f"builds with it as padding_idx, which refuses it; set pad_token_id to null or an id below {rows} "
+            "in the config")
+
+
+def check_padding(cfg_dict: dict, config, cls) -> None:
+    """Refuse the config's pad_token_id before the model is built where its family says transformers'
+    embeddings take it (the facts embedding_padding_idx and embedding_padding_rows, resolved from
+    ``cfg_dict`` as an estimate resolves them); a config vramwise cannot resolve is left to the build."""
+    from vramwise.core.errors import VramwiseError
+    from vramwise.core.estimate import load_model
+
+    try:
+        facts = load_model(cfg_dict).facts
+    except VramwiseError:
+        return
+    message = padding_refusal(facts.get("embedding_padding_idx"), facts.get("embedding_padding_rows"),
+                              named="pad_token_id" in cfg_dict, config_class=type(config).__name__,
+                              model_class=cls.__name__)
+    if message is not None:
+        raise StackUnsupportedError(message)
