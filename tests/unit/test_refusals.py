@@ -80,10 +80,16 @@ def test_a_family_whose_embedding_takes_no_padding_idx_does_not_warn():
     assert not [w for w in _warnings(gpt2) if w.startswith("pad_token_id")]
 
 
-def test_the_warning_is_the_hf_profiles():
-    # the unsloth profile models Unsloth's stack, which chooses its attention itself
-    est = vramwise.estimate(GEMMA2, attention="sdpa")
-    assert not [w for w in est.warnings if "does not support it" in w]
+def test_the_unsloth_profile_warns_for_a_kernel_asked_for_by_name():
+    # Unsloth loads through transformers: a kernel named (attn_implementation) is refused as there; its default,
+    # flash_attention_2 ("Unsloth's choice": it falls back itself), is not warned about, even for a class without it
+    (w,) = [w for w in vramwise.estimate(GEMMA2, attention="sdpa").warnings if "does not support it" in w]
+    assert w.startswith("attention sdpa:")
+    llama4 = {"model_type": "llama4_text", **TINY, "head_dim": 16}  # Llama4ForCausalLM: _supports_flash_attn False
+    assert not [w for w in vramwise.estimate(llama4).warnings if "does not support it" in w]
+    assert [w for w in vramwise.estimate(llama4, profile="hf", method="lora").warnings if "does not support it" in w]
+    (p,) = [w for w in vramwise.estimate(PHI3).warnings if w.startswith("pad_token_id")]
+    assert p.startswith("pad_token_id 32000 ")
 
 
 # -- measure: one user error, before the model is built --------------------------------------------------------
