@@ -14,12 +14,13 @@ A refusal that can only be seen when the build fails is caught around that one c
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from vramwise.core.errors import SettingsError, StackUnsupportedError
 
 __all__ = ["KERNEL_ORDER", "class_kernels", "causal_lm_class", "check_attention", "check_device", "padding_refusal",
-           "check_padding"]
+           "check_padding", "STACK_PACKAGES", "step_failure"]
 
 #: The attention kernels in the order messages list them.
 KERNEL_ORDER = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
@@ -113,3 +114,47 @@ def check_padding(cfg_dict: dict, config, cls) -> None:
                               model_class=cls.__name__)
     if message is not None:
         raise StackUnsupportedError(message)
+
+
+#: The training stacks' own packages: an exception raised in their code runs a config they cannot run.
+STACK_PACKAGES = ("transformers", "peft", "torchtune", "litgpt", "bitsandbytes")
+
+
+def _package(filename: str) -> str | None:
+    """The installed package a traceback frame's file belongs to (None: the standard library, or vramwise)."""
+    parts = filename.replace("\\", "/").split("/site-packages/", 1)
+    return parts[1].split("/", 1)[0] if len(parts) == 2 else None
+
+
+def step_failure(exc: BaseException, *, fake: bool) -> StackUnsupportedError | None:
+    """The user-facing error of an exception raised while a stack builds the model or runs its step; None
+    when it is vramwise's own (re-raised as an internal error).
+
+    Under ``fake``, torch's fake-tensor machinery failing (a tensor on another device, a storage of real
+    memory) is the simulation's limit: drop ``--fake``. Otherwise the innermost frame outside torch says
+    whose code failed: a stack's package (transformers' model code running config values it cannot run
+    together, say a rotary dimension wider than the head) is the config's problem for that stack; vramwise's
+    own frame, or any other, is vramwise's bug."""
+    import traceback
+
+    if isinstance(exc, (MemoryError, RecursionError)):
+        return None
+    what = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+    if fake and (type(exc).__module__.startswith("torch._subclasses") or 'device "meta"' in str(exc)):
+        return StackUnsupportedError(f"--fake: this model's step does not run on fake tensors ({what}); drop --fake "
+                                     "and measure real tensors")
+    ours = str(Path(__file__).resolve().parents[1])  # the vramwise package, wherever it is installed
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        package = _package(frame.filename)
+        if frame.name in ("__torch_dispatch__", "__torch_function__"):
+            continue  # a dispatch mode (vramwise's allocation tracker among them) passing an operator on
+        if package in ("torch", "torchao", "triton", None) and not str(Path(frame.filename).resolve()).startswith(ours):
+            continue  # torch's own operators, or the standard library: look further out
+        if package in STACK_PACKAGES:
+            return StackUnsupportedError(
+                f"{package} cannot run a training step of this config ({what}; at "
+                f"{frame.filename.split('/site-packages/', 1)[-1]}:{frame.lineno}): the config holds values its "
+                "model code does not run together; check them (vramwise estimate does not run the model)")
+        return None
+    return None
+

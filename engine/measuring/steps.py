@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from vramwise.core.errors import MeasurementError, SettingsError, StackUnsupportedError
+from vramwise.core.errors import MeasurementError, SettingsError, StackUnsupportedError, VramwiseError
 from vramwise.core.settings import normalise_settings
 from vramwise.inputs.config import read_config
 from vramwise.measuring.build import require
@@ -131,15 +131,25 @@ def measure(
         from vramwise.measuring.distributed import measure_distributed
 
         return measure_distributed(cfg, settings, steps, strategy, world_size, stack=stack)
-    prepared = runs.prepare(cfg, settings, dtype=torch.bfloat16, device=device, fake=fake)
-    if not fake:
-        return run_prepared(prepared, settings, steps, device)
-    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+    from vramwise.measuring.refusals import step_failure
 
     try:
-        return run_prepared(prepared, settings, steps, device)
-    except (DataDependentOutputException, DynamicOutputShapeException) as e:  # the step reads tensor values
-        raise StackUnsupportedError(
-            f"--fake: this model's step runs {getattr(e, 'func', 'an operator')}, whose output depends on the "
-            "values of tensors, which fake tensors do not have (mixture-of-experts routing, for one): drop --fake "
-            "and measure real tensors") from None
+        prepared = runs.prepare(cfg, settings, dtype=torch.bfloat16, device=device, fake=fake)
+        if not fake:
+            return run_prepared(prepared, settings, steps, device)
+        from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+
+        try:
+            return run_prepared(prepared, settings, steps, device)
+        except (DataDependentOutputException, DynamicOutputShapeException) as e:  # the step reads tensor values
+            raise StackUnsupportedError(
+                f"--fake: this model's step runs {getattr(e, 'func', 'an operator')}, whose output depends on the "
+                "values of tensors, which fake tensors do not have (mixture-of-experts routing, for one): drop "
+                "--fake and measure real tensors") from None
+    except VramwiseError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the stack's failure on this config is the user's to fix; ours re-raised
+        told = step_failure(e, fake=fake)
+        if told is None:
+            raise
+        raise told from e

@@ -15,8 +15,10 @@ the documented user error, whose expected class and words come from transformers
   naming ``--fake``.
 
 ``KNOWN`` lists the example configs (test vectors of the estimate, several synthetic) on which
-transformers' own step fails for another reason; they stay failures of the step (not refusals of an
-input), each with its exception type, so that a new one, or one that goes away, fails this test.
+transformers' own step fails for another reason (values its model code does not run together, such as
+more experts chosen than a group holds): measure refuses them naming transformers, the exception and
+where it was raised, each listed with its exception type, so that a new one, or one that goes away, fails
+this test; any exception left to vramwise (an internal error) fails it.
 Every cell takes well under a second except the full-size default configs; the whole matrix takes about
 7 minutes on 2 cores, hence this tier.
 """
@@ -55,8 +57,6 @@ KNOWN = {
     ("glm4_moe_lite", "mlp-layer-types-shorter-than-model"): {"eager": "IndexError", "sdpa": "IndexError"},
     ("glm_moe_dsa", "shared-indexer-pattern"): {"eager": "RuntimeError"},
     ("gptj", "tied-head-keeps-bias"): {"eager": "RuntimeError", "sdpa": "RuntimeError"},
-    ("inkling2_loop_text", "inkling2-loop-config-block"): {"eager": "RuntimeError"},
-    ("inkling2_loop_text", "inkling2-loop-text-defaults"): {"eager": "RuntimeError"},
     ("jamba", "auto-dt-rank"): {"eager": "ValueError", "sdpa": "ValueError"},
     ("llama4", "moe-layers-membership"): {"eager": "RuntimeError", "sdpa": "RuntimeError"},
     ("minimax_m2", "whole-projection-qk-norms"): {"eager": "RuntimeError", "sdpa": "RuntimeError"},
@@ -65,7 +65,6 @@ KNOWN = {
     ("qwen2", "sliding-from-max-window-layers"): {"eager": "RuntimeError", "sdpa": "RuntimeError"},
     ("qwen2_moe", "decoder-sparse-step-2"): {"eager": "RuntimeError", "sdpa": "RuntimeError"},
     ("seed_oss", "defaults-kv-8-head-dim-128"): {"eager": "RuntimeError", "sdpa": "RuntimeError"},
-    ("trocr", "narrow-encoder-sinusoidal-untied"): {"eager": "FakeTensorDeviceMismatchError"},
     ("xlstm", "xlstm-fused-biased-num-blocks-wins"): {"eager": "ValueError"},
 }
 NOT_ON_CPU = ("flash_attention_2", "flash_attention_3", "flex_attention")
@@ -143,9 +142,11 @@ def test_every_example_and_kernel_is_classified(family):
                 if KNOWN.get((family, name), {}).get(kernel):
                     problems.append(where + "ran: take it out of KNOWN")
             elif got is StackUnsupportedError and message.startswith("--fake:"):
-                pass  # operators that read tensor values under fake tensors: refused naming --fake
-            elif got == "other" and KNOWN.get((family, name), {}).get(kernel) == message:
-                pass
+                pass  # operators that read tensor values, or devices, fake tensors do not have: refused naming --fake
+            elif got is StackUnsupportedError and KNOWN.get((family, name), {}).get(kernel) \
+                    and message.startswith("transformers cannot run a training step of this config (" +
+                                           KNOWN[(family, name)][kernel] + ": "):
+                pass  # transformers' model code fails on these values: refused naming it, never an internal error
             else:
                 problems.append(where + f"neither ran nor was refused as documented: {got} {message[:300]}")
     assert not problems, "\n".join(problems)

@@ -15,6 +15,8 @@ The expectations are derived by hand from transformers 5.24 and torch:
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import vramwise
@@ -184,3 +186,49 @@ def test_the_cli_prints_one_line_and_exits_2(tmp_path, capsys):
     assert code == 2
     assert err[-1].startswith("vramwise: error: --attention sdpa: transformers' Gemma2ForCausalLM does not support it")
     assert not [line for line in err if "internal error" in line or "Traceback" in line]
+
+
+# -- a failure inside the step: whose code raised it ------------------------------------------------------------
+
+
+def _raised_in(filename: str, exc: Exception, via_dispatch: bool = False) -> Exception:
+    """``exc`` raised by a function whose code says it lives in ``filename`` (optionally passed on by a dispatch
+    mode's ``__torch_dispatch__`` defined in vramwise), caught here with its traceback."""
+    inner = {}
+    exec(compile("def step(exc):\n    raise exc\n", filename, "exec"), inner)
+    outer = {"step": inner["step"]}
+    exec(compile("def __torch_dispatch__(exc):\n    step(exc)\n", "/x/engine/measuring/tracker.py", "exec"), outer)
+    try:
+        (outer["__torch_dispatch__"] if via_dispatch else inner["step"])(exc)
+    except Exception as e:  # noqa: BLE001
+        return e
+    raise AssertionError("not raised")
+
+
+def test_a_failure_in_transformers_model_code_is_the_configs_for_transformers():
+    from vramwise.measuring.refusals import step_failure
+
+    path = "/venv/lib/python3.11/site-packages/transformers/models/gptj/modeling_gptj.py"
+    for via_dispatch in (False, True):  # the allocation tracker's dispatch frame passes the operator on
+        told = step_failure(_raised_in(path, RuntimeError("k not in range for dimension"), via_dispatch), fake=False)
+        assert isinstance(told, StackUnsupportedError)
+        assert str(told).startswith("transformers cannot run a training step of this config (RuntimeError: k not in "
+                                    "range for dimension; at transformers/models/gptj/modeling_gptj.py:2)")
+
+
+def test_a_failure_in_vramwise_or_elsewhere_stays_an_internal_error():
+    from vramwise.measuring import refusals
+
+    ours = str(Path(refusals.__file__).resolve())  # a frame of vramwise's own code
+    assert refusals.step_failure(_raised_in(ours, KeyError("x")), fake=False) is None
+    other = "/venv/lib/python3.11/site-packages/numpy/core/x.py"
+    assert refusals.step_failure(_raised_in(other, ValueError("x")), fake=False) is None
+    assert refusals.step_failure(MemoryError(), fake=False) is None
+
+
+def test_a_fake_tensor_device_failure_names_fake():
+    from vramwise.measuring.refusals import step_failure
+
+    e = RuntimeError('Attempted to set the storage of a tensor on device "meta" to a storage on different device "cpu".')
+    assert str(step_failure(e, fake=True)).startswith("--fake: this model's step does not run on fake tensors")
+    assert step_failure(e, fake=False) is None  # with real tensors the same words are not the simulation's
