@@ -201,10 +201,17 @@ def _recording_popen(monkeypatch) -> list:
 
 
 def test_an_error_in_a_child_comes_back_as_one_message(monkeypatch):
+    from vramwise.core.settings import normalise_settings
+
     started = _recording_popen(monkeypatch)
-    # the child's error comes back as its own class
-    with pytest.raises(StackUnsupportedError, match=r"rank \d: transformers cannot build a 'no_such_model' config"):
+    # measure refuses a config transformers cannot read before any process starts, in one short line
+    with pytest.raises(StackUnsupportedError, match=r"^transformers cannot build a 'no_such_model' config") as e:
         measure({"model_type": "no_such_model"}, method="full", strategy="ddp", world_size=2, **RUN)
+    assert started == [] and len(str(e.value)) < 500
+    # past that check, the children's own error comes back as its class, naming the rank
+    settings = normalise_settings(method="full", batch_size=1, seq_len=32)
+    with pytest.raises(StackUnsupportedError, match=r"rank \d: transformers cannot build a 'no_such_model' config"):
+        _measure_dist.measure_distributed({"model_type": "no_such_model"}, settings, 1, "ddp", 2)
     assert len(started) == 2 and all(p.poll() is not None for p in started)  # none left running
 
 

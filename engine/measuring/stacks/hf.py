@@ -69,7 +69,9 @@ def _transformers_config(cfg_dict: dict):
     try:
         cfg = AutoConfig.for_model(mt, **d)
     except Exception as e:  # noqa: BLE001
-        raise StackUnsupportedError(f"transformers cannot build a {mt!r} config: {type(e).__name__}: {e}") from None
+        why = " ".join(str(e).split())  # transformers lists every model type it knows: the start says why
+        raise StackUnsupportedError(f"transformers cannot build a {str(mt)[:100]!r} config: {type(e).__name__}: "
+                                    f"{why[:300]}{' ...' if len(why) > 300 else ''}") from None
     return cfg, causal_lm_class(cfg)
 
 
