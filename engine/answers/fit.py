@@ -136,6 +136,14 @@ def _fits(est: Estimate, n: int, usable: int, share: float) -> bool:
     return _fits_on(est, GpuSet.alike(usable, n), share)
 
 
+def _strategy_world_size(world_size: Any, n: int, gpus_are: str, answer: str) -> int:
+    """A strategy runs on the ``n`` GPUs an answer is about: its world size, or a refusal of another one."""
+    if world_size not in (1, n):
+        raise SettingsError(f"world_size {world_size!r} differs from the {n} GPU(s) {gpus_are}: leave world_size "
+                            f"out, {answer} is for the GPUs")
+    return n
+
+
 def fit(
     model: Any,
     *,
@@ -181,10 +189,7 @@ def fit(
     spec = model if isinstance(model, ModelSpec) else load_model(model, registry=reg, trust_remote_code=trust_remote_code)
     base = {**DEFAULTS, **settings}
     if base["strategy"] not in (None, "none"):  # the strategy runs on the GPUs asked about
-        if base["world_size"] not in (1, n):
-            raise SettingsError(f"world_size {base['world_size']!r} differs from the {n} GPU(s) asked about: "
-                                "leave world_size out, the fit is for the GPUs")
-        base["world_size"] = n
+        base["world_size"] = _strategy_world_size(base["world_size"], n, "asked about", "the fit")
     prof = reg.profile(profile)
     if prof.serving is not None:  # a serving engine fills its GPUs: the answers are context and concurrency
         from vramwise.answers.serving import serving_fit
@@ -288,10 +293,8 @@ def compare(model: Any, *, methods: Iterable[str] = ("qlora", "lora", "full"), p
     strategy = settings.get("strategy")
     served = reg.strategy_info(strategy)["profiles"] if strategy not in (None, "none") else None
     if served is not None and target is not None:  # as in fit: the strategy runs on the GPUs compared on
-        if settings.get("world_size", 1) not in (1, target.count):
-            raise SettingsError(f"world_size {settings['world_size']!r} differs from the {target.count} GPU(s) compared "
-                                "on: leave world_size out, the comparison is for the GPUs")
-        settings["world_size"] = target.count
+        settings["world_size"] = _strategy_world_size(settings.get("world_size", 1), target.count, "compared on",
+                                                      "the comparison")
     for p in profiles:
         prof = reg.profile(p)
         if served is not None and p not in served:  # the strategy is not modelled on this profile: say so per cell

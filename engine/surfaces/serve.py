@@ -283,7 +283,7 @@ def _gpu_field(body: dict, required: bool):
 
 def api_estimate(body: dict) -> dict:
     from vramwise.core.estimate import estimate
-    from vramwise.surfaces.views import estimate_view
+    from vramwise.surfaces.views import estimate_view, strategy_gpus_problem
 
     gpus = _int_list(body, "gpus", [1, 2, 4, 8], 1, 1 << 20)
     recipe = _recipe_of(body)
@@ -291,12 +291,10 @@ def api_estimate(body: dict) -> dict:
     strategy = settings.get("strategy")
     if body.get("gpus") is not None and strategy not in (None, "none"):
         # as `estimate --gpus N --strategy S`: the number of GPUs the strategy runs on, never one GPU's answer
-        if len(gpus) != 1:
-            raise SettingsError(f"with strategy {strategy}, gpus is the number of GPUs it runs on: give one number "
-                                "(gpus: 8), or world_size")
-        if body.get("world_size") is not None and body["world_size"] != gpus[0]:
-            raise SettingsError(f"gpus {gpus[0]} and world_size {body['world_size']} disagree: with a strategy both are "
-                                "the number of GPUs it runs on; give one of them")
+        problem = strategy_gpus_problem(strategy, gpus, body.get("world_size"), names=("strategy", "gpus", "world_size"),
+                                        example="gpus: 8")
+        if problem is not None:
+            raise SettingsError(problem)
         settings["world_size"] = gpus[0]
     est = estimate(_model_of(body, recipe), profile=profile, **settings)
     if est.serving is not None and body.get("gpus") is not None:

@@ -9,7 +9,6 @@ the canonical value in its form and writes it back into the address.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from vramwise.core.errors import SettingsError, VramwiseError
@@ -38,25 +37,17 @@ def _canonical_gpu(text: str) -> dict:
 
 
 def _canonical_setting(setting, text: str):
-    """A setting's value from an address (text), read as its command-line flag reads it, then normalised."""
+    """A setting's value from an address (text), read by its command-line flag's own reader, then normalised."""
+    import argparse
+
+    from vramwise.surfaces.cli.parser import CLI_TYPES
+
     t = text.strip()
-    if setting.cli_type == "int":
-        try:
-            value: Any = int(t.replace("_", "").replace(",", ""))
-        except ValueError:
-            raise SettingsError(f"{setting.name} must be a whole number, got {t[:60]!r}") from None
-    elif setting.cli_type == "float":
-        try:
-            value = float(t)
-        except ValueError:
-            raise SettingsError(f"{setting.name} must be a number, got {t[:60]!r}") from None
-        if not math.isfinite(value):
-            raise SettingsError(f"{setting.name} must be finite")
-    elif setting.cli_type == "bool":
-        value = {"true": True, "1": True, "yes": True, "on": True,
-                 "false": False, "0": False, "no": False, "off": False}.get(t.lower(), t)
-    else:
-        value = t
+    try:
+        value: Any = CLI_TYPES[setting.cli_type](t)
+    except (ValueError, argparse.ArgumentTypeError) as e:
+        kind = {"int": "a whole number", "float": "a number"}.get(setting.cli_type)
+        raise SettingsError(f"{setting.name} must be {kind}, got {t[:60]!r}" if kind else f"{setting.name}: {e}") from None
     value = setting.parse(setting.name, value)
     return list(value) if isinstance(value, tuple) else value
 

@@ -67,7 +67,7 @@ def guarded_protocol(limits: Limits):
     class GuardedH11Protocol(H11Protocol):
         _vw_timer = None
         _vw_receiving = True  # the phase: receiving a request (True) or answering one (False)
-        _vw_since = 0.0  # when the phase began (time.monotonic)
+        _vw_since = 0.0  # when the receiving phase began (time.monotonic): the oldest makes room
         _vw_bytes = False  # bytes of a request arrived in this phase
         _vw_answered_cycle = None  # the request cycle whose request has arrived whole
 
@@ -127,7 +127,7 @@ def guarded_protocol(limits: Limits):
             if (self._vw_receiving and cycle is not None and cycle is not self._vw_answered_cycle
                     and not cycle.more_body and not cycle.response_complete):
                 self._vw_answered_cycle = cycle
-                self._vw_receiving, self._vw_since = False, time.monotonic()
+                self._vw_receiving = False
                 self._vw_arm(limits.answer_deadline)
 
         def connection_lost(self, exc) -> None:

@@ -13,7 +13,22 @@ from vramwise.answers.placement import inference_split, per_gpu_bytes
 from vramwise.core.estimate import Estimate
 from vramwise.core.registry import Registry
 
-__all__ = ["estimate_view", "explain_view", "families_view"]
+__all__ = ["estimate_view", "explain_view", "families_view", "strategy_gpus_problem"]
+
+
+def strategy_gpus_problem(strategy, gpus: Sequence[int], world_size, *, names: tuple, example: str) -> str | None:
+    """Why ``gpus`` (the GPU counts an estimate is shown for) cannot stand for the world size of
+    ``strategy``, which it is under a strategy; None when it can. ``world_size``: the one given beside it
+    (None: none); ``names``: the strategy's, the GPU counts' and the world size's fields as the caller's users
+    write them (``--strategy``, ``--gpus``, ``--world-size``, or the API's names)."""
+    strategy_name, gpus_name, world_size_name = names
+    if len(gpus) != 1:
+        return (f"with {strategy_name} {strategy}, {gpus_name} is the number of GPUs it runs on: give one number "
+                f"({example}), or {world_size_name}")
+    if world_size is not None and world_size != gpus[0]:
+        return (f"{gpus_name} {gpus[0]} and {world_size_name} {world_size} disagree: with a strategy both are the "
+                "number of GPUs it runs on; give one of them")
+    return None
 
 
 def estimate_view(est: Estimate, gpus: Sequence[int]) -> dict:

@@ -11,7 +11,7 @@ from vramwise.core.registry import Registry
 from vramwise.surfaces.cli.common import show_recipe, with_recipe, label_of, other_profile_note, plot, run_estimate, settings_of
 from vramwise.surfaces.cli.format import bar, count, family_line, gib, gpus_word, print_json, summary, write_wrapped
 from vramwise.surfaces.cli.parser import BadValue, int_list
-from vramwise.surfaces.views import estimate_view
+from vramwise.surfaces.views import estimate_view, strategy_gpus_problem
 
 #: the most GPUs --gpus may count
 MAX_GPU_COUNT = 1 << 20
@@ -32,13 +32,11 @@ def _strategy_gpus(args, gpus: list) -> None:
     settings = settings_of(args)
     if settings.get("strategy") in (None, "none") or args.gpus is None:
         return
-    if len(gpus) != 1:
-        raise BadValue(f"with --strategy {settings['strategy']}, --gpus is the number of GPUs it runs on: give one "
-                       f"number (--gpus 8), or --world-size")
     given = set(getattr(args, "given_flags", ()))
-    if "world_size" in given and args.world_size != gpus[0]:
-        raise BadValue(f"--gpus {gpus[0]} and --world-size {args.world_size} disagree: with a strategy both are the "
-                       "number of GPUs it runs on; give one of them")
+    problem = strategy_gpus_problem(settings["strategy"], gpus, args.world_size if "world_size" in given else None,
+                                    names=("--strategy", "--gpus", "--world-size"), example="--gpus 8")
+    if problem is not None:
+        raise BadValue(problem)
     args.world_size = gpus[0]
     args.given_flags = given | {"world_size"}
 

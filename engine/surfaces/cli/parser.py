@@ -147,7 +147,8 @@ def headroom_share(text: str) -> float:
     return value
 
 
-_CLI_TYPES = {"int": int, "float": _finite, "bool": bool_flag, "str": str}
+#: how each setting's flag reads its text, by ``Setting.cli_type`` (the page's address reads it the same way)
+CLI_TYPES = {"int": int, "float": _finite, "bool": bool_flag, "str": str}
 
 
 def _plot_path(text: str) -> str:
@@ -209,7 +210,7 @@ def _training_args(p: argparse.ArgumentParser, *, skip: tuple = (), lists: tuple
             p.add_argument(s.flag, default=s.default, metavar="V[,V...]", action=_Given,
                            help=f"{s.help}; a comma-separated list sweeps it (default: {default})")
             continue
-        kwargs = {"default": s.default, "type": _CLI_TYPES[s.cli_type], "help": f"{s.help} (default: {default})",
+        kwargs = {"default": s.default, "type": CLI_TYPES[s.cli_type], "help": f"{s.help} (default: {default})",
                   "action": _Given}
         if s.choices:
             kwargs["metavar"] = "{" + ",".join(s.choices) + "}"
