@@ -153,3 +153,9 @@ def measure(
         if told is None:
             raise
         raise told from e
+    finally:
+        if fake:  # torch's fake-tensor dispatch cache is one dict for the whole process, kept by every FakeTensorMode
+            # (thousands of entries a model, never evicted): a measure leaves none of its entries to the next
+            from torch._subclasses.fake_tensor import FakeTensorMode
+
+            FakeTensorMode.cache_clear()

@@ -122,6 +122,34 @@ def test_fake_tensors_give_the_real_step_to_the_byte(cfg, method, gc, attention)
         assert fake.phases[name].categories == ph.categories, name
 
 
+def test_a_fake_measure_leaves_nothing_in_torchs_process_wide_fake_tensor_cache(monkeypatch):
+    # torch keeps one dispatch cache for every FakeTensorMode of the process, filled as operators run and never
+    # evicted: a process measuring many models (the every-family matrix runs 1,075 measures) would carry every
+    # earlier model's entries. A measure that ran, and one whose step failed after its operators ran, each
+    # leave it empty, and the figures do not depend on what an earlier measure left there.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import vramwise.measuring.steps as steps
+
+    kw = dict(method="full", batch_size=1, seq_len=8, gradient_checkpointing="none", fake=True)
+    first = measure(TINY, **kw)
+    assert len(FakeTensorMode.cache) == 0
+    ran = steps.run_prepared
+    filled = []
+
+    def fails_after_the_step(*args, **kwargs):
+        ran(*args, **kwargs)
+        filled.append(len(FakeTensorMode.cache))
+        raise RuntimeError("a failure after the step's operators ran")
+
+    monkeypatch.setattr(steps, "run_prepared", fails_after_the_step)
+    with pytest.raises(RuntimeError, match="after the step"):
+        measure(TINY, **kw)
+    assert filled[0] > 0 and len(FakeTensorMode.cache) == 0  # the step did fill it; the measure emptied it
+    monkeypatch.setattr(steps, "run_prepared", ran)
+    assert measure(TINY, **kw).peak == first.peak
+
+
 def test_fake_tensors_refuse_qlora():
     from vramwise import SettingsError
 
