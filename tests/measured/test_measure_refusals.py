@@ -20,7 +20,7 @@ more experts chosen than a group holds): measure refuses them naming transformer
 where it was raised, each listed with its exception type, so that a new one, or one that goes away, fails
 this test; any exception left to vramwise (an internal error) fails it.
 Every cell takes well under a second except the full-size default configs; the whole matrix takes about
-7 minutes on 2 cores, hence this tier.
+15 minutes on 2 cores with its 16 child processes (11 when one process ran them all), hence this tier.
 """
 
 from __future__ import annotations
