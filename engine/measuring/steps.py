@@ -133,12 +133,12 @@ def measure(
         return measure_distributed(cfg, settings, steps, strategy, world_size, stack=stack)
     from vramwise.measuring.refusals import step_failure
 
+    if fake:
+        from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, FakeTensorMode
     try:
         prepared = runs.prepare(cfg, settings, dtype=torch.bfloat16, device=device, fake=fake)
         if not fake:
             return run_prepared(prepared, settings, steps, device)
-        from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
-
         try:
             return run_prepared(prepared, settings, steps, device)
         except (DataDependentOutputException, DynamicOutputShapeException) as e:  # the step reads tensor values
@@ -156,6 +156,4 @@ def measure(
     finally:
         if fake:  # torch's fake-tensor dispatch cache is one dict for the whole process, kept by every FakeTensorMode
             # (thousands of entries a model, never evicted): a measure leaves none of its entries to the next
-            from torch._subclasses.fake_tensor import FakeTensorMode
-
             FakeTensorMode.cache_clear()
