@@ -20,7 +20,7 @@ more experts chosen than a group holds): measure refuses them naming transformer
 where it was raised, each listed with its exception type, so that a new one, or one that goes away, fails
 this test; any exception left to vramwise (an internal error) fails it.
 Every cell takes well under a second except the full-size default configs; the whole matrix takes about
-15 minutes on 2 cores with its 16 child processes (11 when one process ran them all), hence this tier.
+15 minutes on 2 cores with its child processes (11 when one process ran them all), hence this tier.
 """
 
 from __future__ import annotations
@@ -122,31 +122,58 @@ def _outcome(config: dict, kernel: str) -> tuple:
 #: across hundreds of builds (a CI run of that process aborted inside torch after 540 cells, at a config
 #: import that runs alone). A fresh interpreter every CHUNK families keeps each process near a user's.
 CHUNK = 10
+#: Families whose fake step, refused, leaves the process's memory corrupt: a later build in the same process
+#: crashed (inkling2_loop's forward deep-copies its cache, and torch's deep copy of a fake tensor fails part
+#: way). Each of their cells is measured in a process of its own, as the command line measures it.
+ALONE = ("inkling2_loop_text",)
 _CHILD = """
 import json, sys
 sys.path.insert(0, sys.argv[2])
 import test_measure_refusals as t
-out = {family: [[list(t._outcome(example["config"], kernel)) for kernel in t.ATTENTION_KINDS]
-                for example in t._REG.family(family).examples] for family in sys.argv[3:]}
+out = [list(t._outcome(t._REG.family(family).examples[i]["config"], kernel))
+       for family, i, kernel in json.loads(sys.argv[3])]
 with open(sys.argv[1], "w") as f:
     json.dump(out, f)
 """
 _MEASURED: dict = {}  # family -> its cells' outcomes (example x kernel), or the child's failure
 
 
+def _cells(family: str) -> list:
+    return [(family, i, kernel) for i in range(len(_REG.family(family).examples)) for kernel in ATTENTION_KINDS]
+
+
+def _in_child(cells: list):
+    """The outcomes of ``cells`` measured in a child interpreter, or why the child failed (a string)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "outcomes.json"
+        proc = subprocess.run([sys.executable, "-c", _CHILD, str(out), str(Path(__file__).parent), json.dumps(cells)],
+                              capture_output=True, text=True, timeout=1800)
+        if proc.returncode != 0 or not out.exists():
+            return f"the child measuring {sorted({c[0] for c in cells})} exited with status {proc.returncode}:\n" \
+                   f"{proc.stderr[-4000:]}"
+        return json.loads(out.read_text())
+
+
 def _outcomes(family: str):
     if family not in _MEASURED:
-        start = FAMILIES.index(family) // CHUNK * CHUNK
-        chunk = FAMILIES[start:start + CHUNK]
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / "outcomes.json"
-            proc = subprocess.run([sys.executable, "-c", _CHILD, str(out), str(Path(__file__).parent), *chunk],
-                                  capture_output=True, text=True, timeout=1800)
-            if proc.returncode != 0 or not out.exists():
-                failure = f"the child measuring {chunk} exited with status {proc.returncode}:\n{proc.stderr[-4000:]}"
-                _MEASURED.update(dict.fromkeys(chunk, failure))
-            else:
-                _MEASURED.update(json.loads(out.read_text()))
+        if family in ALONE:
+            chunk = [family]
+            groups = [[cell] for cell in _cells(family)]
+        else:
+            start = FAMILIES.index(family) // CHUNK * CHUNK
+            chunk = [f for f in FAMILIES[start:start + CHUNK] if f not in ALONE]
+            groups = [[cell for f in chunk for cell in _cells(f)]]
+        got: dict = {}
+        for cells in groups:
+            outcomes = _in_child(cells)
+            if isinstance(outcomes, str):
+                _MEASURED.update(dict.fromkeys(chunk, outcomes))
+                break
+            got.update(zip(cells, outcomes))
+        else:
+            for f in chunk:
+                _MEASURED[f] = [[got[(f, i, kernel)] for kernel in ATTENTION_KINDS]
+                                for i in range(len(_REG.family(f).examples))]
     if isinstance(_MEASURED[family], str):
         pytest.fail(_MEASURED[family])
     return _MEASURED[family]
