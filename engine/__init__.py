@@ -14,11 +14,11 @@ Public surface::
     vramwise.compare(model, methods=..., profiles=...) / vramwise.sweep(model, batch_size=[...], ...)
     vramwise.read_recipe("axolotl.yaml") -> Recipe  # a training recipe; estimate/fit/compare/measure take it as the model
 
-Errors all derive from :class:`VramwiseError` (see ``vramwise.core.errors`` for the tree).
+Errors all derive from :class:`VramwiseError` (see ``vramwise.errors`` for the tree).
 """
 
-from vramwise.core.bands import ErrorBand
-from vramwise.core.errors import (
+from vramwise.profiles.bands import ErrorBand
+from vramwise.errors import (
     ConfigError,
     EvaluationError,
     ExpressionError,
@@ -34,12 +34,12 @@ from vramwise.core.errors import (
     UsageError,
     VramwiseError,
 )
-from vramwise.core.estimate import COMPONENTS, Estimate, RankEstimate, TraceEntry, estimate, load_model
-from vramwise.core.size_only import estimate_from_size
-from vramwise.core.model import LayerClass, ModelSpec, Module
-from vramwise.core.recipe import Origin, Recipe
-from vramwise.core.registry import Registry
-from vramwise.core.settings import SETTINGS, Setting, TrainingSettings
+from vramwise.estimation.estimate import COMPONENTS, Estimate, RankEstimate, TraceEntry, estimate, load_model
+from vramwise.estimation.size_only import estimate_from_size
+from vramwise.models.model import LayerClass, ModelSpec, Module
+from vramwise.estimation.recipe import Origin, Recipe
+from vramwise.estimation.registry import Registry
+from vramwise.profiles.settings import SETTINGS, Setting, TrainingSettings
 
 # GPU discovery and measurement are imported when first used: an estimate needs neither.
 _LAZY = {
@@ -47,9 +47,9 @@ _LAZY = {
     "GpuSelection": "answers.selection", "child_env": "answers.selection", "device_map": "answers.selection",
     "select_gpus": "answers.selection",
     "Measurement": "measuring.results", "PhaseFigures": "measuring.results", "RankFigures": "measuring.results", "measure": "measuring.steps",
-    "check": "core.check",
+    "check": "tooling.check",
     "read_recipe": "recipes.reader",
-    "GpuSpec": "core.gpu_catalog", "gpu_spec": "core.gpu_catalog", "list_gpus": "core.gpu_catalog",
+    "GpuSpec": "inputs.gpu_catalog", "gpu_spec": "inputs.gpu_catalog", "list_gpus": "inputs.gpu_catalog",
     "fit": "answers.fit", "compare": "answers.fit", "sweep": "answers.fit", "Fit": "answers.fit", "MethodFit": "answers.fit", "Comparison": "answers.fit",
     "Sweep": "answers.fit", "GpuTarget": "answers.fit", "Advice": "answers.advice",
     "plot_estimate": "answers.plots", "plot_compare": "answers.plots", "plot_fit": "answers.plots", "plot_sweep": "answers.plots",
@@ -70,7 +70,7 @@ def __getattr__(name: str):
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
-from vramwise.core.version import VERSION as __version__  # noqa: E402
+from vramwise.version import VERSION as __version__  # noqa: E402
 
 __all__ = [
     "estimate",

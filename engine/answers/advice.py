@@ -47,7 +47,7 @@ from typing import Any, Callable, Mapping
 
 from vramwise.answers.placement import GpuSet, fits as _fits_on
 from vramwise.answers.search import fewest_above, largest_below
-from vramwise.core.errors import VramwiseError
+from vramwise.errors import VramwiseError
 
 __all__ = ["Advice", "advise", "KINDS", "MAX_ESTIMATES", "MAX_COMBINATION_ESTIMATES"]
 

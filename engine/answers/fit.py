@@ -21,12 +21,12 @@ from typing import Any, Iterable, Mapping
 from vramwise.answers.advice import Advice, advise
 from vramwise.answers.placement import GpuSet, fits as _fits_on, rule_text
 from vramwise.answers.search import fewest as _fewest, largest as _largest
-from vramwise.core.errors import SettingsError, VramwiseError
-from vramwise.core.estimate import COMPONENTS, Estimate, estimate, load_model
-from vramwise.core.model import ModelSpec
-from vramwise.core.recipe import unpack
-from vramwise.core.registry import Registry
-from vramwise.core.settings import DEFAULT_PROFILE, DEFAULTS, LIMITS, METHODS, SWEEPABLE
+from vramwise.errors import SettingsError, VramwiseError
+from vramwise.estimation.estimate import COMPONENTS, Estimate, estimate, load_model
+from vramwise.models.model import ModelSpec
+from vramwise.estimation.recipe import unpack
+from vramwise.estimation.registry import Registry
+from vramwise.profiles.settings import DEFAULT_PROFILE, DEFAULTS, LIMITS, METHODS, SWEEPABLE
 
 __all__ = ["fit", "Fit", "Advice", "MethodFit", "GpuTarget", "compare", "Comparison", "sweep", "Sweep", "DEFAULT_FRONTIER"]
 
@@ -73,7 +73,7 @@ def gpu_target(gpu: Any, count: int | None = None) -> GpuTarget:
         smallest = min(visible, key=lambda g: g.free)
         return GpuTarget(f"local ({len(visible)} x {smallest.name})", smallest.free,
                          "NVML: the smallest free memory among the visible GPUs", count or len(visible))
-    from vramwise.core.gpu_catalog import gpu_spec
+    from vramwise.inputs.gpu_catalog import gpu_spec
 
     spec = gpu_spec(gpu)
     return GpuTarget(spec.name, spec.memory_bytes, spec.source, count or 1, spec.cuda_total_bytes)

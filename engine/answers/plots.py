@@ -18,8 +18,8 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from vramwise.core.errors import MissingDependencyError, SettingsError
-from vramwise.core.estimate import COMPONENTS
+from vramwise.errors import MissingDependencyError, SettingsError
+from vramwise.estimation.estimate import COMPONENTS
 
 __all__ = ["plot_estimate", "plot_compare", "plot_fit", "plot_sweep", "PLOT_FORMATS"]
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from vramwise.answers.placement import GpuSet, fits, pooled_bytes
-from vramwise.core.errors import GpuSelectionError, VramwiseError
-from vramwise.core.estimate import estimate
-from vramwise.core.settings import DEFAULT_PROFILE
+from vramwise.errors import GpuSelectionError, VramwiseError
+from vramwise.estimation.estimate import estimate
+from vramwise.profiles.settings import DEFAULT_PROFILE
 from vramwise.gpus.discovery import GpuDiscovery, NvmlBackend, discover_gpus
 
 __all__ = ["GpuSelection", "select_gpus", "device_map", "child_env"]
@@ -63,7 +63,7 @@ def _further_gpu_share(est: Any) -> float:
     """The profile's share of a further GPU's free memory (the estimate's, else the default profile's)."""
     share = getattr(est, "further_gpu_share", None)
     if share is None:
-        from vramwise.core.registry import Registry
+        from vramwise.estimation.registry import Registry
 
         share = Registry.default().profile(DEFAULT_PROFILE).further_gpu_share
     return share

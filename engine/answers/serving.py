@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from vramwise.answers.search import fewest
-from vramwise.core.errors import SettingsError, VramwiseError
-from vramwise.core.estimate import Estimate, estimate
-from vramwise.core.model import ModelSpec
-from vramwise.core.profile import Profile
+from vramwise.errors import SettingsError, VramwiseError
+from vramwise.estimation.estimate import Estimate, estimate
+from vramwise.models.model import ModelSpec
+from vramwise.profiles.profile import Profile
 
 __all__ = ["ServingFit", "serving_fit", "TP_SIZES", "UTILIZATIONS"]
 

@@ -28,7 +28,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Mapping
 
-from vramwise.core.errors import ConfigError
+from vramwise.errors import ConfigError
 
 __all__ = ["CatalogModel", "catalog_model", "list_models", "find_model", "CATALOG_FILE", "HUB_PREFIX", "CATALOG_PREFIX"]
 

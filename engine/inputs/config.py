@@ -38,7 +38,7 @@ import stat
 from pathlib import Path
 from typing import Any, Mapping
 
-from vramwise.core.errors import ConfigError
+from vramwise.errors import ConfigError
 
 __all__ = ["read_config", "parse_json_bytes", "text_view", "checkpoint_size", "MAX_CONFIG_BYTES", "MAX_INDEX_BYTES", "MAX_JSON_DEPTH"]
 

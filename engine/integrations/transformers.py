@@ -9,7 +9,7 @@
 
 When training begins the callback reads the Trainer's own objects: the model's config (the base
 model's under PEFT), the ``TrainingArguments``, the PEFT adapter config, the quantization config and
-the DeepSpeed / FSDP / process state. They become a :class:`~vramwise.core.recipe.Recipe` through
+the DeepSpeed / FSDP / process state. They become a :class:`~vramwise.estimation.recipe.Recipe` through
 :func:`vramwise.recipes.read_recipe` (formats ``transformers``, ``peft``, ``bitsandbytes``,
 ``deepspeed``), with what only the live model knows as overrides: the config itself, the method (PEFT
 adapters, 4-bit weights, or neither), the attention implementation, whether checkpointing is on, the
@@ -20,7 +20,7 @@ The estimate is made at the recipe's sequence length, then again at the shape of
 the model sees (a forward pre-hook reads ``input_ids``), before that batch's activations exist. When
 the estimate exceeds the device's memory (CUDA: the device's total memory; CPU: only when ``gpu=``
 names a GPU or a size) the callback warns (:class:`MemoryCheckWarning`), or raises
-:class:`~vramwise.core.errors.SettingsError` with ``strict=True``.
+:class:`~vramwise.errors.SettingsError` with ``strict=True``.
 
 After ``steps`` optimizer steps it reads the measured peak: on CUDA ``torch.cuda.max_memory_allocated``
 and ``max_memory_reserved`` (their peaks are reset when training begins), on CPU the storage tracker
@@ -39,10 +39,10 @@ import warnings
 from importlib import metadata
 from typing import Any, Mapping
 
-from vramwise.core.errors import MissingDependencyError, SettingsError, VramwiseError
-from vramwise.core.estimate import estimate
-from vramwise.core.settings import SETTINGS
-from vramwise.core.version import VERSION
+from vramwise.errors import MissingDependencyError, SettingsError, VramwiseError
+from vramwise.estimation.estimate import estimate
+from vramwise.profiles.settings import SETTINGS
+from vramwise.version import VERSION
 
 try:
     from transformers import TrainerCallback
@@ -235,7 +235,7 @@ class MemoryCheckCallback(TrainerCallback):
     """Estimate the Trainer's run before its first step, warn when it will not fit, measure its first
     ``steps`` optimizer steps and record both in the runs database.
 
-    ``strict``: raise :class:`~vramwise.core.errors.SettingsError` instead of warning when the run
+    ``strict``: raise :class:`~vramwise.errors.SettingsError` instead of warning when the run
     will not fit. ``db_path``: the runs database (default: ``$VRAMWISE_RUNS_DB`` or the cache
     folder's); ``record=False`` writes none. ``gpu``: check the fit against this GPU (a catalog name
     such as ``"RTX 4090"``, a size such as ``"24GiB"``) instead of the training device. ``profile``: the

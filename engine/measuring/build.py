@@ -8,8 +8,8 @@ them or names the extra that brings it.
 
 from __future__ import annotations
 
-from vramwise.core.errors import MissingDependencyError
-from vramwise.core.registry import Registry
+from vramwise.errors import MissingDependencyError
+from vramwise.estimation.registry import Registry
 
 __all__ = ["OPTIMIZERS", "require", "build_optimizer", "served_family"]
 

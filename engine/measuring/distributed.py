@@ -37,8 +37,8 @@ import tempfile
 import time
 from typing import Any
 
-from vramwise.core import errors
-from vramwise.core.errors import MeasurementError, SettingsError, StackUnsupportedError
+import vramwise.errors as errors
+from vramwise.errors import MeasurementError, SettingsError, StackUnsupportedError
 from vramwise.measuring.build import build_optimizer, require
 from vramwise.measuring.results import Measurement, PhaseFigures, RankFigures
 from vramwise.measuring.runner import track_cpu
@@ -290,7 +290,7 @@ def _run_rank(job: dict, rank: int) -> dict:
     import torch
     import torch.distributed as dist
 
-    from vramwise.core.settings import normalise_settings
+    from vramwise.profiles.settings import normalise_settings
 
     warnings.simplefilter("ignore")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))

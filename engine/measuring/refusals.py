@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from vramwise.core.errors import SettingsError, StackUnsupportedError
+from vramwise.errors import SettingsError, StackUnsupportedError
 
 __all__ = ["KERNEL_ORDER", "class_kernels", "causal_lm_class", "check_attention", "check_device", "padding_refusal",
            "check_padding", "STACK_PACKAGES", "step_failure"]
@@ -102,8 +102,8 @@ def check_padding(cfg_dict: dict, config, cls) -> None:
     """Refuse the config's pad_token_id before the model is built where its family says transformers'
     embeddings take it (the facts embedding_padding_idx and embedding_padding_rows, resolved from
     ``cfg_dict`` as an estimate resolves them); a config vramwise cannot resolve is left to the build."""
-    from vramwise.core.errors import VramwiseError
-    from vramwise.core.estimate import load_model
+    from vramwise.errors import VramwiseError
+    from vramwise.estimation.estimate import load_model
 
     try:
         facts = load_model(cfg_dict).facts

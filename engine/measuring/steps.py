@@ -25,8 +25,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from vramwise.core.errors import MeasurementError, SettingsError, StackUnsupportedError, VramwiseError
-from vramwise.core.settings import normalise_settings
+from vramwise.errors import MeasurementError, SettingsError, StackUnsupportedError, VramwiseError
+from vramwise.profiles.settings import normalise_settings
 from vramwise.inputs.config import read_config
 from vramwise.measuring.build import require
 from vramwise.measuring.results import Measurement
@@ -70,7 +70,7 @@ def measure(
     bitsandbytes storage).
 
     ``stack`` chooses whose model, loss and optimizer step run: ``hf`` (transformers + PEFT +
-    bitsandbytes) or another training stack of :data:`vramwise.core.settings.STACKS`, each in its own
+    bitsandbytes) or another training stack of :data:`vramwise.profiles.settings.STACKS`, each in its own
     module of :mod:`vramwise.measuring.stacks` (with the extra ``vramwise[<name>]`` installed);
     ``loss``, ``loss_chunks``, ``activation_offloading`` and ``optimizer_in_bwd`` are settings those
     stacks expose.

@@ -172,7 +172,7 @@ def initialize(net, strategy: str, settings, tracker):
     from deepspeed.accelerator import get_accelerator
 
     if get_accelerator().device_name() != "cpu":
-        from vramwise.core.errors import MeasurementError
+        from vramwise.errors import MeasurementError
 
         raise MeasurementError(f"DeepSpeed chose the {get_accelerator().device_name()} accelerator; the ZeRO "
                                "measurement runs on its CPU accelerator (DS_ACCELERATOR=cpu)")

@@ -15,8 +15,8 @@ from functools import cached_property
 from importlib import resources
 from typing import Any, Mapping
 
-from vramwise.core.datafiles import load_data_file, read_data_text, read_folder
-from vramwise.core.errors import FileFormatError, SettingsError
+from vramwise.rules.datafiles import load_data_file, read_data_text, read_folder
+from vramwise.errors import FileFormatError, SettingsError
 
 __all__ = ["Rule", "Format", "Formats", "MISSING", "canon", "lookup", "version_tuple"]
 
@@ -283,7 +283,7 @@ class Formats:
     def load(cls, folder=None, *, validate: bool | None = None) -> "Formats":
         """The formats of ``folder`` (a path; default: the bundled ones). Files from a folder are
         validated against the schema; the bundled ones are validated by the test suite."""
-        from vramwise.core.settings import SETTING_NAMES
+        from vramwise.profiles.settings import SETTING_NAMES
 
         if folder is None:
             items = read_folder(resources.files("vramwise.frameworks"), FORMATS_DISPLAY)

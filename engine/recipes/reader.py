@@ -4,7 +4,7 @@ A recipe is one file or mapping (the main part) plus the files it names (``deeps
 further parts the caller gives (an accelerate config, an adapter_config.json). Each setting takes
 the first value found in this order: the caller's overrides; the parts' own keys (main part first,
 then the parts it names, then the further parts); the frameworks' defaults (same order); vramwise's
-default. :class:`~vramwise.core.recipe.Origin` records which.
+default. :class:`~vramwise.estimation.recipe.Origin` records which.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Any, Mapping
 
 import yaml
 
-from vramwise.core.datafiles import DataFile, MAX_FILE_BYTES, compose_yaml, iter_nodes
-from vramwise.core.errors import RecipeError, SettingsError, VramwiseError
-from vramwise.core.recipe import Origin, Recipe
-from vramwise.core.settings import DEFAULT_PROFILE, SETTINGS
+from vramwise.rules.datafiles import DataFile, MAX_FILE_BYTES, compose_yaml, iter_nodes
+from vramwise.errors import RecipeError, SettingsError, VramwiseError
+from vramwise.estimation.recipe import Origin, Recipe
+from vramwise.profiles.settings import DEFAULT_PROFILE, SETTINGS
 from vramwise.recipes.formats import MISSING, Format, Formats, Rule, canon, lookup, version_tuple
 
 __all__ = ["read_recipe", "bundled_formats", "RecipeText", "MAX_PARTS", "MAX_WARNED_KEYS"]
@@ -525,7 +525,7 @@ def read_recipe(source: Any, *, framework: str | None = None, overrides: Mapping
         warnings.append(f"strategy {settings['strategy']} ({origins['strategy'].describe()}) on 1 GPU: the recipe "
                         "does not say how many; set world_size (--set world_size=N)")
     if registry is None:
-        from vramwise.core.registry import Registry
+        from vramwise.estimation.registry import Registry
 
         registry = Registry.default()
     profile = _profile_for_strategy(profile, settings, origins, warnings, registry)

@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from vramwise.core.errors import UsageError
+from vramwise.errors import UsageError
 
 __all__ = ["SCHEMA_VERSION", "DEFAULT_LIMIT", "ENV_VAR", "MAX_JSON", "Run", "RunsDB", "default_path",
            "error_percent", "summarize"]

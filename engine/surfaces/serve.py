@@ -54,8 +54,8 @@ import sys
 from importlib import resources
 from typing import Any, Callable
 
-from vramwise.core.errors import ConfigError, InternalError, MissingDependencyError, SettingsError, VramwiseError
-from vramwise.core.settings import DEFAULT_PROFILE
+from vramwise.errors import ConfigError, InternalError, MissingDependencyError, SettingsError, VramwiseError
+from vramwise.profiles.settings import DEFAULT_PROFILE
 from vramwise.surfaces import serve_address as _address
 
 __all__ = ["create_app", "make_server", "serve", "default_limits", "MAX_BODY_BYTES", "BODY_TIMEOUT", "COMPUTE_TIMEOUT",
@@ -127,7 +127,7 @@ def is_loopback(host: str) -> bool:
 # -- reading requests ------------------------------------------------------------------------
 
 def _settings_names() -> dict:
-    from vramwise.core.settings import SETTINGS
+    from vramwise.profiles.settings import SETTINGS
 
     return {s.name: s for s in SETTINGS}
 
@@ -282,7 +282,7 @@ def _gpu_field(body: dict, required: bool):
 # -- the answers (run in worker threads) -----------------------------------------------------
 
 def api_estimate(body: dict) -> dict:
-    from vramwise.core.estimate import estimate
+    from vramwise.estimation.estimate import estimate
     from vramwise.surfaces.views import estimate_view, strategy_gpus_problem
 
     gpus = _int_list(body, "gpus", [1, 2, 4, 8], 1, 1 << 20)
@@ -304,7 +304,7 @@ def api_estimate(body: dict) -> dict:
 
 
 def api_explain(body: dict) -> dict:
-    from vramwise.core.estimate import estimate
+    from vramwise.estimation.estimate import estimate
     from vramwise.surfaces.views import explain_view
 
     recipe = _recipe_of(body)
@@ -374,7 +374,7 @@ def api_families(_query: dict) -> dict:
 
 def api_gpus(_query: dict) -> dict:
     from vramwise.gpus.discovery import discover_gpus
-    from vramwise.core.gpu_catalog import list_gpus
+    from vramwise.inputs.gpu_catalog import list_gpus
 
     catalog = [{"id": g.id, "name": g.name, "vendor": g.vendor, "memory_bytes": g.memory_bytes, "source": g.source,
                 "aliases": list(g.aliases)} for g in list_gpus()]
@@ -398,8 +398,8 @@ def api_formats(_query: dict) -> dict:
 
 
 def api_settings(_query: dict) -> dict:
-    from vramwise.core.registry import Registry
-    from vramwise.core.settings import SETTINGS
+    from vramwise.estimation.registry import Registry
+    from vramwise.profiles.settings import SETTINGS
 
     reg = Registry.default()
     return {"settings": [{"name": s.name, "default": s.default, "type": s.cli_type, "choices": list(s.choices),

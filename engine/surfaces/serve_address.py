@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vramwise.core.errors import SettingsError, VramwiseError
+from vramwise.errors import SettingsError, VramwiseError
 
 __all__ = ["read_address", "MAX_FIELDS"]
 
@@ -21,8 +21,8 @@ MAX_FIELDS = 64
 
 def _canonical_gpu(text: str) -> dict:
     """A GPU as the command line reads it (a catalog name, id or alias, a size, or local): its canonical form."""
-    from vramwise.core.gpu_catalog import gpu_spec
-    from vramwise.core.sizes import parse_size
+    from vramwise.inputs.gpu_catalog import gpu_spec
+    from vramwise.inputs.sizes import parse_size
 
     if text.strip().lower() == "local":
         return {"value": "local", "name": "local: the visible GPUs"}
@@ -56,10 +56,10 @@ def read_address(query: dict) -> dict:
     """The page's address read as the command line reads the same values: for each field, its canonical
     value (``{"value": ...}``, a GPU also its ``name`` and ``note``) or why it cannot be read
     (``{"error": ...}``); ``unknown``: the fields that mean nothing here."""
-    from vramwise.core.registry import Registry
+    from vramwise.estimation.registry import Registry
     from vramwise.inputs.catalog import catalog_model
 
-    from vramwise.core.settings import SETTINGS
+    from vramwise.profiles.settings import SETTINGS
 
     names = {x.name: x for x in SETTINGS}
     reg = Registry.default()

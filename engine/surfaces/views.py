@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from vramwise.answers.placement import inference_split, per_gpu_bytes
-from vramwise.core.estimate import Estimate
-from vramwise.core.registry import Registry
+from vramwise.estimation.estimate import Estimate
+from vramwise.estimation.registry import Registry
 
 __all__ = ["estimate_view", "explain_view", "families_view", "strategy_gpus_problem"]
 

@@ -26,7 +26,7 @@ pytest.importorskip("bitsandbytes")
 import torch  # noqa: E402
 
 from vramwise import StackUnsupportedError, VramwiseError, estimate  # noqa: E402
-from vramwise.core.settings import normalise_settings  # noqa: E402
+from vramwise.profiles.settings import normalise_settings  # noqa: E402
 from vramwise.measuring.stacks import litgpt as stack  # noqa: E402
 
 from helpers import traced  # noqa: E402

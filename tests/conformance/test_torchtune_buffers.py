@@ -23,7 +23,7 @@ pytest.importorskip("torchao")
 import torch  # noqa: E402
 
 from vramwise import estimate  # noqa: E402
-from vramwise.core.settings import normalise_settings  # noqa: E402
+from vramwise.profiles.settings import normalise_settings  # noqa: E402
 from vramwise.measuring.stacks import torchtune as stack  # noqa: E402
 
 from helpers import traced  # noqa: E402

@@ -280,7 +280,7 @@ def test_the_address_accepts_what_the_cli_accepts_and_is_written_back_canonical(
     _require()
     from playwright.sync_api import sync_playwright
 
-    from vramwise.core.gpu_catalog import gpu_spec
+    from vramwise.inputs.gpu_catalog import gpu_spec
     from vramwise.inputs.catalog import find_model
 
     monkeypatch.setattr(_source, "_read_hub", lambda repo, trust: (_ for _ in ()).throw(AssertionError(repo)))

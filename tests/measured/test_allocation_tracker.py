@@ -46,7 +46,7 @@ def test_an_eager_step_reads_as_the_dispatch_tracker_reads_it():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from vramwise.measuring.runner import track_cpu
-    from vramwise.core.settings import normalise_settings
+    from vramwise.profiles.settings import normalise_settings
 
     cfg = LlamaConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, attn_implementation="sdpa")

@@ -16,7 +16,7 @@ peft = pytest.importorskip("peft")
 
 from validation_matrices import CELL_LIMIT  # noqa: E402 - benchmarks/ is on pytest's path
 
-from vramwise.core.errors import SettingsError  # noqa: E402
+from vramwise.errors import SettingsError  # noqa: E402
 from vramwise.integrations.transformers import MemoryCheckCallback, MemoryCheckWarning  # noqa: E402
 from vramwise.records.runs import RunsDB  # noqa: E402
 from vramwise.surfaces.cli.main import main  # noqa: E402
@@ -134,7 +134,7 @@ def test_without_the_recipe_reader_the_live_values_are_used(tmp_path, monkeypatc
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
     import vramwise.recipes
-    from vramwise.core.errors import RecipeError
+    from vramwise.errors import RecipeError
 
     def refuse(*a, **k):
         raise RecipeError("the recipe mapping:1: not a recipe of a format vramwise reads")

@@ -279,7 +279,7 @@ def test_tracker_sees_frees_between_operators_and_views():
 
 def test_every_stack_name_has_a_module_with_the_protocol():
     from vramwise import Registry
-    from vramwise.core.settings import STACKS
+    from vramwise.profiles.settings import STACKS
     from vramwise.measuring.stacks.registry import STACK_MODULES
 
     assert set(STACK_MODULES) == set(STACKS)

@@ -201,7 +201,7 @@ def _recording_popen(monkeypatch) -> list:
 
 
 def test_an_error_in_a_child_comes_back_as_one_message(monkeypatch):
-    from vramwise.core.settings import normalise_settings
+    from vramwise.profiles.settings import normalise_settings
 
     started = _recording_popen(monkeypatch)
     # measure refuses a config transformers cannot read before any process starts, in one short line
@@ -216,7 +216,7 @@ def test_an_error_in_a_child_comes_back_as_one_message(monkeypatch):
 
 
 def test_a_run_past_its_deadline_is_stopped(monkeypatch):
-    from vramwise.core.settings import normalise_settings
+    from vramwise.profiles.settings import normalise_settings
 
     started = _recording_popen(monkeypatch)
     settings = normalise_settings(method="full", batch_size=1, seq_len=32)
@@ -226,7 +226,7 @@ def test_a_run_past_its_deadline_is_stopped(monkeypatch):
 
 
 def test_the_strategies_measured_are_strategies_of_the_settings():
-    from vramwise.core.settings import STRATEGIES
+    from vramwise.profiles.settings import STRATEGIES
 
     # DDP and FSDP2 (full shard, and shard_grad_op's reshard_after_forward=False) run here, and ZeRO on
     # DeepSpeed's CPU accelerator; HSDP and device_map need several nodes or GPUs

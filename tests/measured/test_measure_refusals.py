@@ -38,8 +38,8 @@ pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import vramwise  # noqa: E402
-from vramwise.core.errors import SettingsError, StackUnsupportedError, VramwiseError  # noqa: E402
-from vramwise.core.settings import ATTENTION_KINDS  # noqa: E402
+from vramwise.errors import SettingsError, StackUnsupportedError, VramwiseError  # noqa: E402
+from vramwise.profiles.settings import ATTENTION_KINDS  # noqa: E402
 from vramwise.measuring.steps import measure  # noqa: E402
 
 _REG = vramwise.Registry.default()

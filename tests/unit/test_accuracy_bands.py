@@ -1,4 +1,4 @@
-"""Error bands (accuracy/bands.yaml, vramwise.core.bands): the file holds every cell key of the validation
+"""Error bands (accuracy/bands.yaml, vramwise.profiles.bands): the file holds every cell key of the validation
 matrices with its count, as scripts/build_accuracy_bands.py writes it; each estimate carries the band of
 its profile x method x strategy, or says why it has none; the command line and the server show it.
 
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import vramwise
-from vramwise.core.bands import BANDS_PATH, ErrorBand, bundled_bands, read_bands
-from vramwise.core.errors import FileFormatError
+from vramwise.profiles.bands import BANDS_PATH, ErrorBand, bundled_bands, read_bands
+from vramwise.errors import FileFormatError
 from vramwise.surfaces.cli.main import main
 
 from validation_matrices import MATRICES
@@ -49,7 +49,7 @@ def test_bands_file_holds_every_cell_key_of_the_matrices_with_its_count():
 def test_bands_file_is_the_scripts_rendering_and_valid_under_its_schema():
     from jsonschema import Draft202012Validator
 
-    from vramwise.core.datafiles import load_schema
+    from vramwise.rules.datafiles import load_schema
 
     Draft202012Validator.check_schema(load_schema("accuracy-1.schema.json"))
     text = resources.files("vramwise.accuracy").joinpath("bands.yaml").read_text(encoding="utf-8")

@@ -12,8 +12,8 @@ import pytest
 import vramwise
 from vramwise.answers.advice import KINDS, MAX_COMBINATION_ESTIMATES, MAX_ESTIMATES, advise
 from vramwise.answers.fit import MAX_GPUS, fit
-from vramwise.core.size_only import size_only_model
-from vramwise.core.registry import Registry
+from vramwise.estimation.size_only import size_only_model
+from vramwise.estimation.registry import Registry
 
 GIB = 2**30
 LLAMA = str(Path(__file__).resolve().parents[2] / "examples" / "llama-3.1-8b.json")

@@ -211,7 +211,7 @@ SYNTHETIC = {
 
 
 def test_every_format_has_a_case():
-    from vramwise.core.checkpoint_formats import formats
+    from vramwise.models.checkpoint_formats import formats
 
     covered = {fmt for fmt, *_ in SYNTHETIC.values()} | {"mxfp4"}  # mxfp4: the gpt-oss case below
     assert {f.id for f in formats()} <= covered

@@ -6,8 +6,8 @@ from importlib import resources
 
 import pytest
 
-from vramwise.core.datafiles import load_data_file
-from vramwise.core.errors import FileFormatError
+from vramwise.rules.datafiles import load_data_file
+from vramwise.errors import FileFormatError
 
 SCHEMA = "checkpoint-formats-1.schema.json"
 

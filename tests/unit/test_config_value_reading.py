@@ -11,7 +11,7 @@ import copy
 import pytest
 
 import vramwise
-from vramwise.core.registry import Registry
+from vramwise.estimation.registry import Registry
 
 # Llama-2-7B's shapes: per layer q, k, v, o 4 x 4096^2 = 67,108,864, gate/up/down 3 x 4096 x 11008 = 135,266,304,
 # two norms 8,192: 202,383,360; x 32 layers = 6,476,267,520; embedding and untied head 2 x 32000 x 4096 =

@@ -163,7 +163,7 @@ def test_profile_needs_inputs_from_every_family(tmp_path):
 def test_schemas_are_valid_json_schema():
     from jsonschema import Draft202012Validator
 
-    from vramwise.core.datafiles import load_schema
+    from vramwise.rules.datafiles import load_schema
 
     for name in ("family-1.schema.json", "formulas-1.schema.json", "profile-1.schema.json"):
         Draft202012Validator.check_schema(load_schema(name))

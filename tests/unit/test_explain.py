@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import vramwise
-from vramwise.core.explain import live_formula_ids
-from vramwise.core.expr.language import compile_expression
+from vramwise.estimation.explain import live_formula_ids
+from vramwise.rules.expr.language import compile_expression
 
 _NAMES = {"a", "b", "c", "d", "flag", "n"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vramwise import EvaluationError, ExpressionError
-from vramwise.core.expr.language import LayerValues, compile_expression
+from vramwise.rules.expr.language import LayerValues, compile_expression
 
 NAMES = {"a", "b", "xs", "layer_x"}
 
@@ -78,7 +78,7 @@ def test_rejections(text, needle):
 
 
 def test_rejection_points_at_the_column(tmp_path):
-    from vramwise.core.datafiles import DataFile
+    from vramwise.rules.datafiles import DataFile
     import yaml
 
     text = "formula: a + unknown_thing\n"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import vramwise
-from vramwise.core.examples import expected_value, run_example
+from vramwise.tooling.examples import expected_value, run_example
 
 _REG = vramwise.Registry.default()
 _CASES = [(f.name, ex) for f in _REG.families.values() for ex in f.examples]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import vramwise
-from vramwise.core.family_index import read_head
+from vramwise.models.family_index import read_head
 
 LLAMA_CFG = {"model_type": "my_llama", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 512,
              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}

@@ -11,7 +11,7 @@ from jsonschema import Draft202012Validator
 
 import vramwise
 from vramwise import FileFormatError, SettingsError
-from vramwise.core.gpu_catalog import CATALOG_PATH, build_catalog, normalize
+from vramwise.inputs.gpu_catalog import CATALOG_PATH, build_catalog, normalize
 
 
 def _text() -> str:
@@ -188,7 +188,7 @@ def test_sizes_without_a_clear_unit_are_rejected(query):
     ("1.5", 2, None), ("0.4", 0, None),  # to the nearest whole byte
 ])
 def test_size_parser(text, total, unit):
-    from vramwise.core.sizes import parse_size
+    from vramwise.inputs.sizes import parse_size
 
     size = parse_size(text)
     assert (size.bytes, size.unit) == (total, unit)
@@ -196,13 +196,13 @@ def test_size_parser(text, total, unit):
 
 @pytest.mark.parametrize("text", ["16G", "24g", "8 Gb s", "GB", "-1", "nan", "", "1,000", "16 gigabytes"])
 def test_size_parser_refuses_what_is_not_a_size(text):
-    from vramwise.core.sizes import parse_size
+    from vramwise.inputs.sizes import parse_size
 
     assert parse_size(text) is None
 
 
 def test_size_parser_refuses_a_size_too_large_for_a_float():
-    from vramwise.core.sizes import parse_size
+    from vramwise.inputs.sizes import parse_size
 
     with pytest.raises(SettingsError, match="too large"):
         parse_size("1e400")

@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import vramwise
-from vramwise.core.model import _hashable
-from vramwise.core.facts import resolve_facts
-from vramwise.core.plan import IndexSet, analyse, layer_classes
+from vramwise.models.model import _hashable
+from vramwise.models.facts import resolve_facts
+from vramwise.models.plan import IndexSet, analyse, layer_classes
 from vramwise.inputs.config import text_view
 from helpers import from_shared, shared_configs
 
@@ -185,8 +185,8 @@ def test_index_set():
 
 
 def test_index_used_otherwise_visits_every_layer():
-    from vramwise.core.family import AttributeRule
-    from vramwise.core.expr.language import compile_expression
+    from vramwise.models.family import AttributeRule
+    from vramwise.rules.expr.language import compile_expression
 
     rule = AttributeRule("x", compile_expression("i * 2", allowed={"i"}), True, "")
     assert analyse([rule]) is None

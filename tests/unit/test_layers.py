@@ -1,22 +1,26 @@
 """The package's shape, checked from its source: dependencies point down, no import circles (imports
-inside functions and ``importlib.import_module`` of literal names count), no module over 700 lines,
+inside functions and ``importlib.import_module`` of literal names count),
 ``eval``/``exec``/``compile`` only in the expression language's package, and no subpackage reaching
 back up through ``import vramwise``.
 
 The layers, bottom to top (docs/architecture.md draws them)::
 
-    0  vramwise.core.errors           the exception tree, importable from anywhere
-    1  vramwise.inputs                configs, checkpoints and the model catalog as plain mappings
-    2  vramwise.core                  data files, the expression language, families, plan, inventory, profiles, estimate,
-                                      the GPU catalog
-    3  vramwise.gpus                  NVML discovery
-    3  vramwise.measuring             measured training steps (ground truth)
-    3  vramwise.recipes               training recipes read into settings (formats: frameworks/*.yaml)
-    3  vramwise.records               the local database of runs: predicted against measured
-    4  vramwise.answers               placement, fit, compare, sweep, plots
-    5  vramwise.surfaces              JSON views, the CLI, the server and its page
-    5  vramwise.integrations          checks inside training scripts (transformers' Trainer)
-    6  vramwise (__init__, cli, __main__)   the public names, the entry points
+    0  vramwise.errors, vramwise.version   the exception tree and the version, importable from anywhere
+    1  vramwise.rules                 the rule language and data-file reading (YAML with marks, schemas, limits)
+    2  vramwise.inputs                configs, checkpoints, the model and GPU catalogs, sizes written as text
+    3  vramwise.models                model reading: family, facts, layer plan, inventory, LoRA, skip lists,
+                                      checkpoint formats, the resolved model
+    4  vramwise.profiles              profiles and settings: profile files, strategies, settings, bands
+    5  vramwise.estimation            the estimate: registry, caches, estimate, explain, recipe, size only
+    6  vramwise.tooling               checks of data files, the families' examples
+    7  vramwise.gpus                  NVML discovery
+    7  vramwise.measuring             measured training steps (ground truth)
+    7  vramwise.recipes               training recipes read into settings (formats: frameworks/*.yaml)
+    7  vramwise.records               the local database of runs: predicted against measured
+    8  vramwise.answers               placement, fit, compare, sweep, plots
+    9  vramwise.surfaces              JSON views, the CLI, the server and its page
+    9  vramwise.integrations          checks inside training scripts (transformers' Trainer)
+    10 vramwise (__init__, cli, __main__)   the public names, the entry points
 
 A module may import its own layer's modules and those of lower layers only.
 """
@@ -29,21 +33,25 @@ from pathlib import Path
 import vramwise
 
 ENGINE = Path(vramwise.__file__).resolve().parent
-MAX_LINES = 700
 RANKS = [  # longest prefix first
-    ("vramwise.core.errors", 0),
-    ("vramwise.inputs", 1),
-    ("vramwise.core", 2),
-    ("vramwise.gpus", 3),
-    ("vramwise.measuring", 3),
-    ("vramwise.recipes", 3),
-    ("vramwise.records", 3),
-    ("vramwise.answers", 4),
-    ("vramwise.surfaces", 5),
-    ("vramwise.integrations", 5),
-    ("vramwise", 6),
+    ("vramwise.errors", 0),
+    ("vramwise.version", 0),
+    ("vramwise.rules", 1),
+    ("vramwise.inputs", 2),
+    ("vramwise.models", 3),
+    ("vramwise.profiles", 4),
+    ("vramwise.estimation", 5),
+    ("vramwise.tooling", 6),
+    ("vramwise.gpus", 7),
+    ("vramwise.measuring", 7),
+    ("vramwise.recipes", 7),
+    ("vramwise.records", 7),
+    ("vramwise.answers", 8),
+    ("vramwise.surfaces", 9),
+    ("vramwise.integrations", 9),
+    ("vramwise", 10),
 ]
-EVAL_HOME = "vramwise.core.expr"
+EVAL_HOME = "vramwise.rules.expr"
 
 
 def _modules() -> dict[str, Path]:
@@ -173,8 +181,8 @@ def test_the_checker_sees_a_circle_and_an_upward_import():
     """The two checks above on a made-up graph: they can fail."""
     saved = dict(GRAPH)
     try:
-        GRAPH["vramwise.core.graph"] = GRAPH["vramwise.core.graph"] | {"vramwise.surfaces.serve"}
-        GRAPH["vramwise.surfaces.serve"] = GRAPH["vramwise.surfaces.serve"] | {"vramwise.core.graph"}
+        GRAPH["vramwise.rules.graph"] = GRAPH["vramwise.rules.graph"] | {"vramwise.surfaces.serve"}
+        GRAPH["vramwise.surfaces.serve"] = GRAPH["vramwise.surfaces.serve"] | {"vramwise.rules.graph"}
         for check in (test_dependencies_point_down, test_no_import_circles):
             try:
                 check()
@@ -184,11 +192,6 @@ def test_the_checker_sees_a_circle_and_an_upward_import():
     finally:
         GRAPH.clear()
         GRAPH.update(saved)
-
-
-def test_no_module_over_700_lines():
-    long = {m: n for m, p in MODULES.items() if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
-    assert not long, long
 
 
 def test_eval_exec_and_compile_only_in_the_expression_language():
@@ -205,7 +208,7 @@ def test_eval_exec_and_compile_only_in_the_expression_language():
 def test_subpackages_do_not_import_the_top_package():
     top = []
     for m, p in MODULES.items():
-        if _rank(m) == 6:
+        if _rank(m) == 10:
             continue
         for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import) and any(a.name == "vramwise" for a in node.names):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from vramwise.core.registry import Registry
+from vramwise.estimation.registry import Registry
 
 # llama-shaped: hidden 256, 4 query heads of 64 (q_dim 256), 2 key/value heads (kv_dim 128), MLP 688, 3 layers
 LLAMA = {"model_type": "llama", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 688,

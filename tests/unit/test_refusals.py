@@ -21,8 +21,8 @@ import pytest
 
 import vramwise
 from vramwise import SettingsError
-from vramwise.core.errors import StackUnsupportedError
-from vramwise.core.settings import normalise_settings
+from vramwise.errors import StackUnsupportedError
+from vramwise.profiles.settings import normalise_settings
 
 TINY = {"vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from vramwise.core.errors import UsageError
+from vramwise.errors import UsageError
 from vramwise.records.runs import SCHEMA_VERSION, RunsDB, default_path, error_percent, summarize
 from vramwise.surfaces.cli import runs as runs_cli
 from vramwise.surfaces.cli.main import main

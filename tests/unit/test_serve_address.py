@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("starlette")
 
-from vramwise.core.errors import SettingsError  # noqa: E402
-from vramwise.core.gpu_catalog import gpu_spec  # noqa: E402
-from vramwise.core.settings import normalise_static  # noqa: E402
+from vramwise.errors import SettingsError  # noqa: E402
+from vramwise.inputs.gpu_catalog import gpu_spec  # noqa: E402
+from vramwise.profiles.settings import normalise_static  # noqa: E402
 from vramwise.inputs.catalog import find_model  # noqa: E402
 from vramwise.surfaces.cli.main import main  # noqa: E402
 

@@ -17,7 +17,7 @@ pytest.importorskip("httpx")
 import vramwise  # noqa: E402
 from serve_client import client, no_hub  # noqa: E402,F401 - the fixtures
 from vramwise.answers.serving import UTILIZATIONS  # noqa: E402
-from vramwise.core.registry import Registry  # noqa: E402
+from vramwise.estimation.registry import Registry  # noqa: E402
 from vramwise.surfaces.cli import main as cli  # noqa: E402
 
 MODEL = "Qwen/Qwen3-30B-A3B"  # in the model catalog: no hub

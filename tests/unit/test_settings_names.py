@@ -8,7 +8,7 @@ from importlib import resources
 
 import yaml
 
-from vramwise.core import settings
+from vramwise.profiles import settings
 
 
 def _manifest() -> dict:
@@ -34,7 +34,7 @@ def test_the_setting_choices_are_those_names():
 
 
 def test_an_estimate_without_a_strategy_reads_no_manifest():
-    code = ("import vramwise, vramwise.core.settings as s; "
+    code = ("import vramwise, vramwise.profiles.settings as s; "
             "vramwise.estimate({'model_type': 'llama', 'vocab_size': 1000, 'hidden_size': 256, "
             "'intermediate_size': 512, 'num_hidden_layers': 2, 'num_attention_heads': 4}); "
             "print(s.strategy_manifest_names.cache_info().currsize)")

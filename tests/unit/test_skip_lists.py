@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import vramwise
-from vramwise.core.skiplists import _skip_matcher, _split_entries
+from vramwise.models.skiplists import _skip_matcher, _split_entries
 
 REG = vramwise.Registry()
 MOE = {"model_type": "qwen3_moe", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128,

@@ -13,7 +13,7 @@ import pytest
 
 import vramwise
 from vramwise import SettingsError
-from vramwise.core.settings import installed_experts_layout
+from vramwise.profiles.settings import installed_experts_layout
 
 # A tiny Mixtral: H 64, 2 layers, 4 heads of 16, 2 KV heads (k/v 32 wide), 4 experts of 128, vocabulary 100.
 TINY_MIXTRAL = dict(model_type="mixtral", vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from vramwise.core.errors import SettingsError
+from vramwise.errors import SettingsError
 
 
 def test_offload_is_refused_where_deepspeed_has_none():

@@ -16,8 +16,8 @@ from __future__ import annotations
 import tempfile
 from typing import Any
 
-from vramwise.core.errors import SettingsError, StackUnsupportedError
-from vramwise.core.registry import Registry
+from vramwise.errors import SettingsError, StackUnsupportedError
+from vramwise.estimation.registry import Registry
 from vramwise.measuring.build import OPTIMIZERS, build_optimizer, require
 from vramwise.measuring.refusals import causal_lm_class, check_attention, check_device, check_padding, padding_refusal
 from vramwise.measuring.stacks.protocol import Prepared

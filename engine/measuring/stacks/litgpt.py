@@ -41,8 +41,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vramwise.core.errors import SettingsError, StackUnsupportedError
-from vramwise.core.registry import Registry
+from vramwise.errors import SettingsError, StackUnsupportedError
+from vramwise.estimation.registry import Registry
 from vramwise.measuring.build import OPTIMIZERS, require, served_family
 from vramwise.measuring.stacks.protocol import Prepared
 
@@ -76,7 +76,7 @@ def litgpt_config_fields(cfg: dict, seq_len: int) -> dict:
     import dataclasses
 
     from litgpt.config import Config
-    from vramwise.core.estimate import load_model
+    from vramwise.estimation.estimate import load_model
 
     mt = cfg.get("model_type")
     family, families = served_family(cfg, PROFILE)

@@ -2,7 +2,7 @@
 
 Each is a module with the attributes of :class:`~vramwise.measuring.stacks.protocol.Stack`. To add
 a stack: write its module beside these, add it here, and add its name to ``STACKS`` in
-:mod:`vramwise.core.settings`, the list of names every setting is checked against. Importing the
+:mod:`vramwise.profiles.settings`, the list of names every setting is checked against. Importing the
 modules imports no training library: each imports its own when it prepares a step.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from vramwise.core.errors import SettingsError
-from vramwise.core.settings import STACKS
+from vramwise.errors import SettingsError
+from vramwise.profiles.settings import STACKS
 from vramwise.measuring.stacks import hf, litgpt, torchtune
 from vramwise.measuring.stacks.protocol import Stack
 
@@ -22,7 +22,7 @@ STACK_MODULES: Mapping[str, Stack] = {"hf": hf, "torchtune": torchtune, "litgpt"
 
 
 def stack_module(name: str) -> Stack:
-    """The module of the stack ``name`` (one of :data:`vramwise.core.settings.STACKS`)."""
+    """The module of the stack ``name`` (one of :data:`vramwise.profiles.settings.STACKS`)."""
     if name not in STACKS or name not in STACK_MODULES:
         raise SettingsError(f"unknown stack {name!r} (choose one of: {', '.join(STACKS)})")
     return STACK_MODULES[name]

@@ -29,8 +29,8 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from vramwise.core.errors import SettingsError, StackUnsupportedError
-from vramwise.core.registry import Registry
+from vramwise.errors import SettingsError, StackUnsupportedError
+from vramwise.estimation.registry import Registry
 from vramwise.measuring.build import OPTIMIZERS, build_optimizer, require, served_family
 from vramwise.measuring.stacks.protocol import Prepared
 
@@ -126,7 +126,7 @@ def _int(cfg: dict, name: str, default=None) -> int:
 
 def _facts(cfg: dict):
     """The facts of ``cfg``'s family, one the torchtune profile serves and torchtune has builders for."""
-    from vramwise.core.estimate import load_model
+    from vramwise.estimation.estimate import load_model
 
     family, families = served_family(cfg, PROFILE)
     facts = load_model(cfg).facts if family is not None else {}

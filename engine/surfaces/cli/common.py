@@ -6,12 +6,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from vramwise.core.errors import SettingsError, VramwiseError
-from vramwise.core.estimate import Estimate, estimate
-from vramwise.core.settings import DEFAULT_PROFILE
-from vramwise.core.size_only import size_only_model
-from vramwise.core.registry import Registry
-from vramwise.core.settings import SETTINGS
+from vramwise.errors import SettingsError, VramwiseError
+from vramwise.estimation.estimate import Estimate, estimate
+from vramwise.profiles.settings import DEFAULT_PROFILE
+from vramwise.estimation.size_only import size_only_model
+from vramwise.estimation.registry import Registry
+from vramwise.profiles.settings import SETTINGS
 from vramwise.inputs.config import checkpoint_size, local_kind
 from vramwise.surfaces.cli.format import count, count_bytes, gib
 
@@ -118,7 +118,7 @@ def recipe_lines(recipe, everything: bool = False) -> list[str]:
     defaults too, with theirs) and its warnings."""
     if recipe is None:
         return []
-    from vramwise.core.recipe import Origin
+    from vramwise.estimation.recipe import Origin
 
     parts = ", ".join(f"{fmt} {path}" if path else fmt for fmt, path in recipe.parts)
     lines = [f"recipe: {parts} ({recipe.framework} {recipe.framework_version}; profile {recipe.profile}, "

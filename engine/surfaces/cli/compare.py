@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 
 from vramwise.answers.fit import MAX_GPUS, compare
-from vramwise.core.bands import percent
-from vramwise.core.estimate import COMPONENTS
+from vramwise.profiles.bands import percent
+from vramwise.estimation.estimate import COMPONENTS
 from vramwise.surfaces.cli.common import show_recipe, with_recipe, model_of, plot, settings_of
 from vramwise.surfaces.cli.format import applies, bar, dash, fits_word, gib, print_json, summary, write_wrapped
 from vramwise.surfaces.cli.parser import BadValue, name_list

@@ -49,7 +49,7 @@ def catalog(args, out) -> int:
 
 def check(args, out) -> int:
     """Exit 0 when every file is fine, 1 when any has a problem (one line each)."""
-    from vramwise.core.check import check as check_files
+    from vramwise.tooling.check import check as check_files
 
     problems = check_files(args.files)
     for line in problems:

@@ -6,8 +6,8 @@ import sys
 from typing import Sequence
 
 from vramwise.answers.placement import inference_split
-from vramwise.core.estimate import COMPONENTS, Estimate
-from vramwise.core.registry import Registry
+from vramwise.estimation.estimate import COMPONENTS, Estimate
+from vramwise.estimation.registry import Registry
 from vramwise.surfaces.cli.common import show_recipe, with_recipe, label_of, other_profile_note, plot, run_estimate, settings_of
 from vramwise.surfaces.cli.format import bar, count, family_line, gib, gpus_word, print_json, summary, write_wrapped
 from vramwise.surfaces.cli.parser import BadValue, int_list

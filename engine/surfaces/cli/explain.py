@@ -1,6 +1,6 @@
 """``vramwise explain``: every number behind an estimate, with its file:line, inputs and result.
 
-Which formulas are shown is the core's answer (:func:`vramwise.core.explain.live_formula_ids`);
+Which formulas are shown is the core's answer (:func:`vramwise.estimation.explain.live_formula_ids`);
 this module only writes them.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 
-from vramwise.core.estimate import Estimate
-from vramwise.core.explain import live_formula_ids
+from vramwise.estimation.estimate import Estimate
+from vramwise.estimation.explain import live_formula_ids
 from vramwise.surfaces.cli.common import show_recipe, with_recipe, label_of, other_profile_note, run_estimate
 from vramwise.surfaces.cli.format import gib, print_json, ranges, settings_line, short, summary, value_text, write_wrapped
 from vramwise.surfaces.views import explain_view

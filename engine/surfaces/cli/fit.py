@@ -7,7 +7,7 @@ import textwrap
 
 from vramwise.answers.fit import MAX_GPUS, fit
 from vramwise.answers.placement import GpuSet, pooled_bytes, spare_per_gpu
-from vramwise.core.errors import VramwiseError
+from vramwise.errors import VramwiseError
 from vramwise.surfaces.cli.common import model_of, plot, recipe_of, settings_of, show_recipe, with_recipe
 from vramwise.surfaces.cli.format import WRAP, bar, dash, family_line, fits_word, gib, gpus_word, print_json, summary, write_wrapped
 from vramwise.surfaces.cli.parser import BadValue, int_list
@@ -57,7 +57,7 @@ def _gpu_words(fit_result, query: str | None = None) -> list[str]:
     note = None
     if not g.source.startswith(("NVML", "given in bytes")):
         try:
-            from vramwise.core.gpu_catalog import gpu_spec
+            from vramwise.inputs.gpu_catalog import gpu_spec
 
             spec = gpu_spec(query or g.name)
             if spec.memory_bytes == g.memory_bytes:

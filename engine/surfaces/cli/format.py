@@ -10,9 +10,9 @@ import math
 import textwrap
 from typing import Sequence
 
-from vramwise.core.errors import VramwiseError
-from vramwise.core.registry import Registry
-from vramwise.core.settings import SETTINGS
+from vramwise.errors import VramwiseError
+from vramwise.estimation.registry import Registry
+from vramwise.profiles.settings import SETTINGS
 
 GIB = 1024**3
 #: the width lines are wrapped at

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vramwise.core.errors import SettingsError
+from vramwise.errors import SettingsError
 from vramwise.surfaces.cli.common import run_estimate
 from vramwise.surfaces.cli.format import gib, print_json
 

@@ -21,7 +21,7 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from vramwise.core.errors import InternalError, VramwiseError
+from vramwise.errors import InternalError, VramwiseError
 from vramwise.surfaces.cli.format import one_line
 from vramwise.surfaces.cli.parser import BadValue, CommandLineError, build_parser
 

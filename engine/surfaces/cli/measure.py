@@ -60,7 +60,7 @@ def _apply_recipe(args) -> list[str]:
             raise BadValue("give a MODEL (config.json, folder or hub id), or --recipe FILE")
         return []
     if recipe.model is None:
-        from vramwise.core.errors import SettingsError
+        from vramwise.errors import SettingsError
 
         raise SettingsError(f"{recipe.path or 'the recipe'} names no model: give MODEL or --set model=ORG/NAME")
     given = getattr(args, "given_flags", set())

@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import math
 
-from vramwise.core.errors import SettingsError
-from vramwise.core.settings import DEFAULT_PROFILE, SETTINGS, STACKS, SWEEPABLE
-from vramwise.core.sizes import parse_size, split_number
+from vramwise.errors import SettingsError
+from vramwise.profiles.settings import DEFAULT_PROFILE, SETTINGS, STACKS, SWEEPABLE
+from vramwise.inputs.sizes import parse_size, split_number
 from vramwise.measuring.strategies import STRATEGIES as MEASURED_STRATEGIES
 
 #: sweepable settings the sweep parser reads as comma-separated lists
@@ -98,7 +98,7 @@ def param_count(text: str) -> float:
 
 
 def byte_size(text: str) -> int:
-    """A size in bytes by the one size parser, :func:`vramwise.core.sizes.parse_size`: ``16GB`` (10**9),
+    """A size in bytes by the one size parser, :func:`vramwise.inputs.sizes.parse_size`: ``16GB`` (10**9),
     ``15GiB`` (2**30), ``1.5e10``; KB/MB/TB and KiB/MiB/TiB too, and a bare number is bytes."""
     try:
         size = parse_size(text)
@@ -245,7 +245,7 @@ def _sub(sub, name: str, help_text: str, description: str, example: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from vramwise.core.version import VERSION as __version__
+    from vramwise.version import VERSION as __version__
 
     parser = Parser(
         prog="vramwise",

@@ -3,7 +3,7 @@ server's own terms, so that it can be held beside the server's start-up log."""
 
 from __future__ import annotations
 
-from vramwise.core.estimate import Estimate
+from vramwise.estimation.estimate import Estimate
 from vramwise.surfaces.cli.format import bar, count, gib, summary, write_wrapped
 
 __all__ = ["print_serving_estimate", "print_serving_fit"]

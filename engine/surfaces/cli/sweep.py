@@ -6,8 +6,8 @@ import csv
 import sys
 
 from vramwise.answers.fit import SWEEPABLE, sweep
-from vramwise.core.estimate import COMPONENTS
-from vramwise.core.settings import SETTINGS
+from vramwise.estimation.estimate import COMPONENTS
+from vramwise.profiles.settings import SETTINGS
 from vramwise.surfaces.cli.common import show_recipe, with_recipe, model_of, plot, settings_of
 from vramwise.surfaces.cli.format import bar, gib, print_json, settings_line, summary, write_wrapped
 from vramwise.surfaces.cli.parser import SWEEP_LISTS, BadValue, int_list

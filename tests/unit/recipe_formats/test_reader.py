@@ -14,7 +14,7 @@ import pytest
 
 import vramwise
 from vramwise import RecipeError, SettingsError
-from vramwise.core.errors import FileFormatError
+from vramwise.errors import FileFormatError
 from vramwise.recipes import Formats, bundled_formats, read_recipe
 
 TOY = """\

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from vramwise.core.errors import FileFormatError
+from vramwise.errors import FileFormatError
 
 try:  # libyaml keeps marks too and is several times faster
     _Loader = yaml.CSafeLoader

@@ -31,13 +31,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from vramwise.core.datafiles import MAX_FILE_BYTES, load_data_file, read_data_text
-from vramwise.core.errors import FileFormatError, UsageError, VramwiseError
-from vramwise.core.estimate import estimate, load_model
-from vramwise.core.examples import run_example
-from vramwise.core.profile import check_inputs
-from vramwise.core.registry import Registry
-from vramwise.core.settings import DEFAULTS
+from vramwise.rules.datafiles import MAX_FILE_BYTES, load_data_file, read_data_text
+from vramwise.errors import FileFormatError, UsageError, VramwiseError
+from vramwise.estimation.estimate import estimate, load_model
+from vramwise.tooling.examples import run_example
+from vramwise.profiles.profile import check_inputs
+from vramwise.estimation.registry import Registry
+from vramwise.profiles.settings import DEFAULTS
 
 __all__ = ["check"]
 
@@ -216,7 +216,7 @@ def check(paths: Sequence[str | os.PathLike] | str | os.PathLike) -> list[str]:
 
 def _check_formats(path: Path) -> list[str]:
     """The problems of a checkpoint-formats file: its schema and its expressions."""
-    from vramwise.core.checkpoint_formats import compile_formats
+    from vramwise.models.checkpoint_formats import compile_formats
 
     try:
         compile_formats(load_data_file(read_data_text(path, str(path)), str(path), "checkpoint-formats-1.schema.json"))

@@ -21,7 +21,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from vramwise.core.errors import SettingsError
+from vramwise.errors import SettingsError
 
 __all__ = ["Size", "UNITS", "UNIT_BASES", "parse_size", "split_number"]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vramwise.core.datafiles import DataFile, load_data_file, read_folder
-from vramwise.core.errors import FileFormatError
+from vramwise.rules.datafiles import DataFile, load_data_file, read_folder
+from vramwise.errors import FileFormatError
 
 __all__ = ["read_profile"]
 

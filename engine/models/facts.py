@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from vramwise.core.errors import ConfigError, EvaluationError
-from vramwise.core.family import Family, FactRule, describe_alias_list
+from vramwise.errors import ConfigError, EvaluationError
+from vramwise.models.family import Family, FactRule, describe_alias_list
 
 __all__ = ["FactOrigin", "resolve_facts", "INT_MAX", "MAX_LENGTH", "short_repr"]
 

@@ -17,8 +17,8 @@ from typing import Iterator
 
 import yaml
 
-from vramwise.core.datafiles import DataFile, load_data_file
-from vramwise.core.errors import FileFormatError
+from vramwise.rules.datafiles import DataFile, load_data_file
+from vramwise.errors import FileFormatError
 
 __all__ = ["FamilyFiles", "build_index", "read_head"]
 

@@ -1,7 +1,7 @@
 """The types of a resolved model: modules with exact shapes, layer classes, the inventory totals.
 
 :class:`ModelSpec` is what every profile is evaluated on (built by
-:func:`vramwise.core.resolve.resolve_model`). Layers with identical attributes form one
+:func:`vramwise.models.resolve.resolve_model`). Layers with identical attributes form one
 :class:`LayerClass` with its indices, so the cost of an estimate grows with the number of
 distinct layer kinds, not with the number of layers.
 """
@@ -12,10 +12,10 @@ from dataclasses import dataclass, field, fields
 from math import prod
 from typing import Any, Iterable, Iterator, Mapping
 
-from vramwise.core.facts import FactOrigin
-from vramwise.core.family import Family
-from vramwise.core.lora import LORA_NAMES, NO_ADAPTERS, LoraSums, peft_sums, unsloth_sums
-from vramwise.core.plan import _hashable  # noqa: F401 - the layer plan's grouping key, importable from here too
+from vramwise.models.facts import FactOrigin
+from vramwise.models.family import Family
+from vramwise.models.lora import LORA_NAMES, NO_ADAPTERS, LoraSums, peft_sums, unsloth_sums
+from vramwise.models.plan import _hashable  # noqa: F401 - the layer plan's grouping key, importable from here too
 
 __all__ = ["Module", "LayerClass", "ModelSpec", "Inventory", "LoraSums", "FactOrigin", "module_groups",
            "AGGREGATE_NAMES", "INVENTORY_NAMES", "LORA_NAMES", "NO_ADAPTERS", "INVENTORY_DOCS"]
@@ -120,7 +120,7 @@ class Inventory:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-#: Formula names of the inventory (the LoRA sums: :data:`vramwise.core.lora.LORA_NAMES`).
+#: Formula names of the inventory (the LoRA sums: :data:`vramwise.models.lora.LORA_NAMES`).
 INVENTORY_NAMES = tuple(f.name for f in fields(Inventory))
 AGGREGATE_NAMES = frozenset(INVENTORY_NAMES + LORA_NAMES)
 INVENTORY_DOCS = {f.name: f.metadata["doc"] for f in fields(Inventory)}
@@ -184,9 +184,9 @@ class ModelSpec:
 
     def lora_sums(self, targets: frozenset, explicit: frozenset = frozenset()) -> LoraSums:
         """The adapters ``targets`` put on the model under the unsloth convention (see
-        :func:`vramwise.core.lora.unsloth_sums`)."""
+        :func:`vramwise.models.lora.unsloth_sums`)."""
         return unsloth_sums(self.module_groups(), targets, explicit)
 
     def peft_lora_sums(self, targets: frozenset) -> LoraSums:
-        """The adapters PEFT itself puts on the model for ``targets`` (see :func:`vramwise.core.lora.peft_sums`)."""
+        """The adapters PEFT itself puts on the model for ``targets`` (see :func:`vramwise.models.lora.peft_sums`)."""
         return peft_sums(self.module_groups(), self.peft_target_parameters, targets)

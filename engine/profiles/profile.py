@@ -13,13 +13,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from vramwise.core.errors import FileFormatError, SettingsError
-from vramwise.core.expr.language import _FIELD, Expression, LayerValues, compile_expression, render, round_bytes, template_problem, type_tag
-from vramwise.core.graph import dependency_order
-from vramwise.core.model import AGGREGATE_NAMES
-from vramwise.core.expr.codegen import Program, build_program, dynamic_ids
-from vramwise.core.settings import DERIVED_FROM, SETTING_NAMES
-from vramwise.core.datafiles import DataFile
+from vramwise.errors import FileFormatError, SettingsError
+from vramwise.rules.expr.language import _FIELD, Expression, LayerValues, compile_expression, render, round_bytes, template_problem, type_tag
+from vramwise.rules.graph import dependency_order
+from vramwise.models.model import AGGREGATE_NAMES
+from vramwise.rules.expr.codegen import Program, build_program, dynamic_ids
+from vramwise.profiles.settings import DERIVED_FROM, SETTING_NAMES
+from vramwise.rules.datafiles import DataFile
 
 __all__ = ["Profile", "Formula", "Table", "Overlay", "build_profile", "check_inputs", "AGGREGATE_NAMES", "round_bytes"]
 

@@ -23,8 +23,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from vramwise.core.datafiles import DataFile, load_data_file, read_data_text
-from vramwise.core.errors import FileFormatError
+from vramwise.rules.datafiles import DataFile, load_data_file, read_data_text
+from vramwise.errors import FileFormatError
 
 __all__ = ["ErrorBand", "BandTable", "read_bands", "bundled_bands", "band_for", "percent", "BANDS_PATH"]
 
@@ -164,7 +164,7 @@ def bundled_bands() -> BandTable:
 
 def band_for(profile: Any, method: str, strategy: str | None, load_in_4bit: bool = False,
              compile: bool = False, modelled: bool = True) -> ErrorBand:
-    """The band of an estimate made with the compiled ``profile`` (a :class:`~vramwise.core.profile.Profile`);
+    """The band of an estimate made with the compiled ``profile`` (a :class:`~vramwise.profiles.profile.Profile`);
     ``compile``: the step runs under torch.compile; ``modelled``: the profile models that compiled step
     (False: it estimates the eager run instead, which no band describes)."""
     if profile.file != f"formulas/{profile.name}/profile.yaml":

@@ -1,11 +1,11 @@
 """The registry: families and profiles, each validated and compiled when first used.
 
 Creating a registry reads every family file once and indexes the model types each serves
-(:mod:`~vramwise.core.family_index`); a family is validated against its schema and compiled
+(:mod:`~vramwise.models.family_index`); a family is validated against its schema and compiled
 (with its parents) the first time an estimate needs it, and a profile the first time it is
-named (:mod:`~vramwise.core.profile_files`, with a strategy's formulas from
-:mod:`~vramwise.core.strategies`). Resolved models, estimate stages and normalised settings are
-kept in bounded caches (:mod:`~vramwise.core.caches`). ``check_all`` loads everything, as the
+named (:mod:`~vramwise.profiles.profile_files`, with a strategy's formulas from
+:mod:`~vramwise.profiles.strategies`). Resolved models, estimate stages and normalised settings are
+kept in bounded caches (:mod:`~vramwise.estimation.caches`). ``check_all`` loads everything, as the
 test suite does.
 """
 
@@ -17,14 +17,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable
 
-from vramwise.core.caches import BoundedCache, config_key, json_like, same_config
-from vramwise.core.datafiles import DataFile, read_folder
-from vramwise.core.errors import ConfigError, FileFormatError, SettingsError, UnknownFamilyError
-from vramwise.core.family import Family, compile_family
-from vramwise.core.family_index import FamilyFiles, build_index
-from vramwise.core.profile import Profile, build_profile, check_inputs
-from vramwise.core.profile_files import read_profile
-from vramwise.core.strategies import StrategyFolder
+from vramwise.estimation.caches import BoundedCache, config_key, json_like, same_config
+from vramwise.rules.datafiles import DataFile, read_folder
+from vramwise.errors import ConfigError, FileFormatError, SettingsError, UnknownFamilyError
+from vramwise.models.family import Family, compile_family
+from vramwise.models.family_index import FamilyFiles, build_index
+from vramwise.profiles.profile import Profile, build_profile, check_inputs
+from vramwise.profiles.profile_files import read_profile
+from vramwise.profiles.strategies import StrategyFolder
 
 __all__ = ["Registry"]
 
@@ -176,7 +176,7 @@ class Registry:
         where the checkpoint's size is looked for (``source`` is the former name of ``location``)."""
         if location is None:
             location = source
-        from vramwise.core.resolve import resolve_model
+        from vramwise.models.resolve import resolve_model
         from vramwise.inputs.config import checkpoint_size, text_view
 
         text = text_view(root)

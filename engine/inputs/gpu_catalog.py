@@ -14,7 +14,7 @@ Lookup rules of :func:`gpu_spec`:
   ``"RTX 6000"``) resolve to the default the catalog documents for them; the result's
   ``matched_by`` is ``"ambiguous"`` and ``alternatives`` lists the other candidates.
 * **Sizes**: a number with a unit, ``24GiB``, ``24 GiB``, ``80GB``, ``80 GB``, ``0.5TB``,
-  ``16384MiB``, read by the one size parser, :func:`vramwise.core.sizes.parse_size`:
+  ``16384MiB``, read by the one size parser, :func:`vramwise.inputs.sizes.parse_size`:
   ``GB``/``MB``/``TB`` are decimal (10**9, 10**6, 10**12 bytes), ``GiB``/``MiB``/``TiB`` binary
   (2**30, 2**20, 2**40); the unit used is in ``size_unit``. A GPU size needs its unit: a number
   with none (``24``, unless the catalog has it as a name) is rejected as ambiguous, as is a bare
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-from vramwise.core.errors import FileFormatError, SettingsError
-from vramwise.core.sizes import UNIT_BASES, parse_size, split_number
+from vramwise.errors import FileFormatError, SettingsError
+from vramwise.inputs.sizes import UNIT_BASES, parse_size, split_number
 
 __all__ = ["GpuSpec", "gpu_spec", "list_gpus", "CATALOG_PATH"]
 
@@ -99,7 +99,7 @@ def _load_text() -> str:
 
 def build_catalog(text: str, path: str = CATALOG_PATH, *, validate: bool = True) -> _Catalog:
     """Parse, validate and index a catalog file; problems raise :class:`FileFormatError`."""
-    from vramwise.core.datafiles import load_data_file
+    from vramwise.rules.datafiles import load_data_file
 
     df = load_data_file(text, path, _SCHEMA, validate=validate)
     data = df.data

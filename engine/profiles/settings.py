@@ -13,7 +13,7 @@ from dataclasses import dataclass, make_dataclass
 from functools import lru_cache
 from typing import Any, Callable
 
-from vramwise.core.errors import SettingsError
+from vramwise.errors import SettingsError
 
 __all__ = [
     "DEFAULT_PROFILE", "Setting", "strategy_manifest_names", "SETTINGS", "SETTING_NAMES", "PER_CALL", "TrainingSettings", "METHODS", "CHECKPOINTING_MODES",
@@ -45,7 +45,7 @@ def strategy_manifest_names() -> tuple[tuple, tuple]:
     reader (``strategy_manifest_names.cache_clear()`` forgets them)."""
     from importlib import resources
 
-    from vramwise.core.datafiles import load_data_file, read_data_text
+    from vramwise.rules.datafiles import load_data_file, read_data_text
 
     shown = "formulas/strategies/strategies.yaml"
     item = resources.files("vramwise.formulas").joinpath("strategies", "strategies.yaml")
@@ -202,7 +202,7 @@ def _gpu_memory(name: str, value: Any) -> int | None:
     if value is None:
         return None
     if isinstance(value, str):
-        from vramwise.core.sizes import parse_size
+        from vramwise.inputs.sizes import parse_size
 
         size = parse_size(value)
         if size is None:
@@ -436,7 +436,7 @@ def normalise_static(values: dict) -> dict:
     if out["kbit_prepare"] is None and method == "qlora":  # the FSDP-QLoRA recipe (peft docs) does not call it
         out["kbit_prepare"] = not out["strategy"].startswith("fsdp")
     if out["gpu"] is not None:
-        from vramwise.core.gpu_catalog import gpu_spec
+        from vramwise.inputs.gpu_catalog import gpu_spec
 
         spec = gpu_spec(out["gpu"])
         total = spec.cuda_total_bytes or spec.memory_bytes  # what CUDA reports, where the catalog knows it

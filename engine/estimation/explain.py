@@ -8,7 +8,7 @@ reported figures through the names each formula reads on the branches its condit
 
 from __future__ import annotations
 
-from vramwise.core.estimate import Estimate
+from vramwise.estimation.estimate import Estimate
 
 __all__ = ["live_formula_ids"]
 

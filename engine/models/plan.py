@@ -29,8 +29,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
-from vramwise.core.errors import ConfigError, EvaluationError
-from vramwise.core.expr.language import compile_fragment, evaluate_fragment
+from vramwise.errors import ConfigError, EvaluationError
+from vramwise.rules.expr.language import compile_fragment, evaluate_fragment
 
 __all__ = ["IndexSet", "Analysis", "analyse", "plan_layers", "layer_classes", "Unplannable"]
 

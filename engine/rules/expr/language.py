@@ -29,8 +29,8 @@ from functools import cached_property
 from types import CodeType
 from typing import Any, Callable, Iterable, Mapping
 
-from vramwise.core.errors import EvaluationError, ExpressionError
-from vramwise.core.datafiles import DataFile, json_path
+from vramwise.errors import EvaluationError, ExpressionError
+from vramwise.rules.datafiles import DataFile, json_path
 
 __all__ = [
     "Expression", "LayerValues", "FUNCTIONS", "compile_expression", "emit", "GLOBALS", "ANY", "type_tag",

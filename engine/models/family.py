@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from vramwise.core.errors import FileFormatError
-from vramwise.core.expr.language import Expression, compile_expression, template_problem
-from vramwise.core.graph import dependency_order
-from vramwise.core.plan import analyse
-from vramwise.core.datafiles import DataFile
+from vramwise.errors import FileFormatError
+from vramwise.rules.expr.language import Expression, compile_expression, template_problem
+from vramwise.rules.graph import dependency_order
+from vramwise.models.plan import analyse
+from vramwise.rules.datafiles import DataFile
 
 __all__ = ["Family", "FactRule", "AttributeRule", "ModuleRule", "LoraPart", "ConfigWarningRule", "compile_family", "describe_alias_list"]
 

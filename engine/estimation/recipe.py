@@ -119,7 +119,7 @@ def unpack(model: Any, profile: str | None, settings: Mapping[str, Any]) -> tupl
     if not isinstance(model, Recipe):
         return model, profile, dict(settings)
     if model.model is None:
-        from vramwise.core.errors import SettingsError
+        from vramwise.errors import SettingsError
 
         where = model.path or "the recipe"
         raise SettingsError(f"{where} names no model: give one (--set model=ORG/NAME, or overrides={{'model': ...}})")

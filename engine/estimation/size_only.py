@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from vramwise.core.errors import SettingsError
-from vramwise.core.estimate import Estimate, estimate
-from vramwise.core.model import ModelSpec
-from vramwise.core.registry import Registry
+from vramwise.errors import SettingsError
+from vramwise.estimation.estimate import Estimate, estimate
+from vramwise.models.model import ModelSpec
+from vramwise.estimation.registry import Registry
 
 __all__ = ["size_only_model", "estimate_from_size"]
 

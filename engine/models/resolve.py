@@ -1,9 +1,9 @@
 """From a config mapping and a family to a resolved model: facts, layer plan, modules, inventory.
 
-The result, :class:`~vramwise.core.model.ModelSpec`, is what every profile is evaluated on.
-Each step has its module: :mod:`~vramwise.core.facts` (the values read from the config),
-:mod:`~vramwise.core.plan` (which layers are alike), :mod:`~vramwise.core.inventory` (modules
-and totals, with :mod:`~vramwise.core.skiplists`).
+The result, :class:`~vramwise.models.model.ModelSpec`, is what every profile is evaluated on.
+Each step has its module: :mod:`~vramwise.models.facts` (the values read from the config),
+:mod:`~vramwise.models.plan` (which layers are alike), :mod:`~vramwise.models.inventory` (modules
+and totals, with :mod:`~vramwise.models.skiplists`).
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
-from vramwise.core.errors import ConfigError
-from vramwise.core.expr.language import render
-from vramwise.core.facts import FactOrigin, resolve_facts, short_repr
-from vramwise.core.family import Family
-from vramwise.core.checkpoint_formats import checkpoint_storage
-from vramwise.core.inventory import build_modules, take_inventory
-from vramwise.core.model import ModelSpec
-from vramwise.core.plan import layer_classes
+from vramwise.errors import ConfigError
+from vramwise.rules.expr.language import render
+from vramwise.models.facts import FactOrigin, resolve_facts, short_repr
+from vramwise.models.family import Family
+from vramwise.models.checkpoint_formats import checkpoint_storage
+from vramwise.models.inventory import build_modules, take_inventory
+from vramwise.models.model import ModelSpec
+from vramwise.models.plan import layer_classes
 
 __all__ = ["resolve_model"]
 

@@ -3,7 +3,7 @@
 ``strategies.yaml`` names each strategy with its summary, source, formula files and offload
 settings, the profiles the strategies are modelled on, and the formulas that become the
 reported figures. A strategy's files are evaluated on top of a profile's formulas
-(:class:`~vramwise.core.profile.Overlay`). Everything is read once, through the data-file
+(:class:`~vramwise.profiles.profile.Overlay`). Everything is read once, through the data-file
 reader (its size and UTF-8 limits), and kept.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from vramwise.core.datafiles import DataFile, load_data_file, read_folder
-from vramwise.core.errors import FileFormatError, SettingsError
-from vramwise.core.profile import Overlay
+from vramwise.rules.datafiles import DataFile, load_data_file, read_folder
+from vramwise.errors import FileFormatError, SettingsError
+from vramwise.profiles.profile import Overlay
 
 __all__ = ["StrategyFolder"]
 

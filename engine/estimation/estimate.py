@@ -1,6 +1,6 @@
 """The estimate: settings + resolved model + profile -> a frozen breakdown in bytes.
 
-An estimate is computed in two stages (see :mod:`vramwise.core.expr.codegen`): everything that
+An estimate is computed in two stages (see :mod:`vramwise.rules.expr.codegen`): everything that
 does not depend on batch and sequence is evaluated once per model, profile and other
 settings and kept on the registry (a :class:`Stage`); the rest is one call of the
 profile's compiled program. Models are resolved once per config (see
@@ -15,15 +15,15 @@ import math
 from dataclasses import FrozenInstanceError, dataclass
 from typing import Any, Mapping
 
-from vramwise.core.bands import ErrorBand, band_for
-from vramwise.core.errors import InternalError, SettingsError
-from vramwise.core.expr.language import LayerValues, render, round_bytes
-from vramwise.core.model import INVENTORY_DOCS, NO_ADAPTERS, LoraSums, ModelSpec
-from vramwise.core.expr.codegen import MAX_FIGURE, static_tuple
-from vramwise.core.profile import Profile
-from vramwise.core.recipe import Recipe, unpack
-from vramwise.core.registry import Registry
-from vramwise.core.settings import DEFAULT_PROFILE, DEFAULTS, DERIVED_NAMES, LIMITS, SETTINGS, TrainingSettings, normalise_static, positive_int, unmodelled_settings, unused_settings
+from vramwise.profiles.bands import ErrorBand, band_for
+from vramwise.errors import InternalError, SettingsError
+from vramwise.rules.expr.language import LayerValues, render, round_bytes
+from vramwise.models.model import INVENTORY_DOCS, NO_ADAPTERS, LoraSums, ModelSpec
+from vramwise.rules.expr.codegen import MAX_FIGURE, static_tuple
+from vramwise.profiles.profile import Profile
+from vramwise.estimation.recipe import Recipe, unpack
+from vramwise.estimation.registry import Registry
+from vramwise.profiles.settings import DEFAULT_PROFILE, DEFAULTS, DERIVED_NAMES, LIMITS, SETTINGS, TrainingSettings, normalise_static, positive_int, unmodelled_settings, unused_settings
 
 _MAX_BATCH, _MAX_SEQ = LIMITS["batch_size"], LIMITS["seq_len"]
 
@@ -340,7 +340,7 @@ class Estimate:
 
     @property
     def error_band(self) -> ErrorBand:
-        """How far estimates of this profile x method x strategy were from measured peaks (:mod:`~vramwise.core.bands`)."""
+        """How far estimates of this profile x method x strategy were from measured peaks (:mod:`~vramwise.profiles.bands`)."""
         got = self._memo.get("error_band")
         if got is None:
             s = self._stage.settings
@@ -647,7 +647,7 @@ def estimate(model: Any, *, profile: str | None = None, trust_remote_code: bool 
     gradient_checkpointing, optimizer, attention, load_in_4bit, loss, lora_dropout).
     ``model`` may also be a :class:`~vramwise.Recipe` (:func:`vramwise.read_recipe`): its model,
     profile and settings, under the ones given here. ``profile`` None is the recipe's, else
-    :data:`~vramwise.core.settings.DEFAULT_PROFILE`.
+    :data:`~vramwise.profiles.settings.DEFAULT_PROFILE`.
     """
     reg = registry or Registry.default()
     if type(model) is Recipe:

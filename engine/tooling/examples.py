@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from vramwise.core.errors import VramwiseError
-from vramwise.core.estimate import estimate, load_model
-from vramwise.core.expr.language import compile_expression
+from vramwise.errors import VramwiseError
+from vramwise.estimation.estimate import estimate, load_model
+from vramwise.rules.expr.language import compile_expression
 
 __all__ = ["expected_value", "run_example", "flat_message"]
 

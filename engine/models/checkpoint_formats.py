@@ -3,7 +3,7 @@
 A config's ``quantization_config`` selects a format (its ``quant_method``, then the format's
 condition); the format reads its parameters from that config, names the modules it quantizes
 (the decoder layers' linear layers, the fused experts, the output head) and those the checkpoint
-leaves in 16 bit (its skip lists, matched as :mod:`vramwise.core.skiplists` matches them), and
+leaves in 16 bit (its skip lists, matched as :mod:`vramwise.models.skiplists` matches them), and
 gives the bytes of every tensor a quantized module stores as expressions of the module's shape.
 :func:`checkpoint_storage` sums them over a resolved model; each distinct shape is evaluated once.
 """
@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Mapping
 
-from vramwise.core.errors import ConfigError, EvaluationError
-from vramwise.core.expr.language import Expression, compile_expression
-from vramwise.core.model import module_groups
-from vramwise.core.skiplists import skipped_copies
+from vramwise.errors import ConfigError, EvaluationError
+from vramwise.rules.expr.language import Expression, compile_expression
+from vramwise.models.model import module_groups
+from vramwise.models.skiplists import skipped_copies
 
 __all__ = ["CheckpointStorage", "CheckpointFormat", "checkpoint_storage", "formats", "FORMATS_PATH"]
 
@@ -57,7 +57,7 @@ def formats() -> tuple:
     """The bundled formats, compiled (``formats.cache_clear()`` forgets them)."""
     from importlib import resources
 
-    from vramwise.core.datafiles import load_data_file, read_data_text
+    from vramwise.rules.datafiles import load_data_file, read_data_text
 
     item = resources.files("vramwise.formulas").joinpath("checkpoint_formats.yaml")
     return compile_formats(load_data_file(read_data_text(item, FORMATS_PATH), FORMATS_PATH,
@@ -66,7 +66,7 @@ def formats() -> tuple:
 
 def compile_formats(df) -> tuple:
     """The formats of a loaded checkpoint-formats file, their expressions checked and compiled (an
-    :class:`~vramwise.core.errors.ExpressionError` names the file, line and node)."""
+    :class:`~vramwise.errors.ExpressionError` names the file, line and node)."""
     out = []
     for k, entry in enumerate(df.data["formats"]):
         params = dict(entry.get("parameters", {}))

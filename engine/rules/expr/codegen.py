@@ -8,7 +8,7 @@ straight-line Python function of (batch_size, seq_len, the static values it read
 every formula a local assignment and every layer-scope formula a pass over the layer
 classes, so that trying another batch or sequence length costs a function call.
 
-The function is generated from the checked expression trees (:func:`vramwise.core.expr.language.emit`),
+The function is generated from the checked expression trees (:func:`vramwise.rules.expr.language.emit`),
 never from text as written, and runs with no builtins. Its guards are chosen from the
 types the static values actually have; the program is cached per profile and per type
 signature. It computes exactly what the formula-by-formula evaluation computes (same
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from vramwise.core.expr.language import ANY, GLOBALS, NUMBER, emit, type_tag
+from vramwise.rules.expr.language import ANY, GLOBALS, NUMBER, emit, type_tag
 
 __all__ = ["DYNAMIC_INPUTS", "Program", "build_program", "dynamic_ids"]
 

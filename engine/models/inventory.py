@@ -2,7 +2,7 @@
 
 A family's module rules give each layer class and the model level (embeddings, final norm,
 lm_head, towers the config describes) their modules (:func:`build_modules`); :func:`take_inventory`
-sums them into the :class:`~vramwise.core.model.Inventory` the formula files read.
+sums them into the :class:`~vramwise.models.model.Inventory` the formula files read.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Iterable, Mapping
 
-from vramwise.core.errors import ConfigError, EvaluationError
-from vramwise.core.facts import short_repr
-from vramwise.core.family import Family, ModuleRule
-from vramwise.core.model import Inventory, LayerClass, Module, module_groups
-from vramwise.core.plan import IndexSet
-from vramwise.core.skiplists import skipped_quantizable
+from vramwise.errors import ConfigError, EvaluationError
+from vramwise.models.facts import short_repr
+from vramwise.models.family import Family, ModuleRule
+from vramwise.models.model import Inventory, LayerClass, Module, module_groups
+from vramwise.models.plan import IndexSet
+from vramwise.models.skiplists import skipped_quantizable
 
 __all__ = ["build_module", "build_modules", "take_inventory", "MAX_DIMENSION", "MAX_COPIES"]
 
