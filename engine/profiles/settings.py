@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import Any, Callable
 
 from vramwise.errors import SettingsError
+from vramwise.models.stack_manifest import STACK_NAMES
 
 __all__ = [
     "DEFAULT_PROFILE", "Setting", "strategy_manifest_names", "SETTINGS", "SETTING_NAMES", "PER_CALL", "TrainingSettings", "METHODS", "CHECKPOINTING_MODES",
@@ -31,8 +32,9 @@ LOSS_MODES = ("standard", "chunked", "fused")
 #: Attention implementations (transformers' attn_implementation names); others are rejected, since
 #: each profile must know whether a kernel keeps the score matrix.
 ATTENTION_KINDS = ("flash_attention_2", "flash_attention_3", "sdpa", "flex_attention", "eager")
-#: Training stacks ``vramwise measure`` runs (transformers + PEFT; the others through optional extras).
-STACKS = ("hf", "torchtune", "litgpt")
+#: Training stacks ``vramwise measure`` runs (transformers + PEFT; the others through optional extras): the
+#: names of the stacks manifest (formulas/stacks.yaml), read when first used.
+STACKS = STACK_NAMES
 #: How a mixture-of-experts layer holds its experts: fused 3-D parameters (transformers >= 5), which
 #: bitsandbytes leaves unquantized, or one nn.Linear per expert (transformers 4.x), which it quantizes.
 EXPERTS_LAYOUTS = ("fused", "per_expert")

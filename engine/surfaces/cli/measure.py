@@ -41,11 +41,6 @@ def _measure_settings(args) -> tuple[dict, list[str]]:
 #: The settings a recipe gives measure, beside _MEASURE_DEFAULTS' (the flags of the same names win).
 _RECIPE_FLAGS = ("target_modules", "lora_dropout", "loss", "loss_chunks", "activation_offloading", "optimizer_in_bwd",
                  "kbit_prepare", "strategy", "world_size", "offload")
-#: A recipe's setting that measure cannot run, and what it runs instead.
-_RUNNABLE = {"gradient_checkpointing": {"unsloth": "true"}, "loss": {"fused": "standard"},
-             "attention": {"flash_attention_2": "sdpa", "flash_attention_3": "sdpa", "flex_attention": "sdpa"}}
-#: The stack that runs a profile's runs (the others run on transformers + PEFT).
-_STACK_OF_PROFILE = {"torchtune": "torchtune", "litgpt": "litgpt"}
 
 
 def _apply_recipe(args) -> list[str]:
@@ -63,6 +58,9 @@ def _apply_recipe(args) -> list[str]:
         from vramwise.errors import SettingsError
 
         raise SettingsError(f"{recipe.path or 'the recipe'} names no model: give MODEL or --set model=ORG/NAME")
+    from vramwise.models.stack_manifest import stack_manifest
+
+    manifest = stack_manifest()
     given = getattr(args, "given_flags", set())
     changed = []
     args.model = recipe.model
@@ -76,13 +74,13 @@ def _apply_recipe(args) -> list[str]:
             value = None
         if name == "world_size" and recipe.settings["strategy"] == "none":
             value = None
-        runnable = _RUNNABLE.get(name, {}).get(value)
+        runnable = manifest.substitute(name, value)  # a setting measure cannot run: formulas/stacks.yaml
         if runnable is not None:
-            changed.append(f"{name.replace('_', ' ')} {runnable} (the recipe's {value} is not runnable here)")
-            value = runnable
+            changed.append(f"{name.replace('_', ' ')} {runnable.runs} (the recipe's {value} is not runnable here)")
+            value = runnable.runs
         setattr(args, name, value)
     if "stack" not in given:
-        args.stack = _STACK_OF_PROFILE.get(recipe.profile, "hf")
+        args.stack = manifest.stack_of_profile(recipe.profile)
     return changed
 
 
