@@ -16,6 +16,9 @@ The folders are the tiers; each test is marked by its folder:
 Tests that read the shared config corpus (``../shared/configs``) skip with a reason naming it when it is
 absent; with ``VRAMWISE_REQUIRE_SHARED=1`` (set by ``.ci/run``) its absence fails the run instead, so no
 test vanishes silently.
+
+The run stops at once (one line) when the imported ``vramwise`` or one of its data folders (families/,
+formulas/, ...) is not this checkout's: the tests must see the working tree, not an installed copy.
 """
 
 import os
@@ -24,7 +27,7 @@ from pathlib import Path
 import pytest
 
 import vramwise
-from helpers import SHARED_MISSING, shared_present  # tests/ is on sys.path (pyproject.toml: pythonpath)
+from helpers import SHARED_MISSING, checkout_mismatch, shared_present  # tests/ is on sys.path (pyproject.toml: pythonpath)
 
 HERE = Path(__file__).resolve().parent
 
@@ -32,6 +35,9 @@ TIERS = ("unit", "conformance", "measured", "external")
 
 
 def pytest_configure(config):
+    mismatch = checkout_mismatch()
+    if mismatch:
+        raise pytest.UsageError(mismatch)
     if os.environ.get("VRAMWISE_REQUIRE_SHARED") == "1" and not shared_present():
         raise pytest.UsageError(f"VRAMWISE_REQUIRE_SHARED=1 but {SHARED_MISSING}")
 

@@ -17,6 +17,29 @@ def shared_present() -> bool:
     return (CONFIGS / "INDEX.tsv").is_file()
 
 
+def checkout_mismatch(repo: Path = REPO) -> str | None:
+    """None when the imported ``vramwise`` and each of its data packages (``package-dir`` in ``pyproject.toml``:
+    families/, formulas/, schemas/, ...) are the folders of the checkout at ``repo``; else one line naming the
+    first that is not (an installed copy would hide every edit of the checkout from the tests)."""
+    import tomllib
+    from importlib import resources
+
+    import vramwise
+
+    with open(REPO / "pyproject.toml", "rb") as fh:
+        folders = tomllib.load(fh)["tool"]["setuptools"]["package-dir"]
+    for package, folder in folders.items():
+        if package == "vramwise":
+            imported = Path(vramwise.__file__).resolve().parent
+        else:
+            imported = Path(str(resources.files(package))).resolve()
+        wanted = (repo / folder).resolve()
+        if imported != wanted:
+            return (f"the imported {package} is {imported}, not this checkout's {folder}/ ({wanted}): "
+                    f"install the checkout editable (pip install -e '.[test]') so the tests run against it")
+    return None
+
+
 def from_shared(params, n_args: int = 1) -> list:
     """Parameter sets of a test fed by the shared corpus: ``params`` as they are where the corpus is present,
     else ``params`` and one set skipped with a reason that names ../shared, so the test shows as skipped
