@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import math
 import socket
 import sys
 from importlib import resources
@@ -56,6 +55,7 @@ from typing import Any, Callable
 
 from vramwise.errors import ConfigError, InternalError, MissingDependencyError, SettingsError, VramwiseError
 from vramwise.profiles.settings import DEFAULT_PROFILE
+from vramwise.surfaces import request as _request
 from vramwise.surfaces import serve_address as _address
 
 __all__ = ["create_app", "make_server", "serve", "default_limits", "MAX_BODY_BYTES", "BODY_TIMEOUT", "COMPUTE_TIMEOUT",
@@ -85,7 +85,7 @@ def default_limits():
 
     return Limits(request_deadline=BODY_TIMEOUT, keep_alive=KEEP_ALIVE, answer_deadline=COMPUTE_TIMEOUT + 10.0,
                   max_connections=MAX_CONNECTIONS, workers=WORKERS, queue=QUEUE, compute_timeout=COMPUTE_TIMEOUT)
-_MAX_LIST = 64
+_MAX_LIST = _request.MAX_LIST
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 _CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
         "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
@@ -126,110 +126,8 @@ def is_loopback(host: str) -> bool:
 
 # -- reading requests ------------------------------------------------------------------------
 
-def _settings_names() -> dict:
-    from vramwise.profiles.settings import SETTINGS
-
-    return {s.name: s for s in SETTINGS}
-
-
 #: Parts of an uploaded recipe a request may hold.
-MAX_RECIPE_PARTS = 8
-
-
-def _recipe_of(body: dict):
-    """The training recipe a request uploads (``recipe``: a list of {name, text}, the main part first;
-    ``framework``: its format when its content does not tell), read without reading any file; or None."""
-    parts = body.get("recipe")
-    if parts is None:
-        if body.get("framework") is not None:
-            raise SettingsError("framework names the format of a recipe: give recipe too")
-        return None
-    if isinstance(parts, dict):
-        parts = [parts]
-    if not isinstance(parts, list) or not 1 <= len(parts) <= MAX_RECIPE_PARTS:
-        raise SettingsError(f"recipe must be a list of 1 to {MAX_RECIPE_PARTS} parts, each {{name, text}}")
-    from vramwise.recipes.reader import RecipeText, read_recipe
-
-    texts = []
-    for i, part in enumerate(parts):
-        if not isinstance(part, dict) or not isinstance(part.get("text"), str) or set(part) - {"name", "text"}:
-            raise SettingsError(f"recipe part {i + 1} must be an object {{name, text}} with the file's text")
-        name = part.get("name") or f"recipe part {i + 1}"
-        if not isinstance(name, str) or len(name) > 200:
-            raise SettingsError(f"recipe part {i + 1}: name must be a file name of at most 200 characters")
-        texts.append(RecipeText(part["text"], name))
-    framework = body.get("framework")
-    if framework is not None and not isinstance(framework, str):
-        raise SettingsError("framework must be a format name such as axolotl or torchtune@0.6.1")
-    return read_recipe(texts, framework=framework, read_files=False)
-
-
-def _model_of(body: dict, recipe=None):
-    """The model a request names: a catalog entry (never a path or a hub id), an uploaded config, or the
-    catalog entry an uploaded recipe names."""
-    from vramwise.inputs.config import parse_json_bytes
-
-    given = [k for k in ("model", "config", "config_text") if body.get(k) is not None]
-    if not given and recipe is not None:
-        from vramwise.inputs.catalog import CATALOG_PREFIX, find_model
-
-        name = recipe.model if isinstance(recipe.model, str) else None
-        found = find_model(name) if name else None
-        if found is None:
-            raise _Bad(400, f"the recipe's model {name!r} is not in the model catalog: choose one, or upload its "
-                            "config.json (config_text)" if name else
-                            "the recipe names no model: choose one, or upload its config.json (config_text)")
-        return CATALOG_PREFIX + found.id
-    if len(given) != 1:
-        raise _Bad(400, "give one of: model (a name in the model catalog), config (a config.json object) "
-                        "or config_text (a config.json file's text)")
-    key = given[0]
-    value = body[key]
-    if key == "model":
-        if not isinstance(value, str) or not value.strip():
-            raise _Bad(400, "model must be a name in the model catalog (GET /api/catalog lists them)")
-        from vramwise.inputs.catalog import CATALOG_PREFIX, catalog_model
-
-        return CATALOG_PREFIX + catalog_model(value.strip()).id  # ConfigError (400) when it is not there
-    if key == "config":
-        if not isinstance(value, dict):
-            raise ConfigError(f"config must be a JSON object (the content of config.json), got {type(value).__name__}")
-        return value
-    if not isinstance(value, str):
-        raise ConfigError(f"config_text must be the text of a config.json file, got {type(value).__name__}")
-    return parse_json_bytes(value.encode("utf-8", "surrogatepass"), "uploaded config.json", limit=MAX_BODY_BYTES)
-
-
-def _settings_of(body: dict, allowed_extra: tuple, recipe=None) -> tuple[dict, str]:
-    """The settings and profile a request gives (over an uploaded recipe's)."""
-    names = _settings_names()
-    known = set(names) | {"model", "config", "config_text", "profile", "recipe", "framework"} | set(allowed_extra)
-    unknown = sorted(k for k in body if k not in known)
-    if unknown:
-        raise _Bad(400, f"unknown field(s) {', '.join(repr(k)[:60] for k in unknown[:5])}; fields: "
-                        f"model or config or config_text, profile, {', '.join(names)}, {', '.join(allowed_extra)}")
-    settings = {k: v for k, v in body.items() if k in names}
-    t = settings.get("target_modules")
-    if isinstance(t, list):
-        if len(t) > _MAX_LIST or not all(isinstance(x, str) for x in t):
-            raise SettingsError(f"target_modules must be at most {_MAX_LIST} module names")
-    elif t is not None and not isinstance(t, str):
-        raise SettingsError(f"target_modules must be module names, got {type(t).__name__}")
-    elif isinstance(t, str) and not t.strip():
-        settings["target_modules"] = None
-    for name, value in settings.items():
-        if isinstance(value, (dict,)) or (isinstance(value, list) and name != "target_modules"):
-            raise SettingsError(f"{name} must be a single value, got {type(value).__name__}")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise SettingsError(f"{name} must be finite")
-    profile = body.get("profile", recipe.profile if recipe is not None else DEFAULT_PROFILE)
-    if not isinstance(profile, str):
-        raise SettingsError(f"profile must be a name, got {type(profile).__name__}")
-    if recipe is not None:
-        settings = {**recipe.settings, **settings}
-    for name in allowed_extra:  # the command's own field (fit's gpu is the GPU it answers for)
-        settings.pop(name, None)
-    return settings, profile
+MAX_RECIPE_PARTS = _request.MAX_RECIPE_PARTS
 
 
 def _with_recipe(data: dict, recipe) -> dict:
@@ -282,65 +180,53 @@ def _gpu_field(body: dict, required: bool):
 # -- the answers (run in worker threads) -----------------------------------------------------
 
 def api_estimate(body: dict) -> dict:
-    from vramwise.estimation.estimate import estimate
-    from vramwise.surfaces.views import estimate_view, strategy_gpus_problem
+    from vramwise.surfaces.views import estimate_view
 
     gpus = _int_list(body, "gpus", [1, 2, 4, 8], 1, 1 << 20)
-    recipe = _recipe_of(body)
-    settings, profile = _settings_of(body, ("gpus",), recipe)
-    strategy = settings.get("strategy")
-    if body.get("gpus") is not None and strategy not in (None, "none"):
+    req = _request.read_body(body, ("gpus",))
+    if body.get("gpus") is not None:
         # as `estimate --gpus N --strategy S`: the number of GPUs the strategy runs on, never one GPU's answer
-        problem = strategy_gpus_problem(strategy, gpus, body.get("world_size"), names=("strategy", "gpus", "world_size"),
-                                        example="gpus: 8")
-        if problem is not None:
-            raise SettingsError(problem)
-        settings["world_size"] = gpus[0]
-    est = estimate(_model_of(body, recipe), profile=profile, **settings)
-    if est.serving is not None and body.get("gpus") is not None:
-        raise SettingsError("a vLLM server runs on tensor_parallel_size x pipeline_parallel_size GPUs: give those "
-                            "instead of gpus")
-    return _with_recipe(estimate_view(est, gpus), recipe)
+        req = req.with_strategy_gpus(gpus, body.get("world_size"), _request.API_NAMES)
+    est = req.estimate()
+    if body.get("gpus") is not None:
+        _request.refuse_serving_gpus(est, _request.API_NAMES)
+    return _with_recipe(estimate_view(est, gpus), req.recipe)
 
 
 def api_explain(body: dict) -> dict:
-    from vramwise.estimation.estimate import estimate
     from vramwise.surfaces.views import explain_view
 
-    recipe = _recipe_of(body)
-    settings, profile = _settings_of(body, (), recipe)
-    return _with_recipe(explain_view(estimate(_model_of(body, recipe), profile=profile, **settings)), recipe)
+    req = _request.read_body(body)
+    return _with_recipe(explain_view(req.estimate()), req.recipe)
 
 
 def api_fit(body: dict) -> dict:
     from vramwise.answers.fit import fit
 
-    recipe = _recipe_of(body)
-    settings, profile = _settings_of(body, ("gpu", "gpus", "headroom", "seq_lens"), recipe)
+    req = _request.read_body(body, ("gpu", "gpus", "headroom", "seq_lens"))
     headroom = body.get("headroom", 0.0)
     if isinstance(headroom, bool) or not isinstance(headroom, (int, float)):
         raise SettingsError("headroom must be a share from 0 to 0.9")
-    model = _model_of(body, recipe)
-    if recipe is not None:  # the recipe itself, so that advice is written in its keys
+    model, settings = req.model, req.settings_dict()
+    if req.recipe is not None:  # the recipe itself, so that advice is written in its keys
         from dataclasses import replace
 
-        model, settings = replace(recipe, model=model, settings=settings, profile=profile), {}
+        model, settings = replace(req.recipe, model=model, settings=settings, profile=req.profile), {}
     f = fit(model, gpu=_gpu_field(body, True), gpus=_int_field(body, "gpus", None, 1, 1024),
-            headroom=float(headroom), seq_lens=_int_list(body, "seq_lens", None, 1, 1 << 25), profile=profile,
+            headroom=float(headroom), seq_lens=_int_list(body, "seq_lens", None, 1, 1 << 25), profile=req.profile,
             **settings)
-    return _with_recipe(f.to_dict(), recipe)
+    return _with_recipe(f.to_dict(), req.recipe)
 
 
 def api_compare(body: dict) -> dict:
     from vramwise.answers.fit import compare
 
-    recipe = _recipe_of(body)
-    settings, profile = _settings_of(body, ("gpu", "gpus", "methods", "profiles"), recipe)
-    settings.pop("method", None)  # a recipe's: compare sets each column's
+    req = _request.read_body(body, ("gpu", "gpus", "methods", "profiles"))
+    settings = req.settings_dict(("method",))  # a recipe's: compare sets each column's
     if body.get("method") is not None:  # as on the command line: never dropped unsaid
         raise SettingsError("compare's methods are methods (a column each): send methods, not method")
     methods = _str_list(body, "methods", ["qlora", "lora", "full"])
-    profiles = _str_list(body, "profiles", [profile])
+    profiles = _str_list(body, "profiles", [req.profile])
     if body.get("profiles") is not None and body.get("profile") is not None and body["profile"] not in profiles:
         raise SettingsError(f"compare's profiles are profiles (a column each): profile {str(body['profile'])[:60]!r} is "
                             "not among them; add it there, or leave profile out")
@@ -348,8 +234,8 @@ def api_compare(body: dict) -> dict:
     gpus = _int_field(body, "gpus", None, 1, 1024)
     if gpus is not None and gpu is None:
         raise SettingsError("gpus needs gpu (the kind of GPU to count)")
-    c = compare(_model_of(body, recipe), methods=methods, profiles=profiles, gpu=gpu, gpus=gpus, **settings)
-    return _with_recipe(c.to_dict(), recipe)
+    c = compare(req.model, methods=methods, profiles=profiles, gpu=gpu, gpus=gpus, **settings)
+    return _with_recipe(c.to_dict(), req.recipe)
 
 
 def api_recipe(body: dict) -> dict:
@@ -357,7 +243,7 @@ def api_recipe(body: dict) -> dict:
     unknown = sorted(k for k in body if k not in ("recipe", "framework"))
     if unknown or body.get("recipe") is None:
         raise _Bad(400, "send recipe (a list of {name, text}) and, if its content does not tell, framework")
-    recipe = _recipe_of(body)
+    recipe = _request.read_body_recipe(body)
     data = recipe.to_dict()
     from vramwise.inputs.catalog import find_model
 
@@ -376,8 +262,9 @@ def api_gpus(_query: dict) -> dict:
     from vramwise.gpus.discovery import discover_gpus
     from vramwise.inputs.gpu_catalog import list_gpus
 
+    # cuda_total_bytes: what CUDA reports where the catalog knows it, the size a serving profile's figures use
     catalog = [{"id": g.id, "name": g.name, "vendor": g.vendor, "memory_bytes": g.memory_bytes, "source": g.source,
-                "aliases": list(g.aliases)} for g in list_gpus()]
+                "aliases": list(g.aliases), "cuda_total_bytes": g.cuda_total_bytes} for g in list_gpus()]
     return {"catalog": catalog, "local": discover_gpus().to_dict()}
 
 

@@ -13,7 +13,22 @@ from vramwise.answers.placement import inference_split, per_gpu_bytes
 from vramwise.estimation.estimate import Estimate
 from vramwise.estimation.registry import Registry
 
-__all__ = ["estimate_view", "explain_view", "families_view", "strategy_gpus_problem"]
+__all__ = ["estimate_view", "explain_view", "families_view", "strategy_gpus_problem", "count", "count_bytes"]
+
+GIB = 1024**3
+
+
+def count(n: int) -> str:
+    """``8.03 B``, ``350.00 M``, ``1.50 K`` or the number itself."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:,.2f} {unit}"
+    return str(n)
+
+
+def count_bytes(n: int) -> str:
+    """``1.50 GiB`` from one GiB up, else the bytes (``512 bytes``)."""
+    return f"{n / GIB:,.2f} GiB" if n >= GIB else f"{n:,} bytes"
 
 
 def strategy_gpus_problem(strategy, gpus: Sequence[int], world_size, *, names: tuple, example: str) -> str | None:

@@ -208,13 +208,13 @@ def test_select_missing_file_exits_2(capsys):
 
 
 def test_unexpected_exception_is_one_line_with_its_own_code(cfg, capsys, monkeypatch):
-    import vramwise.surfaces.cli.common as common
+    import vramwise.estimation.estimate as estimation
     import vramwise.surfaces.cli.main as cli
 
     def boom(*a, **k):
         raise KeyError("surprise")
 
-    monkeypatch.setattr(common, "estimate", boom)
+    monkeypatch.setattr(estimation, "estimate", boom)
     monkeypatch.delenv("VRAMWISE_DEBUG", raising=False)
     rc, out, err = _run(["estimate", cfg], capsys)
     assert rc == cli.EXIT_INTERNAL == 70

@@ -175,9 +175,9 @@ def test_summary_and_other_profile_note(capsys):
 
 
 def test_no_note_when_profiles_agree(cfg, capsys, monkeypatch):
-    import vramwise.surfaces.cli.common as common
+    import vramwise.answers.profile_note as profile_note
 
-    monkeypatch.setattr(common, "NOTE_RATIO", 1e9)
+    monkeypatch.setattr(profile_note, "NOTE_RATIO", 1e9)
     rc, out, _ = _run(["estimate", LLAMA], capsys)
     assert rc == 0 and "note:" not in out
 

@@ -7,7 +7,7 @@ import sys
 from vramwise.answers.fit import MAX_GPUS, compare
 from vramwise.profiles.bands import percent
 from vramwise.estimation.estimate import COMPONENTS
-from vramwise.surfaces.cli.common import show_recipe, with_recipe, model_of, plot, settings_of
+from vramwise.surfaces.cli.common import plot, request_of, show_recipe, with_recipe
 from vramwise.surfaces.cli.format import applies, bar, dash, fits_word, gib, print_json, summary, write_wrapped
 from vramwise.surfaces.cli.parser import BadValue, name_list
 
@@ -21,8 +21,9 @@ def run(args, out) -> int:
     if args.gpus is not None and not 1 <= args.gpus <= MAX_GPUS:
         raise BadValue(f"--gpus must be a number of GPUs from 1 to {MAX_GPUS:,}, got {args.gpus}")
     given = set(getattr(args, "given_flags", ()))
-    model, profile, label, size_only = model_of(args)
-    profiles = name_list(args.profiles) if args.profiles is not None else [profile]
+    req = request_of(args)
+    label, size_only = req.label, req.size_only
+    profiles = name_list(args.profiles) if args.profiles is not None else [req.profile]
     if not profiles:
         raise BadValue(f"--profiles needs at least one profile, got {args.profiles!r}")
     if args.profiles is not None and "profile" in given and args.profile not in profiles:
@@ -30,10 +31,10 @@ def run(args, out) -> int:
                        f"--profiles {args.profiles}; add it there, or leave --profile out")
     if size_only:
         profiles = ["size_only"]
-    settings = settings_of(args, skip=("method", "gpu"))
+    settings = req.settings_dict(skip=("method", "gpu"))
     if size_only:
         settings["target_modules"] = None
-    c = compare(model, methods=list(dict.fromkeys(methods)), profiles=list(dict.fromkeys(profiles)), gpu=args.gpu,
+    c = compare(req.model, methods=list(dict.fromkeys(methods)), profiles=list(dict.fromkeys(profiles)), gpu=args.gpu,
                 gpus=args.gpus, trust_remote_code=args.trust_remote_code, **settings)
     if args.json:
         print_json(with_recipe(args, c.to_dict()), out)

@@ -8,10 +8,13 @@ from typing import Sequence
 from vramwise.answers.placement import inference_split
 from vramwise.estimation.estimate import COMPONENTS, Estimate
 from vramwise.estimation.registry import Registry
-from vramwise.surfaces.cli.common import show_recipe, with_recipe, label_of, other_profile_note, plot, run_estimate, settings_of
+from vramwise.answers.profile_note import other_profile
+from vramwise.errors import SettingsError
+from vramwise.surfaces.cli.common import note_line, plot, request_of, show_recipe, with_recipe
 from vramwise.surfaces.cli.format import bar, count, family_line, gib, gpus_word, print_json, summary, write_wrapped
 from vramwise.surfaces.cli.parser import BadValue, int_list
-from vramwise.surfaces.views import estimate_view, strategy_gpus_problem
+from vramwise.surfaces.request import CLI_NAMES, refuse_serving_gpus
+from vramwise.surfaces.views import estimate_view
 
 #: the most GPUs --gpus may count
 MAX_GPU_COUNT = 1 << 20
@@ -26,39 +29,33 @@ _ABSENT_REASONS = {
 }
 
 
-def _strategy_gpus(args, gpus: list) -> None:
-    """With a strategy, ``--gpus N`` is the world size: it sets --world-size, or is refused where it would
-    mean something else (several counts, another --world-size)."""
-    settings = settings_of(args)
-    if settings.get("strategy") in (None, "none") or args.gpus is None:
-        return
-    given = set(getattr(args, "given_flags", ()))
-    problem = strategy_gpus_problem(settings["strategy"], gpus, args.world_size if "world_size" in given else None,
-                                    names=("--strategy", "--gpus", "--world-size"), example="--gpus 8")
-    if problem is not None:
-        raise BadValue(problem)
-    args.world_size = gpus[0]
-    args.given_flags = given | {"world_size"}
+def _usage(check, *a):
+    """A refusal of flags that disagree with each other, with the command's usage line after it."""
+    try:
+        return check(*a)
+    except SettingsError as e:
+        raise BadValue(str(e)) from None
 
 
 def run(args, out) -> int:
     gpus = int_list("--gpus", args.gpus or "1,2,4,8", 1, MAX_GPU_COUNT)  # arguments: checked before any work
-    _strategy_gpus(args, gpus)
-    est = run_estimate(args)
-    if est.serving is not None and args.gpus is not None:
-        raise BadValue("a vLLM server runs on --tensor-parallel-size x --pipeline-parallel-size GPUs: give those "
-                       "instead of --gpus")
+    req = request_of(args)
+    if args.gpus is not None:  # with a strategy, --gpus N is the world size (refused where it means else)
+        given = getattr(args, "given_flags", ())
+        req = _usage(req.with_strategy_gpus, gpus, args.world_size if "world_size" in given else None, CLI_NAMES)
+    est = req.estimate()
+    if args.gpus is not None:
+        _usage(refuse_serving_gpus, est, CLI_NAMES)
     if args.json:
         print_json(with_recipe(args, estimate_view(est, gpus)), out)
     elif est.serving is not None:
         from vramwise.surfaces.cli.serving import print_serving_estimate
 
         show_recipe(args, out)
-        print_serving_estimate(est, label_of(args), out)
+        print_serving_estimate(est, req.label, out)
     else:
         show_recipe(args, out)
-        note = other_profile_note(est, args.model, args.trust_remote_code)
-        print_table(est, label_of(args), gpus, out, note=note)
+        print_table(est, req.label, gpus, out, note=note_line(other_profile(est)))
     plot("estimate", est, args.plot, sys.stderr)
     return 0
 

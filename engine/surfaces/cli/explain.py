@@ -10,7 +10,8 @@ import re
 
 from vramwise.estimation.estimate import Estimate
 from vramwise.estimation.explain import live_formula_ids
-from vramwise.surfaces.cli.common import show_recipe, with_recipe, label_of, other_profile_note, run_estimate
+from vramwise.answers.profile_note import other_profile
+from vramwise.surfaces.cli.common import note_line, request_of, show_recipe, with_recipe
 from vramwise.surfaces.cli.format import gib, print_json, ranges, settings_line, short, summary, value_text, write_wrapped
 from vramwise.surfaces.views import explain_view
 
@@ -20,13 +21,13 @@ _TITLES = {"fact": "facts of the config", "attribute": "layer attributes", "cons
 
 
 def run(args, out) -> int:
-    est = run_estimate(args)
+    req = request_of(args)
+    est = req.estimate()
     if args.json:
         print_json(with_recipe(args, explain_view(est)), out)
     else:
         show_recipe(args, out, everything=True)
-        note = other_profile_note(est, args.model, args.trust_remote_code)
-        print_trace(est, label_of(args), out, args.all, note)
+        print_trace(est, req.label, out, args.all, note_line(other_profile(est)))
     return 0
 
 

@@ -8,7 +8,7 @@ import textwrap
 from vramwise.answers.fit import MAX_GPUS, fit
 from vramwise.answers.placement import GpuSet, pooled_bytes, spare_per_gpu
 from vramwise.errors import VramwiseError
-from vramwise.surfaces.cli.common import model_of, plot, recipe_of, settings_of, show_recipe, with_recipe
+from vramwise.surfaces.cli.common import plot, request_of, show_recipe, with_recipe
 from vramwise.surfaces.cli.format import WRAP, bar, dash, family_line, fits_word, gib, gpus_word, print_json, summary, write_wrapped
 from vramwise.surfaces.cli.parser import BadValue, int_list
 
@@ -20,16 +20,16 @@ def run(args, out) -> int:
     seq_lens = int_list("--seq-lens", args.seq_lens, 1) if args.seq_lens is not None else None
     if args.gpus is not None and not 1 <= args.gpus <= MAX_GPUS:
         raise BadValue(f"--gpus must be a number of GPUs from 1 to {MAX_GPUS:,}, got {args.gpus}")
-    model, profile, label, size_only = model_of(args)
-    recipe = recipe_of(args)
-    if recipe is not None:  # the flags given are in the recipe already; the advice is written in its keys
-        f = fit(recipe, gpu=args.gpu, gpus=args.gpus, headroom=args.headroom, seq_lens=seq_lens,
+    req = request_of(args)
+    label = req.label
+    if req.recipe is not None:  # the flags given are in the recipe already; the advice is written in its keys
+        f = fit(req.recipe, gpu=args.gpu, gpus=args.gpus, headroom=args.headroom, seq_lens=seq_lens,
                 trust_remote_code=args.trust_remote_code)
     else:
-        settings = settings_of(args, skip=("gpu",))
-        if size_only:
+        settings = req.settings_dict(skip=("gpu",))
+        if req.size_only:
             settings["target_modules"] = None
-        f = fit(model, gpu=args.gpu, gpus=args.gpus, headroom=args.headroom, seq_lens=seq_lens, profile=profile,
+        f = fit(req.model, gpu=args.gpu, gpus=args.gpus, headroom=args.headroom, seq_lens=seq_lens, profile=req.profile,
                 trust_remote_code=args.trust_remote_code, **settings)
     serving = not hasattr(f, "frontier")  # a serving profile's answers (vramwise.answers.serving.ServingFit)
     if args.json:

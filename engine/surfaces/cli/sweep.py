@@ -8,7 +8,7 @@ import sys
 from vramwise.answers.fit import SWEEPABLE, sweep
 from vramwise.estimation.estimate import COMPONENTS
 from vramwise.profiles.settings import SETTINGS
-from vramwise.surfaces.cli.common import show_recipe, with_recipe, model_of, plot, settings_of
+from vramwise.surfaces.cli.common import plot, request_of, show_recipe, with_recipe
 from vramwise.surfaces.cli.format import bar, gib, print_json, settings_line, summary, write_wrapped
 from vramwise.surfaces.cli.parser import SWEEP_LISTS, BadValue, int_list
 
@@ -17,9 +17,10 @@ _SETTING = {s.name: s for s in SETTINGS}
 
 def run(args, out) -> int:
     fmt = "json" if args.json else args.format
-    model, profile, label, size_only = model_of(args)
-    settings = _sweep_settings(args)
-    if size_only:
+    req = request_of(args)
+    model, profile, label = req.model, req.profile, req.label
+    settings = _sweep_settings(req)
+    if req.size_only:
         settings["target_modules"] = None
     sw = sweep(model, profile=profile, trust_remote_code=args.trust_remote_code, **settings)
     if fmt == "json":
@@ -32,9 +33,9 @@ def run(args, out) -> int:
     return 0
 
 
-def _sweep_settings(args) -> dict:
+def _sweep_settings(req) -> dict:
     """The settings of a sweep: lists for the sweepable settings given with commas (typed by the table)."""
-    settings = settings_of(args)
+    settings = req.settings_dict()
     for name in SWEEPABLE:
         raw = settings[name]
         if not isinstance(raw, str) or name not in SWEEP_LISTS:
