@@ -38,13 +38,16 @@ MAX_GPUS = 1024
 
 @dataclass(frozen=True)
 class GpuTarget:
-    """The GPU an answer is for: its name, memory per GPU and where the figure comes from."""
+    """The GPU an answer is for: its name, memory per GPU and where the figure comes from; for a catalog
+    GPU or a size, ``matched`` is the catalog's :class:`~vramwise.inputs.gpu_catalog.GpuSpec` of the name
+    asked for (how it was matched, the reading its figure is, the other candidates of an ambiguous name)."""
 
     name: str
     memory_bytes: int
     source: str
     count: int = 1  # GPUs of this kind available (the local machine's visible GPUs, or --gpus)
     cuda_total_bytes: int | None = None  # what CUDA reports of a catalog GPU, where known (a server sizes its cache from it)
+    matched: Any = None  # the GpuSpec the name resolved to (None: bytes given, or the local GPUs)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "memory_bytes": self.memory_bytes, "source": self.source, "count": self.count}
@@ -54,7 +57,7 @@ def gpu_target(gpu: Any, count: int | None = None) -> GpuTarget:
     """A GPU from a catalog name or alias (``"RTX 4090"``, ``"H100"``), a size (``"24GiB"``, ``"80GB"``),
     a number of bytes, ``"local"`` (the visible GPUs, by free memory) or a :class:`GpuTarget`."""
     if isinstance(gpu, GpuTarget):
-        return gpu if count is None else GpuTarget(gpu.name, gpu.memory_bytes, gpu.source, count)
+        return gpu if count is None else GpuTarget(gpu.name, gpu.memory_bytes, gpu.source, count, matched=gpu.matched)
     if isinstance(gpu, bool) or gpu is None:
         raise SettingsError(f"gpu must be a GPU name, a size such as 24GiB, a number of bytes or 'local', got {gpu!r}")
     if isinstance(gpu, (int, float)):
@@ -76,7 +79,7 @@ def gpu_target(gpu: Any, count: int | None = None) -> GpuTarget:
     from vramwise.inputs.gpu_catalog import gpu_spec
 
     spec = gpu_spec(gpu)
-    return GpuTarget(spec.name, spec.memory_bytes, spec.source, count or 1, spec.cuda_total_bytes)
+    return GpuTarget(spec.name, spec.memory_bytes, spec.source, count or 1, spec.cuda_total_bytes, spec)
 
 
 @dataclass(frozen=True)
@@ -203,7 +206,8 @@ def fit(
             raise SettingsError(f"profile {prof.name} keeps 1 - gpu_memory_utilization of each GPU free: set "
                                 "--gpu-memory-utilization instead of --headroom")
         total = target.cuda_total_bytes or target.memory_bytes
-        return serving_fit(spec, prof, GpuTarget(target.name, total, target.source, ranks, target.cuda_total_bytes), base, reg)
+        return serving_fit(spec, prof, GpuTarget(target.name, total, target.source, ranks, target.cuda_total_bytes,
+                                                           target.matched), base, reg)
     share = prof.further_gpu_share
     gpu_set = GpuSet.alike(usable, n)  # the GPUs asked about, as the placement rule sees them
 

@@ -103,3 +103,16 @@ def test_json():
     f = fit(EXAMPLE, gpu=24 * GIB)
     data = json.loads(json.dumps(f.to_dict(), allow_nan=False))
     assert data["max_batch_size"] == f.max_batch_size and len(data["frontier"]) == 16
+
+
+def test_the_gpu_target_carries_how_its_name_was_matched():
+    # the answer holds the catalog's match of the name asked for, so that a surface prints how it was
+    # matched (an ambiguous name's alternatives, the reading its figure is) without resolving it again
+    from vramwise.inputs.gpu_catalog import gpu_spec
+
+    for query in ("H100", "RTX 4090", "24GiB"):
+        f = fit(EXAMPLE, gpu=query)
+        assert f.gpu.matched == gpu_spec(query) and f.gpu.memory_bytes == gpu_spec(query).memory_bytes
+    assert fit(EXAMPLE, gpu="24GiB").gpu.matched.matched_by == "size"
+    assert fit(EXAMPLE, gpu=24 * GIB).gpu.matched is None  # bytes given: nothing was matched
+    assert "matched" not in fit(EXAMPLE, gpu="H100").gpu.to_dict()  # the JSON answer is as before

@@ -7,7 +7,6 @@ import textwrap
 
 from vramwise.answers.fit import MAX_GPUS, fit
 from vramwise.answers.placement import GpuSet, pooled_bytes, spare_per_gpu
-from vramwise.errors import VramwiseError
 from vramwise.surfaces.cli.common import plot, request_of, show_recipe, with_recipe
 from vramwise.surfaces.cli.format import WRAP, bar, dash, family_line, fits_word, gib, gpus_word, print_json, summary, write_wrapped
 from vramwise.surfaces.cli.parser import BadValue, int_list
@@ -40,7 +39,7 @@ def run(args, out) -> int:
         print_serving_fit(f, label, out)
     else:
         show_recipe(args, out)
-        print_fit(f, label, out, args.gpu)
+        print_fit(f, label, out)
     if not serving:
         plot("fit", f, args.plot, sys.stderr)
     elif args.plot:
@@ -48,26 +47,18 @@ def run(args, out) -> int:
     return 0
 
 
-def _gpu_words(fit_result, query: str | None = None) -> list[str]:
+def _gpu_words(fit_result) -> list[str]:
     """Where the GPU's memory figure comes from, and the usable memory, in a few lines."""
     g = fit_result.gpu
     lines = [f"GPU: {g.name}, {gib(g.memory_bytes)} GiB ({g.memory_bytes:,} bytes) each"
              + (f", {fit_result.gpus} of them" if fit_result.gpus > 1 else "")]
     reading = None
     note = None
-    if not g.source.startswith(("NVML", "given in bytes")):
-        try:
-            from vramwise.inputs.gpu_catalog import gpu_spec
-
-            spec = gpu_spec(query or g.name)
-            if spec.memory_bytes == g.memory_bytes:
-                if spec.matched_by == "ambiguous" and spec.note:
-                    note = f"note: {spec.note} (name another: {', '.join(spec.alternatives)})"
-                reading = _READINGS.get(spec.memory_reading, spec.memory_reading)
-                if spec.matched_by == "size":
-                    reading = None
-        except VramwiseError:
-            pass
+    spec = g.matched  # how the name asked for was matched (None: bytes given, or the local GPUs)
+    if spec is not None and not g.source.startswith(("NVML", "given in bytes")):
+        if spec.matched_by == "ambiguous" and spec.note:
+            note = f"note: {spec.note} (name another: {', '.join(spec.alternatives)})"
+        reading = None if spec.matched_by == "size" else _READINGS.get(spec.memory_reading, spec.memory_reading)
     lines.append(f"memory figure: {reading}; source: {g.source}" if reading else f"memory figure: {g.source}")
     if note:
         lines.append(note)
@@ -78,7 +69,7 @@ def _gpu_words(fit_result, query: str | None = None) -> list[str]:
     return lines
 
 
-def print_fit(f, label: str, out, query: str | None = None) -> None:
+def print_fit(f, label: str, out) -> None:
     est = f.estimate
     out.write(f"{label}\n")
     if est is not None:
@@ -86,7 +77,7 @@ def print_fit(f, label: str, out, query: str | None = None) -> None:
     text = summary(f.profile)
     if text:
         write_wrapped(out, f"profile {f.profile}: {text}")
-    for line in _gpu_words(f, query):
+    for line in _gpu_words(f):
         write_wrapped(out, line)
     n, usable = f.gpus, f.usable_bytes
     on = f"{n} GPU" + ("s" if n > 1 else "")
