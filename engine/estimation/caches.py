@@ -7,6 +7,7 @@ that forgets its oldest entry when full and that :meth:`Registry.clear_caches` e
 
 from __future__ import annotations
 
+import marshal
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -49,6 +50,10 @@ def _stat(path: str) -> tuple | None:
 #: Mappings with a top-level field longer than this are not cached (their key would be the whole config).
 _LARGE = 10_000
 
+#: marshal's format 2: exact types (bool, int and float apart; a float by its bits) and no back-references, so
+#: equal bytes mean equal content and the same content gives the same bytes whatever objects it shares.
+_MARSHAL_VERSION = 2
+
 
 def config_key(model: Any) -> tuple | None:
     """A cheap identity of a model as given (a mapping, a path, a catalog name) for the model cache
@@ -57,6 +62,12 @@ def config_key(model: Any) -> tuple | None:
     if isinstance(model, Mapping):
         if any(isinstance(v, (list, tuple, dict)) and len(v) > _LARGE for v in model.values()):
             return None  # a long field: resolved each time rather than printed whole as a key
+        try:
+            # JSON-like content serialised in C: a long list of floats (rope factors) costs a copy of its bits,
+            # where repr spelled every float out on every call
+            return ("mapping", marshal.dumps(model, _MARSHAL_VERSION))
+        except ValueError:  # a type marshal does not write exactly (a subclass, an object): identified by repr
+            pass
         try:
             return ("mapping", repr(model))
         except Exception:  # noqa: BLE001 - an unprintable mapping is simply not cached

@@ -85,3 +85,38 @@ def test_caches_are_bounded_and_can_be_cleared(reg):
 def test_an_unhashable_target_list_is_accepted(reg):
     e = vramwise.estimate(SMALL, registry=reg, method="lora", target_modules=["q_proj", "v_proj"])
     assert e.lora_targets == ("q_proj", "v_proj")
+
+
+# --- the identity of a mapping ------------------------------------------------------------------------------------
+
+ROPE = dict(SMALL, rope_scaling={"type": "longrope", "long_factor": [1.0 + i / 64 for i in range(48)],
+                                 "short_factor": [1.0] * 48})
+
+
+def test_a_mapping_key_tells_apart_what_python_calls_equal():
+    from vramwise.estimation.caches import config_key
+
+    # 1 == 1.0 == True and 0.0 == -0.0 in Python, yet a config may be read differently for each
+    keys = {config_key(dict(SMALL, tie_word_embeddings=v)) for v in (1, 1.0, True)}
+    assert len(keys) == 3
+    assert config_key(dict(SMALL, rope_theta=0.0)) != config_key(dict(SMALL, rope_theta=-0.0))
+    assert config_key(copy.deepcopy(ROPE)) == config_key(ROPE)  # equal content, new objects
+
+
+def test_a_change_deep_in_a_long_list_is_seen(reg):
+    from vramwise.estimation.caches import config_key
+
+    changed = copy.deepcopy(ROPE)
+    changed["rope_scaling"]["long_factor"][-1] += 2 ** -40  # the last entry's last bits
+    assert config_key(changed) != config_key(ROPE)
+    a = vramwise.load_model(ROPE, registry=reg)
+    assert vramwise.load_model(changed, registry=reg) is not a
+
+
+def test_a_mapping_of_other_types_is_still_cached_by_content(reg):
+    from collections import OrderedDict
+
+    ordered = OrderedDict(SMALL)  # not a plain dict: identified as before, by its printed form
+    a = vramwise.load_model(ordered, registry=reg)
+    assert vramwise.load_model(OrderedDict(SMALL), registry=reg) is a
+    assert vramwise.load_model(OrderedDict(SMALL, num_hidden_layers=3), registry=reg).num_layers == 3
