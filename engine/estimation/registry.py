@@ -45,6 +45,7 @@ class Registry:
             fam_loc, fam_disp = resources.files("vramwise.families"), "families"
         else:
             fam_loc, fam_disp = Path(families_dir), None
+        self._families_location = fam_loc  # (its files' bytes key the check of check_all)
         if formulas_dir is None:
             self._formulas, self._formulas_display = resources.files("vramwise.formulas"), "formulas"
         else:
@@ -258,7 +259,16 @@ class Registry:
         return prof
 
     def check_all(self) -> None:
-        """Load and cross-check every family, every profile and every strategy with its profiles."""
+        """Load and cross-check every family, every profile and every strategy with its profiles.
+
+        The digest of the data files' bytes is kept when they pass (:mod:`~vramwise.estimation.checked`):
+        files with the same bytes, as validated, pass again at once without compiling anything; an edited,
+        added or removed file is checked again."""
+        from vramwise.estimation.checked import CHECKED, folder_digest
+
+        digest = folder_digest(self._families_location, self._formulas)
+        if CHECKED.passed(digest, self.validate):
+            return
         families = self.families
         problems: list[str] = []
         for pname in self.profile_names():
@@ -273,3 +283,5 @@ class Registry:
                 self.profile(pname, sname)
         if problems:
             raise FileFormatError(problems)
+        if folder_digest(self._families_location, self._formulas) == digest:  # not edited while checked
+            CHECKED.add(digest, self.validate)
