@@ -60,8 +60,10 @@ class GpuSelection:
 
 
 def _further_gpu_share(est: Any) -> float:
-    """The profile's share of a further GPU's free memory (the estimate's, else the default profile's)."""
-    share = getattr(est, "further_gpu_share", None)
+    """The profile's share of a further GPU's free memory (the estimate's profile's, or a stand-in's own
+    ``further_gpu_share``; else the default profile's)."""
+    prof = getattr(est, "profile_data", None)
+    share = prof.further_gpu_share if prof is not None else getattr(est, "further_gpu_share", None)
     if share is None:
         from vramwise.estimation.registry import Registry
 

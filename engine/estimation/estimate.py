@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from vramwise.profiles.bands import ErrorBand, band_for
 from vramwise.errors import InternalError, SettingsError
-from vramwise.rules.expr.language import LayerValues, render, round_bytes
+from vramwise.rules.expr.language import LayerValues, round_bytes
 from vramwise.models.model import INVENTORY_DOCS, NO_ADAPTERS, LoraSums, ModelSpec
 from vramwise.rules.expr.codegen import MAX_FIGURE, static_tuple
 from vramwise.profiles.profile import Profile
@@ -353,19 +353,16 @@ class Estimate:
         return got
 
     @property
-    def further_gpu_share(self) -> float:
-        """GPU selection: the share of each further GPU's free memory that counts (profile data)."""
-        return self._stage.profile.further_gpu_share
+    def profile_data(self) -> Profile:
+        """The compiled profile this estimate was made under (its summary, report lines and figure units,
+        its GPU-selection share): what a surface prints about the profile, without the registry."""
+        return self._stage.profile
 
-    def report_lines(self, gib) -> list[str]:
-        """The profile's report lines for this estimate, figures formatted with ``gib(bytes)``."""
-        figures = self.figures
-        values = {"batch_size": str(self._batch), "seq_len": str(self._seq)}
-        units = self._stage.profile.figure_units
-        values.update((name, gib(v) if units.get(name, "bytes") == "bytes" else (f"{v:,.2f}" if units[name] == "ratio" else f"{v:,}"))
-                      for name, v in figures.items())
-        method = self._stage.settings["method"]
-        return [render(text, values) for text, methods in self._stage.profile.report if methods is None or method in methods]
+    @property
+    def strategy_info(self) -> Mapping[str, Any] | None:
+        """The strategy's manifest entry (summary, host note, least world size), None without a strategy."""
+        strategy = self.strategy
+        return None if strategy is None else self._stage.registry.strategy_info(strategy)
 
     def __repr__(self) -> str:
         comps = ", ".join(f"{c}={getattr(self, c)}" for c in COMPONENTS)
@@ -396,7 +393,7 @@ class Estimate:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise SettingsError(f"the number of GPUs must be a positive integer, got {n!r}")
         if self.strategy is not None:
-            least = self._stage.registry.strategy_info(self.strategy).get("min_world_size", 1)
+            least = self.strategy_info.get("min_world_size", 1)
             if n < least:  # fewer GPUs than the strategy spreads over: the whole run on each of them
                 return self._rerun(strategy="none", world_size=1, offload="none").total
             return self.at_world_size(n).total

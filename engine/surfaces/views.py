@@ -12,8 +12,10 @@ from typing import Sequence
 from vramwise.answers.placement import inference_split, per_gpu_bytes
 from vramwise.estimation.estimate import Estimate
 from vramwise.estimation.registry import Registry
+from vramwise.rules.expr.language import render
 
-__all__ = ["estimate_view", "explain_view", "families_view", "strategy_gpus_problem", "count", "count_bytes"]
+__all__ = ["estimate_view", "explain_view", "families_view", "strategy_gpus_problem", "report_lines", "count",
+           "count_bytes"]
 
 GIB = 1024**3
 
@@ -29,6 +31,18 @@ def count(n: int) -> str:
 def count_bytes(n: int) -> str:
     """``1.50 GiB`` from one GiB up, else the bytes (``512 bytes``)."""
     return f"{n / GIB:,.2f} GiB" if n >= GIB else f"{n:,} bytes"
+
+
+def report_lines(est: Estimate, gib) -> list[str]:
+    """The profile's report lines for ``est`` (profile data: ``report``), its figures written with
+    ``gib(bytes)`` (ratios with two decimals, counts whole) and the run's batch and sequence length."""
+    prof = est.profile_data
+    values = {"batch_size": str(est.settings.batch_size), "seq_len": str(est.settings.seq_len)}
+    units = prof.figure_units
+    values.update((name, gib(v) if units.get(name, "bytes") == "bytes" else (f"{v:,.2f}" if units[name] == "ratio" else f"{v:,}"))
+                  for name, v in est.figures.items())
+    method = est.settings.method
+    return [render(text, values) for text, methods in prof.report if methods is None or method in methods]
 
 
 def strategy_gpus_problem(strategy, gpus: Sequence[int], world_size, *, names: tuple, example: str) -> str | None:

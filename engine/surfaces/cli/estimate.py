@@ -7,14 +7,13 @@ from typing import Sequence
 
 from vramwise.answers.placement import inference_split
 from vramwise.estimation.estimate import COMPONENTS, Estimate
-from vramwise.estimation.registry import Registry
 from vramwise.answers.profile_note import other_profile
 from vramwise.errors import SettingsError
 from vramwise.surfaces.cli.common import note_line, plot, request_of, show_recipe, with_recipe
-from vramwise.surfaces.cli.format import bar, count, family_line, gib, gpus_word, print_json, summary, write_wrapped
+from vramwise.surfaces.cli.format import bar, count, family_line, gib, gpus_word, print_json, write_wrapped
 from vramwise.surfaces.cli.parser import BadValue, int_list
 from vramwise.surfaces.request import CLI_NAMES, refuse_serving_gpus
-from vramwise.surfaces.views import estimate_view
+from vramwise.surfaces.views import estimate_view, report_lines
 
 #: the most GPUs --gpus may count
 MAX_GPU_COUNT = 1 << 20
@@ -90,7 +89,7 @@ def _component_rows(rows: list, total: int, out) -> None:
 def print_table(est: Estimate, model: str, gpus: Sequence[int], out, note: str | None = None) -> None:
     out.write(f"{model}\n")
     out.write(family_line(est) + "\n")
-    text = summary(est.profile)
+    text = est.profile_data.summary
     if text:
         write_wrapped(out, f"profile {est.profile}: {text}")
     out.write(f"parameters: {count(est.params_total)} total, {count(est.params_trainable)} trainable\n\n")
@@ -112,7 +111,7 @@ def print_table(est: Estimate, model: str, gpus: Sequence[int], out, note: str |
             peak = _peak_line(est)
             if peak:
                 write_wrapped(out, peak)
-        for line in est.report_lines(gib):
+        for line in report_lines(est, gib):
             out.write(line.rstrip("\n") + "\n")
         if est.strategy is not None:
             _strategy_lines(est, out)
@@ -128,7 +127,7 @@ def print_table(est: Estimate, model: str, gpus: Sequence[int], out, note: str |
 def _strategy_lines(est: Estimate, out) -> None:
     """What a multi-GPU strategy puts on each GPU and in host memory (the table above is the busiest rank)."""
     s = est.settings
-    info = Registry.default().strategy_info(est.strategy)
+    info = est.strategy_info
     write_wrapped(out, f"strategy {est.strategy} on {est.world_size} GPU{'s' if est.world_size > 1 else ''}: "
                        f"{info['summary']}; the table is one rank (GPU), batch {s.batch_size} x {s.seq_len} per rank")
     for r in est.per_rank:

@@ -12,7 +12,7 @@ from vramwise.estimation.estimate import Estimate
 from vramwise.estimation.explain import live_formula_ids
 from vramwise.answers.profile_note import other_profile
 from vramwise.surfaces.cli.common import note_line, request_of, show_recipe, with_recipe
-from vramwise.surfaces.cli.format import gib, print_json, ranges, settings_line, short, summary, value_text, write_wrapped
+from vramwise.surfaces.cli.format import gib, print_json, ranges, settings_line, short, value_text, write_wrapped
 from vramwise.surfaces.views import explain_view
 
 _PACKAGE_DIRS = {"formulas": "vramwise.formulas", "families": "vramwise.families", "hardware": "vramwise.hardware"}
@@ -48,7 +48,7 @@ def installed(path: str) -> str | None:
 
 def print_trace(est: Estimate, model: str, out, show_all: bool, note: str | None) -> None:
     out.write(f"{model}: family {est.family}, profile {est.profile}\n")
-    text = summary(est.profile)
+    text = est.profile_data.summary
     if text:
         write_wrapped(out, f"profile {est.profile}: {text}")
     out.write(f"settings: {settings_line(est.settings, serving=est.serving is not None)}\n")

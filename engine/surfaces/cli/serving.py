@@ -4,7 +4,8 @@ server's own terms, so that it can be held beside the server's start-up log."""
 from __future__ import annotations
 
 from vramwise.estimation.estimate import Estimate
-from vramwise.surfaces.cli.format import bar, count, gib, summary, write_wrapped
+from vramwise.surfaces.cli.format import bar, count, gib, write_wrapped
+from vramwise.surfaces.views import report_lines
 
 __all__ = ["print_serving_estimate", "print_serving_fit"]
 
@@ -51,7 +52,7 @@ def print_serving_estimate(est: Estimate, model: str, out) -> None:
     s = est.settings
     out.write(f"{model}\n")
     out.write(_family_line(est) + "\n")
-    text = summary(est.profile)
+    text = est.profile_data.summary
     if text:
         write_wrapped(out, f"profile {est.profile}: {text}")
     out.write(f"parameters: {count(est.params_total)}; vLLM {s.vllm_version}"
@@ -59,7 +60,7 @@ def print_serving_estimate(est: Estimate, model: str, out) -> None:
               f"pipeline_parallel_size {s.pipeline_parallel_size}\n\n")
     _budget_rows(est, out)
     write_wrapped(out, "as vLLM logs it (per GPU):")
-    for line in est.report_lines(gib):
+    for line in report_lines(est, gib):
         out.write("  " + line.rstrip("\n") + "\n")
     write_wrapped(out, _start_line(est))
     write_wrapped(out, est.error_band.line())
