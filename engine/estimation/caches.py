@@ -55,23 +55,32 @@ _LARGE = 10_000
 _MARSHAL_VERSION = 2
 
 
+def _has_long_field(model: Mapping) -> bool:
+    """Whether a top-level field is a container of more than ``_LARGE`` entries (resolved each time rather than
+    kept whole as a key)."""
+    return any(isinstance(v, (list, tuple, dict)) and len(v) > _LARGE for v in model.values())
+
+
 def config_key(model: Any) -> tuple | None:
     """A cheap identity of a model as given (a mapping, a path, a catalog name) for the model cache
     (None: do not cache). A local file is identified with its version: its size and modification
     time, and those of its folder and of the weights' index beside it."""
     if isinstance(model, Mapping):
-        if any(isinstance(v, (list, tuple, dict)) and len(v) > _LARGE for v in model.values()):
-            return None  # a long field: resolved each time rather than printed whole as a key
         try:
             # JSON-like content serialised in C: a long list of floats (rope factors) costs a copy of its bits,
             # where repr spelled every float out on every call
-            return ("mapping", marshal.dumps(model, _MARSHAL_VERSION))
+            data = marshal.dumps(model, _MARSHAL_VERSION)
         except ValueError:  # a type marshal does not write exactly (a subclass, an object): identified by repr
-            pass
-        try:
-            return ("mapping", repr(model))
-        except Exception:  # noqa: BLE001 - an unprintable mapping is simply not cached
+            if _has_long_field(model):
+                return None
+            try:
+                return ("mapping", repr(model))
+            except Exception:  # noqa: BLE001 - an unprintable mapping is simply not cached
+                return None
+        # every entry takes at least a byte, so only a mapping of more bytes can hold a field that long
+        if len(data) > _LARGE and _has_long_field(model):
             return None
+        return ("mapping", data)
     if isinstance(model, (str, os.PathLike)):
         text = os.path.expanduser(os.fspath(model))
         here = _stat(text)

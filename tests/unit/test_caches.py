@@ -120,3 +120,13 @@ def test_a_mapping_of_other_types_is_still_cached_by_content(reg):
     a = vramwise.load_model(ordered, registry=reg)
     assert vramwise.load_model(OrderedDict(SMALL), registry=reg) is a
     assert vramwise.load_model(OrderedDict(SMALL, num_hidden_layers=3), registry=reg).num_layers == 3
+
+
+def test_a_mapping_with_a_field_over_ten_thousand_entries_is_resolved_each_time():
+    from vramwise.estimation.caches import config_key
+
+    assert config_key(dict(SMALL, layer_types=["full_attention"] * 10_000)) is not None
+    assert config_key(dict(SMALL, layer_types=["full_attention"] * 10_001)) is None
+    assert config_key(dict(SMALL, extra={str(i): i for i in range(10_001)})) is None
+    # many fields each within the bound make a long key, but are still kept
+    assert config_key(dict(SMALL, **{f"f{i}": list(range(5_000)) for i in range(3)})) is not None
