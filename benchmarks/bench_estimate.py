@@ -1,6 +1,8 @@
 """Speed of vramwise, in one run.
 
     python benchmarks/bench_estimate.py [CONFIG] [--quick]
+    python benchmarks/bench_estimate.py --configs [DIR] [--quick]
+
 
 - estimate from a fresh config dict (a new dict object each call, equal content), from a
   path, and from a resolved ``ModelSpec``, for both profiles and for the hf profile with FSDP on
@@ -11,6 +13,11 @@
   model is really resolved);
 - the wall time of ``vramwise estimate CONFIG`` in a fresh process (which must not import torch),
   with the package's bytecode cached as an installed package has it.
+
+With ``--configs`` (DIR: ``../shared/configs`` by default), for every config of the folder instead: the
+time of an estimate from a fresh config dict by vramwise (``unsloth`` profile) and by the reference, the plain
+single-file estimator of the seed's arithmetic in ``reference_estimator.py``, called alternately with the same
+settings, and their ratio; the target is at most 0.5 on every config, and the configs above it are listed.
 
 Medians over many calls; the machine is shared, so figures vary between runs.
 """
@@ -31,6 +38,9 @@ import vramwise
 
 HERE = Path(__file__).resolve().parent
 DEFAULT = HERE.parent / "examples" / "llama-3.1-8b.json"
+SHARED_CONFIGS = HERE.parent.parent / "shared" / "configs"
+#: the most an estimate by vramwise may take, as a share of the reference's time on the same config
+TARGET_RATIO = 0.5
 
 
 def _median_us(fn, n: int) -> float:
@@ -55,9 +65,60 @@ def _grid():
             yield dict(rest, batch_size=b, seq_len=s)
 
 
+def per_config(folder: Path, quick: bool) -> None:
+    """vramwise against the reference on every config of ``folder``: fresh-dict medians and their ratio."""
+    from reference_estimator import estimate_training_vram
+
+    n = 400 if quick else 3000
+    rows, skipped = [], []
+    for path in sorted(folder.glob("*.json")):
+        cfg = json.loads(path.read_text())
+        try:
+            estimate_training_vram(cfg)
+            vramwise.estimate(cfg)
+        except Exception as exc:  # noqa: BLE001 - a config one of the two does not read is named, not timed
+            skipped.append(f"{path.name} ({type(exc).__name__})")
+            continue
+        reg = vramwise.Registry()
+        grid = _grid()
+        for _ in range(100):  # warm up: the model and every static stage of the grid are built once
+            s = next(grid)
+            vramwise.estimate(cfg, registry=reg, **s)
+            estimate_training_vram(cfg, **s)
+        ours, theirs = [copy.deepcopy(cfg) for _ in range(n)], [copy.deepcopy(cfg) for _ in range(n)]
+        t_ours, t_ref = [], []
+        clock = time.perf_counter
+        for a, b in zip(ours, theirs):  # alternately, with the same settings, so that load falls on both alike
+            s = next(grid)
+            t0 = clock()
+            vramwise.estimate(a, registry=reg, **s)
+            t1 = clock()
+            estimate_training_vram(b, **s)
+            t2 = clock()
+            t_ours.append(t1 - t0)
+            t_ref.append(t2 - t1)
+        v, r = statistics.median(t_ours) * 1e6, statistics.median(t_ref) * 1e6
+        rows.append((path.name.removesuffix(".json"), v, r, v / r))
+    print(f"configs: {folder}; medians over {n:,} estimates from a fresh dict each (unsloth profile; batch and "
+          "sequence changed on every call)")
+    width = max(len(r[0]) for r in rows) + 2
+    print(f"{'config':<{width}}{'vramwise':>12}{'reference':>12}{'ratio':>8}")
+    for name, v, r, ratio in rows:
+        print(f"{name:<{width}}{v:>9.1f} us{r:>9.1f} us{ratio:>8.2f}")
+    ratios = [r[3] for r in rows]
+    over = [f"{name} {ratio:.2f}" for name, _, _, ratio in sorted(rows, key=lambda r: -r[3]) if ratio > TARGET_RATIO]
+    print(f"ratio over {len(rows)} configs: median {statistics.median(ratios):.2f}, largest {max(ratios):.2f}; "
+          f"above {TARGET_RATIO}: {', '.join(over) if over else 'none'}")
+    if skipped:
+        print(f"not timed: {', '.join(skipped)}")
+
+
 def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     quick = "--quick" in sys.argv
+    if "--configs" in sys.argv:
+        per_config(Path(args[0]) if args else SHARED_CONFIGS, quick)
+        return
     path = Path(args[0]) if args else DEFAULT
     cfg = json.loads(path.read_text())
     n = 2000 if quick else 20000
