@@ -49,6 +49,18 @@ def _require():
         pytest.skip(missing)
 
 
+def _warm(url: str) -> None:
+    """The first /api/families compiles every family; on a loaded machine it may pass the server's compute
+    timeout (503) once: asked again until it answers, so no test waits on it."""
+    import httpx
+
+    with httpx.Client(base_url=url, timeout=60) as c:
+        for _ in range(6):
+            if c.get("/api/families").status_code == 200:
+                return
+    pytest.fail("/api/families did not answer")
+
+
 def _gib(n: int) -> str:
     return f"{n / 2**30:,.2f} GiB"
 
@@ -63,6 +75,7 @@ def test_page_in_headless_chromium(monkeypatch, tmp_path):
 
     monkeypatch.setattr(_source, "_read_hub", refuse)
     with live_server() as url, sync_playwright() as p:
+        _warm(url)
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
@@ -155,6 +168,7 @@ def test_recipe_upload_in_headless_chromium(monkeypatch):
     fixture = Path(__file__).resolve().parents[1] / "fixtures" / "recipes" / "axolotl" / "llama-3-lora-1b.yml"
     monkeypatch.setattr(_source, "_read_hub", lambda repo, trust: pytest.fail(f"the hub was asked for {repo!r}"))
     with live_server() as url, sync_playwright() as p:
+        _warm(url)
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
@@ -213,6 +227,7 @@ def test_serving_mode_in_headless_chromium(monkeypatch):
     model, lib = "Qwen/Qwen3-30B-A3B", {"profile": "vllm", "method": "inference", "max_model_len": 32768}
     monkeypatch.setattr(_source, "_read_hub", lambda repo, trust: pytest.fail(f"the hub was asked for {repo!r}"))
     with live_server() as url, sync_playwright() as p:
+        _warm(url)
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 1000})
@@ -290,6 +305,7 @@ def test_the_address_accepts_what_the_cli_accepts_and_is_written_back_canonical(
     assert model is not None and gpu.matched_by == "ambiguous"
     want = vramwise.estimate(model.id, batch_size=8, gradient_checkpointing="true").total
     with live_server() as url, sync_playwright() as p:
+        _warm(url)
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})

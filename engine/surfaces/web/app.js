@@ -10,7 +10,9 @@
     "optimizer", "attention", "loss", "load_in_4bit", "strategy", "offload", "gpus_per_node"];
   const SVGNS = "http://www.w3.org/2000/svg";
   const state = { table: {}, defaultProfile: null, models: [], upload: null, uploadName: null, seq: 0, inflight: null, timer: null,
-    recipe: null, formats: {}, servingProfiles: [] };  // recipe: {parts: [{name, text}], framework, data: /api/recipe's answer, catalog}
+    recipe: null, formats: {}, servingProfiles: [], gpus: [], summaries: {}, unread: new Set() };
+  // recipe: {parts: [{name, text}], framework, data: /api/recipe's answer, catalog}; gpus: /api/gpus's catalog;
+  // unread: the fields of the address the page could not read, no figures until the person chooses each
   //: the GPU the serving mode starts on when none is chosen
   const SERVING_GPU = "h100-sxm";
 
@@ -46,7 +48,7 @@
     values.forEach((v, i) => { const o = h("option", labels ? labels[i] : v); o.value = v; sel.appendChild(o); });
   }
 
-  function modelLabel(m) { return m.id + "  (" + count(m.params) + ", " + m.family + ")"; }
+  function modelLabel(m) { return m.id + "  " + count(m.params); }  // the family: searched, and shown once chosen
 
   function showModels(query) {
     const words = query.toLowerCase().split(/\s+/).filter(Boolean);
@@ -153,6 +155,23 @@
     }
   }
 
+  // the GPU menu in the sizes the figures use: a training step fits in the memory nvidia-smi reports; a server
+  // sizes its KV cache from the total CUDA reports, where the catalog knows it (answers/fit.py, the serving fit)
+  function gpuBytes(g) { return isServing() && g.cuda_total_bytes ? g.cuda_total_bytes : g.memory_bytes; }
+
+  function labelGpus() {
+    const byId = Object.fromEntries(state.gpus.map((g) => [g.id, g]));
+    for (const o of $("gpu").options) {
+      const g = byId[o.value];
+      if (g) o.textContent = g.name + " (" + gib(gpuBytes(g)) + " GiB)";
+    }
+  }
+
+  function describeProfiles() {  // each profile menu's choice, its summary in full under the form
+    $("profile-info").textContent = state.summaries[$("profile").value] || "";
+    $("serving-profile-info").textContent = state.summaries[$("serving-profile").value] || "";
+  }
+
   // the serving mode (a serving profile): its form and cards instead of the training ones
   function showMode() {
     const on = isServing();
@@ -161,6 +180,8 @@
     if (on) $("fit-card").hidden = true; else $("serving-card").hidden = true;
     for (const e of document.querySelectorAll(".training-only")) e.hidden = on;
     if (on && !$("gpu").value && [...$("gpu").options].some((o) => o.value === SERVING_GPU)) $("gpu").value = SERVING_GPU;
+    labelGpus();
+    describeProfiles();
     applies();
   }
 
@@ -187,15 +208,17 @@
     const q = new URLSearchParams(location.search);
     if (![...q.keys()].length) return;
     let got;
-    try { got = await api("/api/address?" + q.toString()); } catch (e) { showAddressNote(["the address: " + e.message], []); return; }
+    try { got = await api("/api/address?" + q.toString()); } catch (e) {
+      state.unread.add("address"); showAddressNote(["the address: " + e.message], []); return;
+    }
     const val = (k) => got.fields[k] && "value" in got.fields[k] ? got.fields[k].value : undefined;
     const problems = [], notes = [];
-    for (const k in got.fields) if (got.fields[k].error) problems.push(k + ": " + got.fields[k].error);
+    for (const k in got.fields) if (got.fields[k].error) { problems.push(k + ": " + got.fields[k].error); state.unread.add(k); }
     for (const k of got.unknown) problems.push(k + ": not a field of this page");
     const model = val("model");
     if (model !== undefined) {
       if (state.models.some((x) => x.id === model)) $("model-list").value = model;
-      else problems.push("model: " + model + " is not in this page's catalog");
+      else { problems.push("model: " + model + " is not in this page's catalog"); state.unread.add("model"); }
     }
     const show = (id, v) => {  // a value the form's list lacks (an optimizer, a GPU size) is added to it
       const e = $(id), text = fieldText(v);
@@ -231,7 +254,17 @@
   }
 
   // -- updates ------------------------------------------------------------------------------
-  function schedule() {
+  // the field of the address an input of the form stands for (what it resolves once a person sets it)
+  function fieldOf(target) {
+    if (!target || !target.id) return null;
+    if (target.closest && target.closest("#compare-profiles")) return "compare";
+    return { "model-list": "model", "serving-profile": "profile", mode: "profile" }[target.id] || target.id;
+  }
+
+  function resolved(field) { state.unread.delete(field); state.unread.delete("address"); }
+
+  function schedule(e) {
+    if (e && e.target) resolved(fieldOf(e.target));
     showMode();
     writeUrl();
     if (state.recipe) markOverrides();
@@ -245,13 +278,28 @@
     box.hidden = !message;
   }
 
+  // no figures: a line that says what is missing, and nothing left of an earlier answer
+  function blank(message) {
+    if (state.inflight) state.inflight.abort();
+    state.seq++;
+    const total = $("total");
+    total.textContent = message; total.dataset.bytes = ""; total.dataset.tokens = ""; total.className = "total prompt";
+    $("verdict").textContent = ""; $("verdict").className = "verdict";
+    for (const id of ["summary", "per-gpu", "error-band", "status"]) $(id).textContent = "";
+    for (const id of ["chart", "legend", "warnings", "compare"]) clear($(id));
+    $("fit-card").hidden = true; $("serving-card").hidden = true; $("compare-card").hidden = true;
+  }
+
+  function unreadMessage() {
+    const names = [...state.unread].map((k) => k === "gpu" ? "a GPU" : k === "model" ? "a model" : k === "address" ? "the settings" : k);
+    const list = names.length > 1 ? names.slice(0, -1).join(", ") + " and " + names[names.length - 1] : names[0];
+    return "choose " + list + ": the address names " + (names.length > 1 ? "values" : "one") + " this page cannot read (above)";
+  }
+
   async function update() {
+    if (state.unread.size) { blank(unreadMessage()); return; }
     const model = currentModel();
-    if (!model) {
-      $("total").textContent = state.recipe ? "choose a model or upload its config.json" : "choose a model";
-      $("total").dataset.bytes = ""; $("verdict").textContent = ""; $("summary").textContent = "";
-      return;
-    }
+    if (!model) { blank(state.recipe ? "choose a model or upload its config.json" : "choose a model"); return; }
     if (state.inflight) state.inflight.abort();
     const ctl = new AbortController(), seq = ++state.seq;
     state.inflight = ctl;
@@ -283,8 +331,8 @@
       return seq === state.seq ? got : null;
     } catch (e) {
       if (e.name !== "AbortError" && seq === state.seq) {
+        blank("no figures: see the message above");
         showError(e.message);
-        $("status").textContent = "";
       }
       return null;
     }
@@ -292,11 +340,7 @@
 
   // the serving mode: /api/fit answers for the serving profile (its ServingFit), /api/estimate names the family
   async function updateServing(body, ctl, seq, t0) {
-    if (!body.gpu) {
-      $("total").textContent = "choose a GPU"; $("total").dataset.tokens = "";
-      $("verdict").textContent = ""; $("summary").textContent = ""; $("serving-card").hidden = true;
-      return;
-    }
+    if (!body.gpu) { blank("choose a GPU"); return; }
     const got = await settled([api("/api/fit", body, ctl.signal), api("/api/estimate", body, ctl.signal)], seq);
     if (!got) return;
     const [fit, est] = got;
@@ -323,6 +367,9 @@
     total.textContent = gib(p.total) + " GiB";
     total.dataset.bytes = String(p.total);
     total.dataset.tokens = "";
+    total.className = "total";
+    $("headline").classList.remove("lead-verdict");
+    $("headline").insertBefore(total, $("verdict"));
     const usable = fit ? fit.usable_bytes * (est.strategy ? 1 : fit.gpus) : null;  // a strategy's figures are one GPU's
     const verdict = $("verdict");
     if (fit) {
@@ -459,7 +506,8 @@
     const totals = cells.filter((x) => x.total).map((x) => x.total);
     const gpuMem = c.gpu ? c.gpu.memory_bytes : 0;
     const top = Math.max(gpuMem, ...totals, 1) * 1.08;
-    const L = 10, R = 630, B = 200, T = 18, n = cells.length, slot = (R - L) / Math.max(n, 1), bw = Math.min(60, slot * 0.6);
+    // T: a band above the tallest bar (top is 1.08 x the tallest) for the GPU's key, so the key never crosses a bar
+    const L = 10, R = 630, B = 200, T = 30, n = cells.length, slot = (R - L) / Math.max(n, 1), bw = Math.min(60, slot * 0.6);
     cells.forEach((cell, i) => {
       const cx = L + slot * i + slot / 2;
       svg.appendChild(el("text", { x: cx - slot / 2 + 4, y: B + 16 }, cell.profile + "/" + cell.method));
@@ -478,7 +526,10 @@
     if (gpuMem) {
       const gy = B - (gpuMem / top) * (B - T);
       svg.appendChild(el("line", { x1: L, x2: R, y1: gy, y2: gy, stroke: "#555", "stroke-dasharray": "5 4" }));
-      svg.appendChild(el("text", { x: R - 200, y: gy - 4 }, c.gpu.name.slice(0, 30) + " " + gib(gpuMem) + " GiB"));
+      const key = el("text", { x: R, y: 11, "text-anchor": "end", id: "compare-gpu-label" }, c.gpu.name + " " + gib(gpuMem) + " GiB");
+      svg.appendChild(key);
+      const kx = R - key.getComputedTextLength() - 6;  // the key's sample of the dashed line, before its words
+      svg.appendChild(el("line", { x1: kx - 28, x2: kx, y1: 7, y2: 7, stroke: "#555", "stroke-dasharray": "5 4" }));
     }
   }
 
@@ -513,7 +564,8 @@
       $(f).value = state.table[f].default;
     }
     state.profiles = families.profiles.filter((p) => p !== "size_only" && !state.servingProfiles.includes(p));
-    fillSelect($("serving-profile"), state.servingProfiles, state.servingProfiles.map((p) => p + (families.profile_summaries[p] ? " — " + families.profile_summaries[p].slice(0, 50) : "")));
+    state.summaries = families.profile_summaries || {};
+    fillSelect($("serving-profile"), state.servingProfiles);
     if (!state.servingProfiles.length) { $("mode-box").hidden = true; }
     fillSelect($("kv_cache_dtype"), state.table.kv_cache_dtype.choices);
     for (const f of SERVING_FIELDS) {
@@ -521,7 +573,7 @@
       $(f).value = spec.default === null ? "" : String(spec.default);
       $(f).closest("label").title = spec.help;
     }
-    fillSelect($("profile"), state.profiles, state.profiles.map((p) => p + (families.profile_summaries[p] ? " — " + families.profile_summaries[p].slice(0, 60) : "")));
+    fillSelect($("profile"), state.profiles);
     $("profile").value = state.defaultProfile;
     const box = $("compare-profiles");
     for (const p of state.profiles) {
@@ -538,16 +590,17 @@
     }
     showModels("");
     const gsel = $("gpu");
-    for (const g of gpus.catalog) { const o = h("option", g.name + " (" + gib(g.memory_bytes) + " GiB)"); o.value = g.id; gsel.appendChild(o); }
+    state.gpus = gpus.catalog;
+    for (const g of gpus.catalog) { const o = h("option", g.name); o.value = g.id; gsel.appendChild(o); }
     if (gpus.local && gpus.local.visible && gpus.local.visible.length) { const o = h("option", "local: the visible GPUs"); o.value = "local"; gsel.appendChild(o); }
     await readUrl();
-    if (!$("model-list").value && state.models.length) {
+    if (!$("model-list").value && state.models.length && !state.unread.has("model")) {
       const dflt = state.models.find((m) => m.id === "meta-llama/Llama-3.1-8B") || state.models[0];
       $("model-list").value = dflt.id;
     }
     $("model-search").addEventListener("input", (e) => showModels(e.target.value));
     $("model-list").addEventListener("change", () => {
-      state.upload = null;
+      state.upload = null; resolved("model");
       if (state.recipe && state.recipe.catalog) dropRecipe();  // another model: the recipe is left
       describeModel(); schedule();                              // (a recipe whose model is not in the catalog takes it)
     });
@@ -560,9 +613,11 @@
       const f = e.target.files[0];
       if (!f) return;
       if (f.size > 1024 * 1024) { showError("the file is " + f.size.toLocaleString("en-US") + " bytes; at most 1 MiB is accepted"); return; }
-      state.upload = await f.text(); state.uploadName = f.name; describeModel(); schedule();
+      state.upload = await f.text(); state.uploadName = f.name; resolved("model"); describeModel(); schedule();
     });
-    $("paste-apply").addEventListener("click", () => { state.upload = $("paste").value; state.uploadName = "pasted config"; describeModel(); schedule(); });
+    $("paste-apply").addEventListener("click", () => {
+      state.upload = $("paste").value; state.uploadName = "pasted config"; resolved("model"); describeModel(); schedule();
+    });
     $("trace").addEventListener("toggle", () => { if ($("trace").open) loadTrace(Object.assign({}, currentModel(), requestSettings()), state.seq); });
     describeModel();
     showMode();
@@ -571,12 +626,19 @@
     document.body.dataset.ready = "1";
   }
 
+  // where a catalog entry's dimensions come from, in the reader's terms (the catalog's source line names the
+  // files it was built from: `vramwise catalog --json` has it)
+  function origin(m) {
+    return m.kind === "hub config" ? "dimensions from a copy of its config.json" : m.kind === "family example" ?
+      "dimensions of an example written by hand for the family" : "dimensions from the catalog";
+  }
+
   function describeModel() {
     const with_ = state.recipe ? " with the recipe" : "";
     if (state.upload !== null) { $("model-info").textContent = "your config: " + state.uploadName + with_ + " (not kept in the address)"; return; }
     if (state.recipe && !state.recipe.catalog && !$("model-list").value) { $("model-info").textContent = "the recipe's model: not in the catalog"; return; }
     const m = state.models.find((x) => x.id === $("model-list").value);
-    $("model-info").textContent = m ? m.id + ": " + count(m.params) + " parameters, family " + m.family + "; " + m.source + with_ : "";
+    $("model-info").textContent = m ? m.id + ": " + count(m.params) + " parameters, family " + m.family + "; " + origin(m) + with_ : "";
   }
 
   // -- a training recipe (POST /api/recipe reads it; the page's requests carry it while it is loaded) ----------
@@ -616,6 +678,7 @@
 
   function applyRecipe(parts, framework, data, keepUpload) {
     state.recipe = { parts, framework, data, catalog: data.catalog_model };
+    resolved("model");
     if (!keepUpload) state.upload = null;
     if (data.catalog_model) {
       $("model-search").value = "";

@@ -43,9 +43,13 @@ window.vramwiseServing = function (lib) {
     total.textContent = int(fit.kv_cache_tokens) + " tokens of KV cache";
     total.dataset.bytes = "";
     total.dataset.tokens = String(fit.kv_cache_tokens);
+    total.className = "total";
     const verdict = $("verdict");
     verdict.textContent = (fit.starts ? "vLLM starts on " : "vLLM does not start on ") + (n > 1 ? n + " x " : "") + fit.gpu.name;
     verdict.className = "verdict " + (fit.starts ? "fits" : "nofit");
+    // the verdict leads (whether the server starts at all), the KV-cache tokens under it
+    $("headline").classList.add("lead-verdict");
+    $("headline").insertBefore(verdict, total);
     $("summary").textContent = (est ? "family " + est.family + (est.model_type ? " (" + est.model_type + ")" : "") + ", " : "") +
       "profile " + fit.profile + "; vLLM " + s.vllm_version + ", max_model_len " + int(fit.max_model_len) +
       ", tensor_parallel_size " + s.tensor_parallel_size + ", pipeline_parallel_size " + s.pipeline_parallel_size +
