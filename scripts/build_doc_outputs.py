@@ -110,6 +110,9 @@ def find_blocks(path: Path, lines: list[str]) -> list[Block]:
                       if lines[j].strip().startswith(m.group(2)) and not lines[j].strip().strip(m.group(2)[0])),
                      len(lines))
         body = lines[i + 1:close]
+        if body and body[0].startswith(" ") and body[0].lstrip().startswith("$ vramwise"):
+            raise BlockError(f"{path.name}:{i + 2}: an indented console block (in a list item?) is not "
+                             f"generated: put it at the start of the line")
         if body and body[0].startswith("$ vramwise"):
             block = Block(path, i + 1, close)
             prev = next((lines[k] for k in range(i - 1, -1, -1) if lines[k].strip()), "")
@@ -137,7 +140,8 @@ def find_blocks(path: Path, lines: list[str]) -> list[Block]:
                 if len(specs) == 1 and len(block.commands) > 1 and not specs[0]:
                     specs = specs * len(block.commands)
                 if len(specs) != len(block.commands):
-                    raise BlockError(f"{path.name}:{i + 2}: the marker gives {len(specs)} output specs for {len(block.commands)} commands")
+                    raise BlockError(f"{path.name}:{i + 2}: the marker gives {len(specs)} output specs "
+                                     f"for {len(block.commands)} commands")
                 for c, s in zip(block.commands, specs):
                     c.spec = s
             blocks.append(block)
@@ -432,9 +436,11 @@ def layer_problems(lines: list[str], root: Path = REPO) -> list[str]:
     problems = []
     for package, (layer, line) in drawn.items():
         if package not in ranks:
-            problems.append(f"{ARCHITECTURE}:{line}: {package} is drawn in layer {layer} but is not in {LAYERS_TEST}'s RANKS")
+            problems.append(f"{ARCHITECTURE}:{line}: {package} is drawn in layer {layer} "
+                            f"but is not in {LAYERS_TEST}'s RANKS")
         elif ranks[package] != layer:
-            problems.append(f"{ARCHITECTURE}:{line}: {package} is drawn in layer {layer}, RANKS puts it in {ranks[package]}")
+            problems.append(f"{ARCHITECTURE}:{line}: {package} is drawn in layer {layer}, "
+                            f"RANKS puts it in {ranks[package]}")
     for package, layer in ranks.items():
         if package not in drawn and not re.search(rf"\b{re.escape(package)}\b", text_of.get(layer, "")):
             problems.append(f"{ARCHITECTURE}:{fence + 1}: {package} (layer {layer} in RANKS) is not drawn in its layer")

@@ -125,11 +125,19 @@ def test_markers_skip_select_and_expect_an_exit_status(tmp_path):
     assert got[18:22] == ["$ vramwise gpus", NO_GPU, "$ vramwise gpus", NO_GPU]
 
 
+def test_an_indented_console_block_is_refused(tmp_path):
+    b = _script()
+    page = _page(tmp_path, "- item\n\n    ```\n    $ vramwise gpus\n    ```\n")
+    stale, errors = b.process([page], root=tmp_path, write=False)
+    assert stale == [] and len(errors) == 1 and errors[0].startswith("docs/page.md:4: an indented console block")
+
+
 def test_an_unexpected_exit_status_is_an_error(tmp_path):
     b = _script()
     page = _page(tmp_path, "```\n$ vramwise estimate --batch-size x\n```\n")
     stale, errors = b.process([page], root=tmp_path, write=True)
-    assert len(errors) == 1 and errors[0].startswith("docs/page.md:2: `vramwise estimate --batch-size x` exited with status 2, not 0")
+    assert len(errors) == 1
+    assert errors[0].startswith("docs/page.md:2: `vramwise estimate --batch-size x` exited with status 2, not 0")
     assert page.read_text(encoding="utf-8") == "```\n$ vramwise estimate --batch-size x\n```\n"
 
 
