@@ -114,6 +114,17 @@ def test_an_address_it_cannot_read_shows_no_figures_until_the_inputs_are_whole(s
     assert page.input_value("#model-list") == "" and page.get_attribute("#total", "data-bytes") == ""
     assert _figures_shown(page) == []
 
+    # a setting it cannot read: no figures of the default in its place until the person types one
+    page = open_page(f"?model={MODEL}&batch_size=lots")
+    assert "batch_size must be a whole number" in page.text_content("#address-note")
+    assert page.get_attribute("#total", "data-bytes") == "" and _figures_shown(page) == []
+    assert "choose batch_size" in page.text_content("#total")
+    page.fill("#batch_size", "8")
+    _wait_bytes(page, _api(site, "/api/estimate", {"model": MODEL, "batch_size": 8})["total"])
+    # one of the serving form read wrong holds back no fine-tuning figures, which do not use it
+    page = open_page(f"?model={MODEL}&max_model_len=x")
+    _wait_bytes(page, _api(site, "/api/estimate", {"model": MODEL})["total"])
+
 
 def test_a_failed_estimate_leaves_no_earlier_figures_under_its_message(site, open_page):
     page = open_page("?model=" + MODEL)

@@ -290,14 +290,22 @@
     $("fit-card").hidden = true; $("serving-card").hidden = true; $("compare-card").hidden = true;
   }
 
-  function unreadMessage() {
-    const names = [...state.unread].map((k) => k === "gpu" ? "a GPU" : k === "model" ? "a model" : k === "address" ? "the settings" : k);
+  // the unread fields that hold the figures back: the model, the GPU, the profile, and each field the form shows
+  // now (a serving field read wrong does not hold back a fine-tuning estimate, which does not use it)
+  function unreadNow() {
+    return [...state.unread].filter((k) => ["model", "gpu", "profile", "address"].includes(k) ||
+      ($(k) !== null && $(k).offsetParent !== null));
+  }
+
+  function unreadMessage(unread) {
+    const names = unread.map((k) => k === "gpu" ? "a GPU" : k === "model" ? "a model" : k === "address" ? "the settings" : k);
     const list = names.length > 1 ? names.slice(0, -1).join(", ") + " and " + names[names.length - 1] : names[0];
     return "choose " + list + ": the address names " + (names.length > 1 ? "values" : "one") + " this page cannot read (above)";
   }
 
   async function update() {
-    if (state.unread.size) { blank(unreadMessage()); return; }
+    const unread = unreadNow();
+    if (unread.length) { blank(unreadMessage(unread)); return; }
     const model = currentModel();
     if (!model) { blank(state.recipe ? "choose a model or upload its config.json" : "choose a model"); return; }
     if (state.inflight) state.inflight.abort();
