@@ -18,14 +18,13 @@ __all__ = ["BoundedCache", "config_key", "same_config", "json_like"]
 class BoundedCache:
     """A bounded mapping: the oldest entry goes when it is full (resettable with ``clear``)."""
 
-    __slots__ = ("_data", "_size")
+    __slots__ = ("_data", "_size", "get")
 
     def __init__(self, size: int):
         self._data: dict = {}
         self._size = size
-
-    def get(self, key):
-        return self._data.get(key)
+        #: the entry of a key, or None: the dict's own get, called without a Python frame of the cache's
+        self.get = self._data.get
 
     def put(self, key, value) -> None:
         if len(self._data) >= self._size:
@@ -65,7 +64,7 @@ def config_key(model: Any) -> tuple | None:
     """A cheap identity of a model as given (a mapping, a path, a catalog name) for the model cache
     (None: do not cache). A local file is identified with its version: its size and modification
     time, and those of its folder and of the weights' index beside it."""
-    if isinstance(model, Mapping):
+    if type(model) is dict or isinstance(model, Mapping):
         try:
             # JSON-like content serialised in C: a long list of floats (rope factors) costs a copy of its bits,
             # where repr spelled every float out on every call

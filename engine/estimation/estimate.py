@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import operator
 from dataclasses import FrozenInstanceError, dataclass
 from typing import Any, Mapping
 
@@ -619,6 +620,8 @@ def _static_settings(reg: Registry, raw: tuple) -> dict:
 
 
 _STATIC_NAMES = tuple(s.name for s in SETTINGS if not s.per_call) + ("profile",)
+#: the static settings' values in that order, picked in one C call rather than by a generator over the names
+_static_values = operator.itemgetter(*_STATIC_NAMES[:-1])
 
 
 def _strategy_profile(reg: Registry, profile: str, static: dict) -> Profile:
@@ -660,7 +663,7 @@ def estimate(model: Any, *, profile: str | None = None, trust_remote_code: bool 
     targets = values["target_modules"]
     if isinstance(targets, list):
         values["target_modules"] = tuple(targets)
-    static = _static_settings(reg, tuple(values[n] for n in _STATIC_NAMES[:-1]) + (profile,))
+    static = _static_settings(reg, _static_values(values) + (profile,))
     batch, seq = values["batch_size"], values["seq_len"]
     if type(batch) is not int or not 0 < batch <= _MAX_BATCH:
         batch = positive_int("batch_size", batch)
