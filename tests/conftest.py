@@ -15,7 +15,9 @@ The folders are the tiers; each test is marked by its folder:
 
 Tests that read the shared config corpus (``../shared/configs``) skip with a reason naming it when it is
 absent; with ``VRAMWISE_REQUIRE_SHARED=1`` (set by ``.ci/run``) its absence fails the run instead, so no
-test vanishes silently.
+test vanishes silently. Tests that need DeepSpeed skip with a reason naming it when it is not installed
+(``helpers.require_deepspeed``); with ``VRAMWISE_REQUIRE_DEEPSPEED=1`` (also set by ``.ci/run``) such a skip,
+of a test or of a whole module, fails instead.
 
 The run stops at once (one line) when the imported ``vramwise`` or one of its data folders (families/,
 formulas/, ...) is not this checkout's: the tests must see the working tree, not an installed copy.
@@ -27,7 +29,8 @@ from pathlib import Path
 import pytest
 
 import vramwise
-from helpers import SHARED_MISSING, checkout_mismatch, shared_present  # tests/ is on sys.path (pyproject.toml: pythonpath)
+# tests/ is on sys.path (pyproject.toml: pythonpath)
+from helpers import SHARED_MISSING, checkout_mismatch, deepspeed_missing, shared_present
 
 HERE = Path(__file__).resolve().parent
 
@@ -52,16 +55,39 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
+def _required_but_skipped(report) -> str | None:
+    """Why a skipped report is a failure: a skip for want of the shared corpus under VRAMWISE_REQUIRE_SHARED=1,
+    or for want of DeepSpeed under VRAMWISE_REQUIRE_DEEPSPEED=1 (None: the skip stands)."""
+    if not report.skipped:
+        return None
+    reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    if os.environ.get("VRAMWISE_REQUIRE_SHARED") == "1" and "../shared" in reason:
+        return f"skipped for want of the shared corpus under VRAMWISE_REQUIRE_SHARED=1: {reason}"
+    if os.environ.get("VRAMWISE_REQUIRE_DEEPSPEED") == "1" and deepspeed_missing(reason):
+        return f"skipped for want of DeepSpeed under VRAMWISE_REQUIRE_DEEPSPEED=1: {reason}"
+    return None
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """Under VRAMWISE_REQUIRE_SHARED=1 a skip for want of the shared corpus is a failure."""
+    """A skip that the environment requires not to happen (_required_but_skipped) is a failure."""
     outcome = yield
     report = outcome.get_result()
-    if report.skipped and os.environ.get("VRAMWISE_REQUIRE_SHARED") == "1":
-        reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        if "../shared" in reason:
-            report.outcome = "failed"
-            report.longrepr = f"skipped for want of the shared corpus under VRAMWISE_REQUIRE_SHARED=1: {reason}"
+    why = _required_but_skipped(report)
+    if why:
+        report.outcome = "failed"
+        report.longrepr = why
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """The same for a whole module skipped at its top (pytest.importorskip at module level)."""
+    outcome = yield
+    report = outcome.get_result()
+    why = _required_but_skipped(report)
+    if why:
+        report.outcome = "failed"
+        report.longrepr = why
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,27 @@ SHARED = REPO.parent / "shared"
 CONFIGS = SHARED / "configs"
 # the words every skip for want of the corpus uses, so that VRAMWISE_REQUIRE_SHARED=1 can find them
 SHARED_MISSING = "the shared config corpus ../shared/configs is absent"
+# the words every skip for want of DeepSpeed uses (require_deepspeed; pytest.importorskip's own words are
+# recognised too), so that VRAMWISE_REQUIRE_DEEPSPEED=1 (.ci/run) can turn such a skip into a failure
+DEEPSPEED_MISSING = "deepspeed is not installed"
+
+
+def deepspeed_missing(reason: str) -> bool:
+    """Whether a skip's ``reason`` is the absence of DeepSpeed."""
+    return DEEPSPEED_MISSING in reason or "could not import 'deepspeed'" in reason
+
+
+def deepspeed_present() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("deepspeed") is not None
+
+
+def require_deepspeed():
+    """The ``deepspeed`` module, or a skip (of the test, or of the module at its top) that says it is missing."""
+    import pytest
+
+    return pytest.importorskip("deepspeed", reason=DEEPSPEED_MISSING)
 
 
 def shared_present() -> bool:

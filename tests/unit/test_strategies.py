@@ -12,6 +12,7 @@ import pytest
 
 import vramwise
 from vramwise import Registry, SettingsError, estimate
+from helpers import require_deepspeed
 
 # Llama laid out by hand: hidden 64, 2 layers, vocabulary 256, 4 heads of 16 with 4 key/value heads,
 # MLP 128, untied head. Per layer: q, k, v, o 4 x 64 x 64 = 16,384; gate, up 2 x 128 x 64 = 16,384;
@@ -168,14 +169,8 @@ def _params_of(model):
 def test_zero_against_deepspeeds_own_estimators(offload, ws, gpn):
     """DeepSpeed's pure-Python estimators (deepspeed 0.19) on the parameter counts of transformers' own
     model: the GPU figure is our model states (plus ZeRO-3's gathered module), the CPU figure our host memory."""
-    import os
-
-    try:
-        from deepspeed.runtime.zero import stage3, stage_1_and_2 as stage12
-    except ImportError as e:  # .ci/run installs deepspeed and asks for this check to run
-        if os.environ.get("VRAMWISE_REQUIRE_DEEPSPEED"):
-            raise
-        pytest.skip(f"deepspeed is not installed ({e})")
+    require_deepspeed()  # .ci/run installs deepspeed and asks for this check to run
+    from deepspeed.runtime.zero import stage3, stage_1_and_2 as stage12
     total, largest = _params_of(_meta_model(TINY))
     nodes = ws // gpn
     cpu2, gpu2 = stage12.estimate_zero2_model_states_mem_needs(total, gpn, nodes, cpu_offload=offload != "none")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from vramwise.errors import SettingsError
+from helpers import require_deepspeed
 
 
 def test_offload_is_refused_where_deepspeed_has_none():
@@ -21,7 +22,7 @@ def test_offload_is_refused_where_deepspeed_has_none():
 
 
 def test_the_config_is_deepspeeds_defaults_with_bf16_and_the_stage():
-    pytest.importorskip("deepspeed")
+    require_deepspeed()
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 
     from vramwise.measuring.zero import ds_config
