@@ -493,6 +493,10 @@ class Estimate:
             key = env[t.key]
             how = f"{t.key} = {key!r}" + ("" if key in t.entries else " (not listed: the default)")
             out.append(Provenance("table", t.name, env[t.name], t.unit, *_file_line(t.where), how, t.description))
+        for d in prof.dated:  # a value dated by release: a table keyed by the release it dates from
+            since, _ = d.in_force(env[d.by])
+            out.append(Provenance("table", d.name, env[d.name], d.unit, *_file_line(d.where),
+                                  f"{d.by} = {env[d.by]!r} (the value from {since} on)", d.description))
         for name, value in spec.aggregates.items():
             out.append(Provenance("inventory", name, value, "", spec.family_file, None, INVENTORY_DOCS[name], ""))
         return tuple(out)

@@ -18,10 +18,10 @@ from vramwise.rules.expr.language import _FIELD, Expression, LayerValues, compil
 from vramwise.rules.graph import dependency_order
 from vramwise.models.model import AGGREGATE_NAMES
 from vramwise.rules.expr.codegen import Program, build_program, dynamic_ids
-from vramwise.profiles.settings import DERIVED_FROM, SETTING_NAMES
-from vramwise.rules.datafiles import DataFile
+from vramwise.profiles.settings import DERIVED_FROM, RELEASE_SETTINGS, SETTING_NAMES, release_key
+from vramwise.rules.datafiles import DataFile, json_path
 
-__all__ = ["Profile", "Formula", "Table", "Overlay", "build_profile", "check_inputs", "AGGREGATE_NAMES", "round_bytes"]
+__all__ = ["Profile", "Formula", "Table", "Dated", "Overlay", "build_profile", "check_inputs", "AGGREGATE_NAMES", "round_bytes"]
 
 N_GPUS = "n_gpus"
 
@@ -49,6 +49,31 @@ class Table:
     where: str
     unit: str = ""
     description: str = ""
+
+
+@dataclass(frozen=True)
+class Dated:
+    """A value that changes by release: ``values`` holds (release, value) in ascending order, each value
+    in force from its release until the next one (OpenFisca's dated parameters)."""
+
+    name: str
+    by: str  # the release setting (vllm_version)
+    values: tuple  # ((release key, release text, value), ...), ascending
+    where: str
+    unit: str = ""
+    description: str = ""
+
+    def in_force(self, release: str) -> tuple[str, Any]:
+        """(the release the value dates from, the value) in force at ``release``."""
+        key = release_key(release)
+        chosen = None
+        for k, text, value in self.values:
+            if k > key:
+                break
+            chosen = (text, value)
+        if chosen is None:
+            raise SettingsError(f"{self.by} {release}: {self.name} has no value before {self.values[0][1]} ({self.where})")
+        return chosen
 
 
 @dataclass(frozen=True)
@@ -118,6 +143,7 @@ class Profile:
     constant_info: Mapping[str, "Constant"]
     tables: tuple
     formulas: tuple  # dependency order
+    dated: tuple = ()  # of Dated: values by release, chosen with the static values
     dynamic: frozenset = frozenset()  # ids of the formulas that depend on batch or sequence
     warning_rules: tuple = ()  # of WarningRule, from the formula files
     settings_read: frozenset = frozenset()  # the settings its formulas, tables and warnings read
@@ -127,8 +153,18 @@ class Profile:
     compiled: str | None = None  # formula id of the flag "this estimate models a step under torch.compile"
     host: str | None = None  # formula id of the host memory a machine needs (strategies)
     rank_groups: tuple = ()  # ((role, count id, total id, {component: id}), ...): ranks that hold different amounts
+    other_profile: tuple | None = None  # (profile, ratio): the other stack's profile whose figure is noted beyond ratio
+    absent: tuple = ()  # ((component, phase or None, why), ...): why a component is 0 in the table of the peak phase
     _programs: dict = field(default_factory=dict, repr=False, compare=False)  # type signature -> Program
     _families_checked: dict = field(default_factory=dict, repr=False, compare=False)  # id -> Family
+
+    def absent_reason(self, component: str, phase: str | None) -> str | None:
+        """Why ``component`` is 0 when the peak is in ``phase`` (profile data: ``absent``), or None."""
+        for name, at in ((component, phase), (component, None)):
+            for c, p, why in self.absent:
+                if (c, p) == (name, at):
+                    return why
+        return None
 
     def serves(self, family) -> bool:
         """Whether the profile is meant for ``family``."""
@@ -219,6 +255,8 @@ class Profile:
                     warnings.append(render(t.unknown_warning, {"key": key, "default": t.default}))
             else:
                 raise SettingsError(f"unknown {t.key} {key!r} (known: {', '.join(t.entries)})")
+        for d in self.dated:
+            env[d.name] = d.in_force(env[d.by])[1]
         self._run(self.formulas, lambda f: f.id not in self.dynamic, env, layer_envs, classes)
         warnings.extend(self.warnings_for(env, dynamic=False))
         return env, layer_envs
@@ -316,6 +354,28 @@ def _settings_read(read: set, manifest: Mapping) -> frozenset:
     return frozenset(out | ({"method"} if len(manifest.get("methods", ())) == 1 else set()))
 
 
+def _dated_values(df: DataFile, name: str, d: Mapping, problems: list) -> tuple:
+    """The (release key, release, value) entries of dated value ``name``, checked: a release setting,
+    releases written MAJOR.MINOR.PATCH in ascending order (problems are appended, naming the key)."""
+    if d["by"] not in RELEASE_SETTINGS:
+        problems.append(df.problem(("dated", name, "by"), f"{d['by']!r} is not a release setting "
+                                                          f"(release settings: {', '.join(RELEASE_SETTINGS)})"))
+        return ()
+    out = []
+    for text, value in d["values"].items():
+        parts = ("dated", name, "values", text)
+        key = release_key(text) if isinstance(text, str) else None
+        if key is None:
+            problems.append(f"{df.key_where(parts)}: {json_path(parts)}: release {text!r} is not MAJOR.MINOR.PATCH (0.12.0)")
+            return ()
+        if out and key <= out[-1][0]:
+            problems.append(f"{df.key_where(parts)}: {json_path(parts)}: release {text} is not after {out[-1][1]} "
+                            "(releases in ascending order, each once)")
+            return ()
+        out.append((key, text, value))
+    return tuple(out)
+
+
 def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | None = None) -> Profile:
     """Compile a profile (with a strategy's files and outputs when ``overlay`` is given): check every
     name and order formulas by dependency."""
@@ -331,6 +391,7 @@ def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | 
     constants: dict[str, float] = {}
     constant_info: dict[str, Constant] = {}
     tables: list[Table] = []
+    dated: list[Dated] = []
     raw_formulas: list[tuple[DataFile, int, dict]] = []
     declared: dict[str, str] = {}
 
@@ -361,6 +422,12 @@ def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | 
                     problems.append(df.problem(("tables", name, "unknown_warning"), problem))
             tables.append(Table(name, t["key"], dict(t["entries"]), t.get("default"), t.get("unknown_warning"), where,
                                 t.get("unit", ""), t.get("description", "")))
+        for name, d in (df.data.get("dated") or {}).items():
+            where = df.key_where(("dated", name))
+            declare(name, where)
+            values = _dated_values(df, name, d, problems)
+            if values:
+                dated.append(Dated(name, d["by"], values, where, d.get("unit", ""), d.get("description", "")))
         for k, f in enumerate(df.data.get("formulas") or ()):
             declare(f["id"], df.where(("formulas", k, "id")))
             raw_formulas.append((df, k, f))
@@ -372,7 +439,7 @@ def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | 
 
     layer_ids = {f["id"] for _, _, f in raw_formulas if f.get("scope", "model") == "layer"}
     model_ids = {f["id"] for _, _, f in raw_formulas if f.get("scope", "model") != "layer"}
-    base = SETTING_NAMES | AGGREGATE_NAMES | set(model_inputs) | set(constants) | {t.name for t in tables}
+    base = SETTING_NAMES | AGGREGATE_NAMES | set(model_inputs) | set(constants) | {t.name for t in tables} | {d.name for d in dated}
     compiled: dict[str, Formula] = {}
     for df, k, f in raw_formulas:
         scope = f.get("scope", "model")
@@ -448,7 +515,7 @@ def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | 
     if problems:
         raise FileFormatError(problems)
     read = set().union(*(f.expr.names for f in order), *(w.when.names | w.shown for w in warning_rules))
-    read |= {t.key for t in tables}
+    read |= {t.key for t in tables} | {d.by for d in dated if d.name in read}
     return Profile(
         name=m["profile"], file=manifest.path, description=m["description"], source=m["source"],
         model_inputs=model_inputs, layer_inputs=layer_inputs,
@@ -466,10 +533,28 @@ def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | 
         trainable_params=m["trainable_params"], figures=dict(m.get("figures", {})), phases=dict(m.get("phases", {})),
         compiled=m.get("compiled"), constants=constants, constant_info=constant_info,
         serving=m.get("serving"),
-        tables=tuple(tables), formulas=tuple(order), dynamic=dynamic, warning_rules=tuple(warning_rules),
+        tables=tuple(tables), dated=tuple(dated), formulas=tuple(order), dynamic=dynamic, warning_rules=tuple(warning_rules),
         settings_read=_settings_read(read, m),
         strategy=overlay.name if overlay is not None else None,
         host=overlay.outputs["host"] if overlay is not None else None,
         rank_groups=tuple((g["role"], g["count"], g["total"], dict(g.get("components", {}))) for g in overlay.ranks)
         if overlay is not None else (),
+        **_notes(manifest, m),
     )
+
+
+def _notes(manifest: DataFile, m: Mapping) -> dict:
+    """The profile's notes for the surfaces: the other stack's profile (``other_profile``) and why a
+    component is 0 at the peak phase (``absent``, each phase named one of the profile's phases)."""
+    problems, absent = [], []
+    phases = m.get("phases", {})
+    for k, a in enumerate(m.get("absent") or ()):
+        phase = a.get("phase")
+        if phase is not None and phase not in phases:
+            problems.append(manifest.problem(("absent", k, "phase"), f"{phase!r} is not a phase of this profile "
+                                                                      f"(phases: {', '.join(phases) or 'none'})"))
+        absent.append((a["component"], phase, a["why"]))
+    if problems:
+        raise FileFormatError(problems)
+    other = m.get("other_profile")
+    return {"absent": tuple(absent), "other_profile": (other["profile"], float(other["ratio"])) if other else None}

@@ -18,7 +18,7 @@ from vramwise.models.stack_manifest import STACK_NAMES
 
 __all__ = [
     "DEFAULT_PROFILE", "Setting", "strategy_manifest_names", "SETTINGS", "SETTING_NAMES", "PER_CALL", "TrainingSettings", "METHODS", "CHECKPOINTING_MODES",
-    "LOSS_MODES", "ATTENTION_KINDS", "EXPERTS_LAYOUTS", "STACKS", "STRATEGIES", "OFFLOAD_MODES", "LIMITS", "normalise_settings", "normalise_static", "positive_int", "DEFAULTS", "SWEEPABLE", "DERIVED_FROM", "DERIVED_NAMES",
+    "LOSS_MODES", "ATTENTION_KINDS", "EXPERTS_LAYOUTS", "STACKS", "STRATEGIES", "OFFLOAD_MODES", "LIMITS", "normalise_settings", "normalise_static", "positive_int", "DEFAULTS", "SWEEPABLE", "DERIVED_FROM", "DERIVED_NAMES", "RELEASE_SETTINGS", "release_key",
 ]
 
 #: The profile an estimate uses when none is named.
@@ -177,10 +177,18 @@ def _block_size(name: str, value: Any) -> int | None:
     return value
 
 
-def version_code(text: str) -> int:
-    """A vLLM version as one comparable number: 0.11.2 -> 1102 (major x 10,000 + minor x 100 + patch)."""
-    major, minor, patch = (int(p) for p in text.split("."))
-    return major * 10000 + minor * 100 + patch
+#: Settings that name a release: formula files date values by them (``dated:``).
+RELEASE_SETTINGS = ("vllm_version",)
+
+
+@lru_cache(maxsize=256)
+def release_key(text: Any) -> tuple | None:
+    """A release written MAJOR.MINOR.PATCH as a comparable tuple (0.12.0 -> (0, 12, 0)); None when it is not one."""
+    import re
+
+    if not isinstance(text, str) or re.fullmatch(r"\d{1,4}\.\d{1,4}\.\d{1,4}", text) is None:
+        return None
+    return tuple(int(p) for p in text.split("."))
 
 
 def _vllm_version(name: str, value: Any) -> str:
@@ -194,7 +202,7 @@ def _vllm_version(name: str, value: Any) -> str:
         raise SettingsError(f"vllm_version must be a vLLM release such as 0.11.0, got {_short(value)}")
     text = f"{int(m[1])}.{int(m[2])}.{int(m[3] or 0)}"
     first, last = VLLM_VERSIONS
-    if not version_code(first) <= version_code(text) < (version_code(last) // 100 + 1) * 100:
+    if not (release_key(first) <= release_key(text) and release_key(text)[:2] <= release_key(last)[:2]):
         raise SettingsError(f"vllm_version {text}: the serving profile has vLLM's rules from {first} to the "
                             f"{last.rsplit('.', 1)[0]} releases (versions before 0.8 run the older V0 engine)")
     return text
@@ -387,10 +395,11 @@ SETTINGS: tuple = (
     Setting("enforce_eager", False, "serving: no CUDA graphs", _flag, cli_type="bool", applies_to=_SERVING),
 )
 
-#: Names derived from the settings for formula files (normalise_static sets them).
-DERIVED_NAMES = ("vllm_version_code",)
+#: Names derived from the settings for formula files (normalise_static sets them); none at present: a value
+#: that changes by release is dated by the release setting in its formula file (``dated:``).
+DERIVED_NAMES: tuple = ()
 #: The setting each derived name comes from (a formula reading the name reads the setting).
-DERIVED_FROM = {"vllm_version_code": "vllm_version"}
+DERIVED_FROM: dict = {}
 #: Names that settings give to formula files.
 SETTING_NAMES = frozenset(s.name for s in SETTINGS) | frozenset(DERIVED_NAMES)
 #: The settings validated on every call; the others are normalised once per combination.
@@ -446,7 +455,6 @@ def normalise_static(values: dict) -> dict:
             raise SettingsError(f"gpu {out['gpu']!r} has {total:,} bytes but gpu_memory is "
                                 f"{out['gpu_memory']:,}: give one of them")
         out["gpu"], out["gpu_memory"] = spec.id, total
-    out["vllm_version_code"] = version_code(out["vllm_version"])
     if out["strategy"] == "none" and method != "inference":
         if out["world_size"] != 1:
             raise SettingsError(f"world_size {out['world_size']} needs a multi-GPU strategy "
