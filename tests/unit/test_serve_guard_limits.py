@@ -15,6 +15,7 @@ import asyncio
 import pytest
 
 pytest.importorskip("uvicorn")
+pytest.importorskip("starlette")
 
 from uvicorn.server import ServerState  # noqa: E402
 
