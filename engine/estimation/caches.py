@@ -52,6 +52,7 @@ _LARGE = 10_000
 #: marshal's format 2: exact types (bool, int and float apart; a float by its bits) and no back-references, so
 #: equal bytes mean equal content and the same content gives the same bytes whatever objects it shares.
 _MARSHAL_VERSION = 2
+_CONTAINERS = frozenset((list, tuple, dict))
 
 
 def _has_long_field(model: Mapping) -> bool:
@@ -65,21 +66,21 @@ def config_key(model: Any) -> tuple | None:
     (None: do not cache). A local file is identified with its version: its size and modification
     time, and those of its folder and of the weights' index beside it."""
     if type(model) is dict or isinstance(model, Mapping):
+        for v in model.values():  # only plain containers reach marshal: a subclass fails it and is checked below
+            if type(v) in _CONTAINERS and len(v) > _LARGE:
+                return None  # a long field: resolved each time rather than serialised whole as a key
         try:
             # JSON-like content serialised in C: a long list of floats (rope factors) costs a copy of its bits,
             # where repr spelled every float out on every call
-            data = marshal.dumps(model, _MARSHAL_VERSION)
+            return ("mapping", marshal.dumps(model, _MARSHAL_VERSION))
         except ValueError:  # a type marshal does not write exactly (a subclass, an object): identified by repr
-            if _has_long_field(model):
-                return None
-            try:
-                return ("mapping", repr(model))
-            except Exception:  # noqa: BLE001 - an unprintable mapping is simply not cached
-                return None
-        # every entry takes at least a byte, so only a mapping of more bytes can hold a field that long
-        if len(data) > _LARGE and _has_long_field(model):
+            pass
+        if _has_long_field(model):
             return None
-        return ("mapping", data)
+        try:
+            return ("mapping", repr(model))
+        except Exception:  # noqa: BLE001 - an unprintable mapping is simply not cached
+            return None
     if isinstance(model, (str, os.PathLike)):
         text = os.path.expanduser(os.fspath(model))
         here = _stat(text)

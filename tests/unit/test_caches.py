@@ -128,5 +128,11 @@ def test_a_mapping_with_a_field_over_ten_thousand_entries_is_resolved_each_time(
     assert config_key(dict(SMALL, layer_types=["full_attention"] * 10_000)) is not None
     assert config_key(dict(SMALL, layer_types=["full_attention"] * 10_001)) is None
     assert config_key(dict(SMALL, extra={str(i): i for i in range(10_001)})) is None
+
+    class Entries(list):
+        pass
+
+    assert config_key(dict(SMALL, layer_types=Entries(["full_attention"] * 10_001))) is None  # a list subclass too
+    assert config_key(dict(SMALL, layer_types=Entries(["full_attention"] * 2))) is not None
     # many fields each within the bound make a long key, but are still kept
     assert config_key(dict(SMALL, **{f"f{i}": list(range(5_000)) for i in range(3)})) is not None
