@@ -39,6 +39,7 @@ from typing import Any
 
 import vramwise.errors as errors
 from vramwise.errors import MeasurementError, SettingsError, StackUnsupportedError
+from vramwise.models.stack_manifest import stack_manifest
 from vramwise.measuring.build import build_optimizer, require
 from vramwise.measuring.results import Measurement, PhaseFigures, RankFigures
 from vramwise.measuring.runner import track_cpu
@@ -66,10 +67,6 @@ def _fsdp_shard_grad_op(net):  # SHARD_GRAD_OP: the layers stay gathered from th
 
 #: How each strategy measure can run wraps the model (the names: vramwise.measuring.strategies).
 _WRAPPINGS = {"ddp": _ddp, "fsdp": _fsdp_full_shard, "fsdp_shard_grad_op": _fsdp_shard_grad_op}
-#: The strategies each stack trains with on several GPUs: torchtune 0.6.1's distributed recipes shard
-#: with FSDP2 only (training.shard_model; fsdp_reshard_after_forward False is SHARD_GRAD_OP).
-_STACK_STRATEGIES = {"hf": ("ddp", "fsdp", "fsdp_shard_grad_op", *ZERO_STAGES),
-                     "torchtune": ("fsdp", "fsdp_shard_grad_op")}
 #: Seconds the whole distributed run may take before its processes are stopped.
 DEFAULT_TIMEOUT = 900.0
 
@@ -93,7 +90,9 @@ def check_distributed(strategy: Any, world_size: Any, *, device: str, fake: bool
                             "use device cpu (--device cpu)")
     if fake:
         raise SettingsError(f"strategy {strategy} runs real tensors: drop fake (--fake)")
-    runs_on = _STACK_STRATEGIES.get(stack, ())
+    # the strategies each stack trains with on several GPUs: formulas/stacks.yaml
+    known = stack_manifest().stacks
+    runs_on = known[stack].strategies if stack in known else ()
     if strategy not in runs_on:
         raise SettingsError(f"strategy {strategy} is not how stack {stack} trains on several GPUs"
                             + (f" (it runs: {', '.join(runs_on)})" if runs_on else " (it runs on one device only)"))

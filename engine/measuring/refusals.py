@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from vramwise.errors import SettingsError, StackUnsupportedError
+from vramwise.models.stack_manifest import stack_manifest
 
 __all__ = ["KERNEL_ORDER", "class_kernels", "causal_lm_class", "check_attention", "check_device", "padding_refusal",
            "check_padding", "STACK_PACKAGES", "step_failure"]
@@ -116,8 +117,9 @@ def check_padding(cfg_dict: dict, config, cls) -> None:
         raise StackUnsupportedError(message)
 
 
-#: The training stacks' own packages: an exception raised in their code runs a config they cannot run.
-STACK_PACKAGES = ("transformers", "peft", "torchtune", "litgpt", "bitsandbytes")
+#: The training stacks' own packages (formulas/stacks.yaml): an exception raised in their code runs a
+#: config they cannot run.
+STACK_PACKAGES = stack_manifest().packages
 
 
 def _package(filename: str) -> str | None:

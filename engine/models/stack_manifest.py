@@ -33,6 +33,8 @@ class Stack:
     profiles: tuple  # the profiles whose recipes it runs; the first models it
     facts_prefix: str  # the prefix of the family facts that belong to it
     where: str  # file:line:col of its entry
+    strategies: tuple = ()  # the multi-GPU strategies measure runs it under (none: one device only)
+    packages: tuple = ()  # the installed packages whose code is the stack's
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,11 @@ class StackManifest:
                 return stack
         return None
 
+    @property
+    def packages(self) -> tuple:
+        """Every stack's packages, once each, in the manifest's order."""
+        return tuple(dict.fromkeys(p for s in self.stacks.values() for p in s.packages))
+
 
 def compile_manifest(df) -> StackManifest:
     """The manifest of a loaded stacks file, cross-checked (a FileFormatError names file:line:col)."""
@@ -93,7 +100,8 @@ def compile_manifest(df) -> StackManifest:
                                                  f"facts prefix {prefix!r} overlaps stack {other!r}'s {theirs!r}"))
         prefixes[name] = prefix
         stacks[name] = Stack(name=name, summary=entry["summary"], module=entry["module"], profiles=tuple(entry["profiles"]),
-                             facts_prefix=prefix, where=df.key_where(("stacks", name)))
+                             facts_prefix=prefix, where=df.key_where(("stacks", name)),
+                             strategies=tuple(entry["strategies"]), packages=tuple(entry["packages"]))
     if data["default"] not in stacks:
         raise FileFormatError(df.problem(("default",), f"unknown stack {data['default']!r} (known: {', '.join(stacks)})"))
     subs = {(setting, value): Substitution(setting, value, spec["runs"], spec["reason"])

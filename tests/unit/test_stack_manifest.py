@@ -122,3 +122,33 @@ def test_an_unknown_key_of_a_substitution_fails_the_schema(tmp_path):
     with pytest.raises(FileFormatError) as info:
         _manifest(tmp_path, text)
     assert "$.substitutions.loss.fused.why: unknown key 'why'" in str(info.value)
+
+
+def test_each_stack_trains_on_several_gpus_with_strategies_measure_runs():
+    from vramwise.measuring.strategies import STRATEGIES
+
+    m = stack_manifest()
+    for stack in m.stacks.values():
+        assert set(stack.strategies) <= set(STRATEGIES), stack.name
+    # torchtune 0.6.1's distributed recipes shard with FSDP2 only (training.shard_model); LitGPT's
+    # finetune scripts are measured on one device
+    assert m.stacks["torchtune"].strategies == ("fsdp", "fsdp_shard_grad_op")
+    assert m.stacks["litgpt"].strategies == ()
+
+
+def test_a_strategy_a_stack_does_not_train_with_is_refused_naming_those_it_does():
+    from vramwise.measuring.distributed import check_distributed
+
+    with pytest.raises(vramwise.SettingsError) as info:
+        check_distributed("ddp", 2, device="cpu", fake=False, stack="torchtune", method="lora")
+    assert str(info.value) == "strategy ddp is not how stack torchtune trains on several GPUs (it runs: fsdp, fsdp_shard_grad_op)"
+    with pytest.raises(vramwise.SettingsError) as info:
+        check_distributed("fsdp", 2, device="cpu", fake=False, stack="litgpt", method="lora")
+    assert str(info.value).endswith("(it runs on one device only)")
+
+
+def test_the_stacks_packages_are_those_a_step_failure_is_blamed_on():
+    from vramwise.measuring.refusals import STACK_PACKAGES
+
+    # the packages each stack's module imports to build and step its model
+    assert set(STACK_PACKAGES) == {"transformers", "peft", "bitsandbytes", "torchtune", "litgpt"}
