@@ -1,5 +1,6 @@
-"""The other profile's figure: whether the profile that models the other training stack (unsloth's
-against transformers + PEFT's, and back) gives a figure far from this estimate's at the same settings.
+"""The other profile's figure: whether the profile that models the other training stack for the same
+runs (profile data, ``other_profile`` in formulas/<profile>/profile.yaml: unsloth's against
+transformers + PEFT's, and back) gives a figure far from this estimate's at the same settings.
 
 ``estimate`` and ``explain`` print it as one note; it is an answer of its own so that every surface
 gets the same one, and it is the only second estimate a surface asks for.
@@ -14,11 +15,7 @@ from vramwise.errors import VramwiseError
 from vramwise.estimation.estimate import estimate
 from vramwise.estimation.registry import Registry
 
-__all__ = ["OtherProfile", "other_profile", "OTHER_PROFILE", "NOTE_RATIO"]
-
-#: the profile compared with, and the ratio of the two totals beyond which the note is given
-OTHER_PROFILE = {"unsloth": "hf", "hf": "unsloth"}
-NOTE_RATIO = 1.5
+__all__ = ["OtherProfile", "other_profile"]
 
 
 @dataclass(frozen=True)
@@ -35,12 +32,12 @@ class OtherProfile:
 
 
 def other_profile(est: Any, registry: Registry | None = None) -> OtherProfile | None:
-    """The other profile's figure when it differs from ``est``'s total by more than :data:`NOTE_RATIO`
-    either way; None when it does not, when ``est``'s profile has no other, or where the other profile
+    """The other profile's figure when it differs from ``est``'s total by more than the profile's ratio
+    either way; None when it does not, when ``est``'s profile names no other, or where the other profile
     does not model the method or cannot estimate the model."""
-    other = OTHER_PROFILE.get(est.profile)
-    if other is None:
+    if est.profile_data.other_profile is None:
         return None
+    other, limit = est.profile_data.other_profile
     reg = registry or Registry.default()
     try:
         prof = reg.profile(other)
@@ -53,6 +50,6 @@ def other_profile(est: Any, registry: Registry | None = None) -> OtherProfile | 
     except VramwiseError:
         return None
     ratio = alt.total / est.total if est.total else 0.0
-    if not ratio or (1 / NOTE_RATIO) <= ratio <= NOTE_RATIO:
+    if not ratio or (1 / limit) <= ratio <= limit:
         return None
     return OtherProfile(other, prof.summary, alt.total, ratio)

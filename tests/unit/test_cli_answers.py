@@ -175,9 +175,14 @@ def test_summary_and_other_profile_note(capsys):
 
 
 def test_no_note_when_profiles_agree(cfg, capsys, monkeypatch):
-    import vramwise.answers.profile_note as profile_note
+    import dataclasses
 
-    monkeypatch.setattr(profile_note, "NOTE_RATIO", 1e9)
+    from vramwise.estimation.estimate import Estimate
+
+    # the profile's ratio (formulas/unsloth/profile.yaml other_profile.ratio) raised past any pair of totals
+    data = Estimate.profile_data.fget
+    monkeypatch.setattr(Estimate, "profile_data", property(
+        lambda e: dataclasses.replace(data(e), other_profile=(data(e).other_profile[0], 1e9))))
     rc, out, _ = _run(["estimate", LLAMA], capsys)
     assert rc == 0 and "note:" not in out
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 import vramwise
@@ -43,3 +44,45 @@ def test_report_lines_fill_the_profile_template():
     assert report_lines(e, _gib) == [f"with a KV cache for batch 2 x 4096 tokens: cache {_gib(f['kv_cache'])} GiB, "
                                      f"weights + cache + overhead {_gib(f['kv_cache_total'])} GiB"]
     assert report_lines(vramwise.estimate(LLAMA, method="lora"), _gib) == []  # the line is for inference only
+
+
+def _manifest(profile: str) -> dict:
+    return yaml.safe_load((ROOT / "formulas" / profile / "profile.yaml").read_text())
+
+
+def test_the_other_profile_pairs_are_profile_data():
+    from vramwise.answers.profile_note import other_profile
+
+    for name, other in (("unsloth", "hf"), ("hf", "unsloth")):
+        m = _manifest(name)["other_profile"]
+        assert vramwise.Registry.default().profile(name).other_profile == (m["profile"], m["ratio"]) == (other, 1.5)
+    # the note's rule, from two independent estimates: given when the totals differ by more than 1.5x either way
+    here, there = vramwise.estimate(LLAMA), vramwise.estimate(LLAMA, profile="hf")
+    note = other_profile(here)
+    ratio = there.total / here.total
+    assert (note is not None) == (not 1 / 1.5 <= ratio <= 1.5)
+    if note is not None:
+        assert note.profile == "hf" and note.total == there.total and note.ratio == ratio
+    assert other_profile(vramwise.estimate(LLAMA, profile="torchtune")) is None  # names no other profile
+
+
+def test_why_a_component_is_absent_is_profile_data():
+    reasons = {(a["component"], a.get("phase")): a["why"] for a in _manifest("hf")["absent"]}
+    prof = vramwise.Registry.default().profile("hf")
+    assert prof.absent_reason("gradients", "forward") == reasons[("gradients", "forward")]
+    assert prof.absent_reason("lora", "backward") == reasons[("lora", None)]  # an entry without a phase: any phase
+    assert prof.absent_reason("weights", "forward") is None
+
+
+def test_an_absent_reason_for_a_phase_the_profile_lacks_names_its_place(tmp_path):
+    import shutil
+
+    from vramwise.errors import FileFormatError
+
+    formulas = tmp_path / "formulas"
+    shutil.copytree(ROOT / "formulas", formulas)
+    path = formulas / "hf" / "profile.yaml"
+    path.write_text(path.read_text().replace("    phase: forward\n", "    phase: warmup\n", 1))
+    with pytest.raises(FileFormatError) as e:
+        vramwise.Registry(formulas_dir=formulas, validate=True).profile("hf")
+    assert "profile.yaml:" in str(e.value) and "$.absent[0].phase" in str(e.value) and "'warmup'" in str(e.value)

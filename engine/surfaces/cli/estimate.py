@@ -18,16 +18,6 @@ from vramwise.surfaces.views import estimate_view, report_lines
 #: the most GPUs --gpus may count
 MAX_GPU_COUNT = 1 << 20
 
-_ABSENT_REASONS = {
-    ("gradients", "forward"): "freed by zero_grad after the previous step; they are written again during the backward",
-    ("gradients", "backward"): "the peak comes before the parameter gradients are written (they exist from the end "
-                               "of the backward to zero_grad)",
-    ("activations", "optimizer"): "the saved activations were freed by the backward before the optimizer step",
-    ("lora", None): "no adapters for this method",
-    ("optimizer", None): "this optimizer keeps no state",
-}
-
-
 def _usage(check, *a):
     """A refusal of flags that disagree with each other, with the command's usage line after it."""
     try:
@@ -72,7 +62,7 @@ def _peak_line(est: Estimate) -> str | None:
         line += " (and the allocator's reserve and CUDA context as overhead)"
     notes = []
     for c in absent:
-        why = _ABSENT_REASONS.get((c, phase)) or _ABSENT_REASONS.get((c, None))
+        why = est.profile_data.absent_reason(c, phase)
         notes.append(f"{c} 0" + (f": {why}" if why else ""))
     return line + ("; " + "; ".join(notes) if notes else "")
 
