@@ -29,6 +29,21 @@ from vramwise.profiles.strategies import StrategyFolder
 __all__ = ["Registry"]
 
 
+def _stack_overlays(fam_loc, fam_disp: str | None) -> dict:
+    """(stack, family) -> (display path, text) of the stack overlays under ``stacks/<stack>/`` of a
+    families folder (none when it has no ``stacks`` folder)."""
+    stacks = fam_loc.joinpath("stacks")
+    if not stacks.is_dir():
+        return {}
+    out = {}
+    for folder in sorted(stacks.iterdir(), key=lambda p: p.name):
+        if folder.is_dir():
+            shown = f"{fam_disp}/stacks/{folder.name}" if fam_disp else None
+            for path, text in read_folder(folder, shown):
+                out[(folder.name, path.rsplit("/", 1)[-1].removesuffix(".yaml"))] = (path, text)
+    return out
+
+
 class Registry:
     """Families and profiles from the bundled data (default) or from folders given explicitly.
 
@@ -55,7 +70,7 @@ class Registry:
         texts = {shown.rsplit("/", 1)[-1].removesuffix(".yaml"): (shown, text) for shown, text in read_folder(fam_loc, fam_disp)}
         if not texts:
             raise FileFormatError(f"{fam_disp or families_dir}: no family files found")
-        self._files = FamilyFiles(texts, self.validate)
+        self._files = FamilyFiles(texts, self.validate, _stack_overlays(fam_loc, fam_disp))
         self._compiled: dict[str, Family] = {}
         self._profiles: dict[str, Profile] = {}
         self._profile_parts: dict[str, tuple] = {}  # profile -> (manifest, formula files), to add a strategy's
@@ -103,7 +118,7 @@ class Registry:
         if name not in self._compiled:
             if name not in self._files:
                 raise UnknownFamilyError(f"unknown family {name!r} (known: {', '.join(sorted(self._files))})")
-            fam = compile_family(name, self._files)
+            fam = compile_family(name, self._files, self._files.overlays)
             indexed = sorted(t for t, owner in self._by_type.items() if owner == name)
             if sorted(set(fam.model_types)) != indexed or fam.fallback != (self._fallback == name):
                 raise FileFormatError(self._files[name].problem(

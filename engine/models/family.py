@@ -1,7 +1,8 @@
 """Family files: loading, inheritance (``extends``) and compilation.
 
 A family file is validated against ``family-1.schema.json``; its entries merge
-by name over the parent family; every expression is checked against the names
+by name over the parent family, and a family's stack overlays (``families/stacks/<stack>/<family>.yaml``,
+the facts one training stack needs) merge over its own facts; every expression is checked against the names
 it may use (earlier facts, ``i`` and earlier attributes, ...) before the family
 is used. Nothing here knows any model family: all of that is in the files.
 """
@@ -10,13 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from vramwise.errors import FileFormatError
 from vramwise.rules.expr.language import Expression, compile_expression, template_problem
 from vramwise.rules.graph import dependency_order
 from vramwise.models.plan import analyse
-from vramwise.rules.datafiles import DataFile
+from vramwise.rules.datafiles import DataFile, json_path
+from vramwise.models.stack_manifest import MANIFEST_PATH, stack_manifest
 
 __all__ = ["Family", "FactRule", "AttributeRule", "ModuleRule", "LoraPart", "ConfigWarningRule", "compile_family", "describe_alias_list"]
 
@@ -146,10 +148,41 @@ class Family:
 _MERGED_SECTIONS = (("facts",), ("layers", "attributes"), ("layers", "modules"), ("model_modules",))
 
 
-def _merge(raw: dict[str, DataFile], name: str, seen: tuple = ()) -> dict:
-    """Merged view of family ``name``: section -> entry -> field -> Src."""
+def _merge_entries(target: dict, block: dict, df: DataFile, sec: tuple) -> None:
+    """Merge one file's entries of section ``sec`` over ``target`` (entry -> field -> Src), field by field."""
+    for entry, spec in block.items():
+        if spec is None:
+            target.pop(entry, None)
+            continue
+        fields = target.setdefault(entry, {})
+        # a fact's default and derive are one rule: a child that sets one replaces both
+        for pair in (("default", "derive"), ("derive", "default")):
+            if pair[0] in spec and pair[1] not in spec:
+                fields.pop(pair[1], None)
+        for fname, fval in spec.items():
+            fields[fname] = Src(fval, df, sec + (entry, fname))
+        fields["__entry__"] = Src(spec, df, sec + (entry,))
+
+
+def _no_stack_facts(df: DataFile) -> None:
+    """A family file holds the facts of the model only: a stack's facts (named by its prefix in
+    formulas/stacks.yaml) belong in the stack's overlay, families/stacks/<stack>/<family>.yaml."""
+    manifest = stack_manifest()
+    for entry in (df.data.get("facts") or {}):
+        stack = manifest.stack_of_fact(entry)
+        if stack is not None:
+            raise FileFormatError(
+                f"{df.key_where(('facts', entry))}: {json_path(('facts', entry))}: fact {entry!r} belongs to the "
+                f"{stack.name} stack (prefix {stack.facts_prefix!r}, {MANIFEST_PATH}): "
+                f"write it in families/stacks/{stack.name}/{df.data.get('family')}.yaml")
+
+
+def _merge(raw: dict[str, DataFile], name: str, seen: tuple = (), overlays: Callable | None = None) -> dict:
+    """Merged view of family ``name``: section -> entry -> field -> Src (the family's stack overlays,
+    ``overlays(name)``, merged after its own file)."""
     df = raw[name]
     data = df.data
+    _no_stack_facts(df)
     parent_name = data.get("extends")
     if name in seen:
         chain = " -> ".join(seen + (name,))
@@ -159,7 +192,7 @@ def _merge(raw: dict[str, DataFile], name: str, seen: tuple = ()) -> dict:
             raise FileFormatError(
                 df.problem(("extends",), f"unknown family {parent_name!r} (known: {', '.join(sorted(raw))})")
             )
-        merged = _merge(raw, parent_name, seen + (name,))
+        merged = _merge(raw, parent_name, seen + (name,), overlays)
         merged = {k: ({e: dict(f) for e, f in v.items()} if k in _MERGED_SECTIONS else v) for k, v in merged.items()}
         merged["parents"] = (parent_name,) + merged["parents"]
     else:
@@ -173,19 +206,9 @@ def _merge(raw: dict[str, DataFile], name: str, seen: tuple = ()) -> dict:
             block = (block or {}).get(key) if isinstance(block, dict) else None
         if not block:
             continue
-        target = merged[sec]
-        for entry, spec in block.items():
-            if spec is None:
-                target.pop(entry, None)
-                continue
-            fields = target.setdefault(entry, {})
-            # a fact's default and derive are one rule: a child that sets one replaces both
-            for pair in (("default", "derive"), ("derive", "default")):
-                if pair[0] in spec and pair[1] not in spec:
-                    fields.pop(pair[1], None)
-            for fname, fval in spec.items():
-                fields[fname] = Src(fval, df, sec + (entry, fname))
-            fields["__entry__"] = Src(spec, df, sec + (entry,))
+        _merge_entries(merged[sec], block, df, sec)
+    for overlay in (overlays(name) if overlays is not None else ()):
+        _merge_entries(merged[("facts",)], overlay.data["facts"], overlay, ("facts",))
     count = (data.get("layers") or {}).get("count")
     if count is not None:
         merged["count"] = Src(count, df, ("layers", "count"))
@@ -258,10 +281,10 @@ def _compile_module(name: str, fields: dict, allowed, in_layer: bool) -> ModuleR
     )
 
 
-def _compile(name: str, raw: dict[str, DataFile]) -> Family:
+def _compile(name: str, raw: dict[str, DataFile], overlays: Callable | None = None) -> Family:
     df = raw[name]
     data = df.data
-    merged = _merge(raw, name)
+    merged = _merge(raw, name, overlays=overlays)
     facts: list[FactRule] = []
     known: set[str] = set(merged[("facts",)])  # a derivation may read any other fact (sorted below)
     for fname, fields in merged[("facts",)].items():
@@ -379,9 +402,11 @@ def _compile(name: str, raw: dict[str, DataFile]) -> Family:
     )
 
 
-def compile_family(name: str, files: Mapping[str, DataFile]) -> Family:
-    """Compile family ``name``; ``files`` maps family names to validated files (loaded on access)."""
-    return _compile(name, files)
+def compile_family(name: str, files: Mapping[str, DataFile], overlays: Callable | None = None) -> Family:
+    """Compile family ``name``; ``files`` maps family names to validated files (loaded on access);
+    ``overlays(family)``, when given, returns the family's stack overlays (loaded files), merged after
+    the family's own file (:meth:`~vramwise.models.family_index.FamilyFiles.overlays`)."""
+    return _compile(name, files, overlays)
 
 
 def describe_alias_list(rule: FactRule) -> str:

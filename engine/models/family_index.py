@@ -17,8 +17,9 @@ from typing import Iterator
 
 import yaml
 
-from vramwise.rules.datafiles import DataFile, load_data_file
+from vramwise.rules.datafiles import DataFile, json_path, load_data_file
 from vramwise.errors import FileFormatError
+from vramwise.models.stack_manifest import MANIFEST_PATH, stack_manifest
 
 __all__ = ["FamilyFiles", "build_index", "read_head"]
 
@@ -28,15 +29,31 @@ except AttributeError:  # pragma: no cover - PyYAML without libyaml
     _FastLoader = yaml.SafeLoader
 
 _SCHEMA = "family-1.schema.json"
+_OVERLAY_SCHEMA = "family-stack-1.schema.json"
 
 
 class FamilyFiles(Mapping):
-    """Family name -> DataFile, loading (and validating, if asked) each file on first access."""
+    """Family name -> DataFile, loading (and validating, if asked) each file on first access; and each
+    family's stack overlays (:meth:`overlays`), loaded the same way.
 
-    def __init__(self, texts: dict[str, tuple[str, str]], validate: bool):
+    ``overlay_texts``: (stack, family) -> (display path, text) of ``stacks/<stack>/<family>.yaml``.
+    """
+
+    def __init__(self, texts: dict[str, tuple[str, str]], validate: bool,
+                 overlay_texts: Mapping[tuple[str, str], tuple[str, str]] | None = None):
         self._texts = texts
         self._validate = validate
         self._loaded: dict[str, DataFile] = {}
+        self._overlay_texts: dict[str, list] = {}  # family -> [(stack, display path, text)] in the manifest's order
+        self._overlays: dict[str, tuple] = {}
+        order = {name: k for k, name in enumerate(stack_manifest().names)}
+        for (stack, family), (shown, text) in sorted((overlay_texts or {}).items(), key=lambda kv: (order.get(kv[0][0], len(order)), kv[0][0])):
+            if stack not in order:
+                raise FileFormatError(f"{shown}:1:1: $: the folder names no stack of {MANIFEST_PATH} "
+                                      f"({stack!r}; known: {', '.join(order)})")
+            if family not in texts:
+                raise FileFormatError(f"{shown}:1:1: $: no family {family!r} to add the {stack} stack's facts to")
+            self._overlay_texts.setdefault(family, []).append((stack, shown, text))
 
     def __getitem__(self, name: str) -> DataFile:
         if name not in self._loaded:
@@ -46,6 +63,28 @@ class FamilyFiles(Mapping):
                 raise FileFormatError(df.problem(("family",), f"family name {df.data['family']!r} differs from the file name {name!r}"))
             self._loaded[name] = df
         return self._loaded[name]
+
+    def overlays(self, name: str) -> tuple:
+        """The loaded stack overlays of family ``name`` (the facts each stack needs of it), in the
+        manifest's order of the stacks; each file's stack and family are its folder's and its name's, and
+        each of its facts carries its stack's prefix."""
+        if name not in self._overlays:
+            manifest = stack_manifest()
+            loaded = []
+            for stack, shown, text in self._overlay_texts.get(name, ()):
+                df = load_data_file(text, shown, _OVERLAY_SCHEMA, validate=self._validate)
+                for key, want in (("stack", stack), ("family", name)):
+                    if df.data.get(key) != want:
+                        raise FileFormatError(df.problem((key,), f"{key} {df.data.get(key)!r} differs from the file's "
+                                                                 f"{'folder' if key == 'stack' else 'name'} {want!r}"))
+                prefix = manifest.stacks[stack].facts_prefix
+                for fact in df.data["facts"]:
+                    if not fact.startswith(prefix):
+                        raise FileFormatError(f"{df.key_where(('facts', fact))}: {json_path(('facts', fact))}: fact {fact!r} "
+                                              f"is not the {stack} stack's: its facts start with {prefix!r} ({MANIFEST_PATH})")
+                loaded.append(df)
+            self._overlays[name] = tuple(loaded)
+        return self._overlays[name]
 
     def shown(self, name: str) -> str:
         """The display path of a family's file."""

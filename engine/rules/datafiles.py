@@ -108,12 +108,23 @@ def load_schema(name: str) -> dict:
     return json.loads(text)
 
 
+#: Where the shipped schemas live by their ``$id``; a ``$ref`` to another shipped schema resolves to its file.
+_SCHEMA_BASE = "https://vramwise.dev/schemas/"
+
+
 @lru_cache(maxsize=None)
 def _validator(name: str):
     from jsonschema import Draft202012Validator
+    from referencing import Registry, Resource
+    from referencing.exceptions import NoSuchResource
+
+    def shipped(uri: str) -> Resource:
+        if not uri.startswith(_SCHEMA_BASE) or "/" in uri[len(_SCHEMA_BASE):]:
+            raise NoSuchResource(ref=uri)
+        return Resource.from_contents(load_schema(uri[len(_SCHEMA_BASE):]))
 
     # the shipped schemas are checked against the metaschema by the test suite, not at every start
-    return Draft202012Validator(load_schema(name))
+    return Draft202012Validator(load_schema(name), registry=Registry(retrieve=shipped))
 
 
 def _schema_problem(df: DataFile, err) -> str:

@@ -101,7 +101,7 @@ def test_attention_kernels_are_the_class_attributes(family):
     assert sorted(got) == sorted(expected), (
         f"{cls.__name__}: _supports_sdpa {cls._supports_sdpa}, _supports_flash_attn {cls._supports_flash_attn}, "
         f"_supports_flex_attn {cls._supports_flex_attn}; write transformers_attention: default: [{', '.join(expected)}] "
-        f"in families/{family}.yaml")
+        f"in families/stacks/hf/{family}.yaml")
 
 
 @pytest.mark.parametrize("family", FAMILIES)

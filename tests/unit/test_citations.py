@@ -1,6 +1,6 @@
 """Citations in the data files resolve inside the repository.
 
-Every ``source:`` value in formulas/**/*.yaml and families/*.yaml that names a file under
+Every ``source:`` value in formulas/**/*.yaml and families/**/*.yaml (the stack overlays too) that names a file under
 ``docs/`` must name an existing file, and every ``#anchor`` it adds must be defined in that
 markdown file. Anchors are explicit HTML anchors, ``<a id="name"></a>``, the scheme
 docs/unsloth-profile.md uses. No data file may cite the document the profile was once written
@@ -27,7 +27,7 @@ import vramwise
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA_FILES = sorted(
-    [p for p in (ROOT / "formulas").rglob("*.yaml")] + [p for p in (ROOT / "families").glob("*.yaml")]
+    [p for p in (ROOT / "formulas").rglob("*.yaml")] + [p for p in (ROOT / "families").rglob("*.yaml")]
 )
 PROFILE_DOC = ROOT / "docs" / "unsloth-profile.md"
 

@@ -37,6 +37,7 @@ def _families_copy(tmp_path: Path) -> Path:
     dst.mkdir()
     for f in FAMILIES.glob("*.yaml"):
         shutil.copy(f, dst / f.name)
+    shutil.copytree(FAMILIES / "stacks", dst / "stacks")  # the stack overlays the profiles read facts of
     return dst
 
 

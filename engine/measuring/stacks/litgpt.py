@@ -5,7 +5,7 @@ optimizer, set up as its single-device fine-tuning scripts do (litgpt 0.5.9 ``fi
 The model is ``litgpt.model.GPT`` (full) or ``litgpt.lora.GPT`` (LoRA, QLoRA) built from a
 ``litgpt.Config`` mapped from the Hugging Face config (for the families formulas/litgpt/profile.yaml
 names: Llama's layout, and each field where a family's differs set by its ``litgpt_<field>`` facts in
-families/*.yaml), randomly initialised, never downloaded. Precision is Fabric's
+families/stacks/litgpt/), randomly initialised, never downloaded. Precision is Fabric's
 ``bf16-true`` (``HalfPrecision``): every parameter, the LoRA adapters included, is created in bf16 under its
 ``module_init_context``, the forward runs under its ``forward_context`` and, as ``_FabricModule.forward``
 does, the model's output goes through ``convert_output``, which casts the logits to the default
@@ -43,6 +43,7 @@ from typing import Any
 
 from vramwise.errors import SettingsError, StackUnsupportedError
 from vramwise.estimation.registry import Registry
+from vramwise.models.stack_manifest import stack_manifest
 from vramwise.measuring.build import OPTIMIZERS, require, served_family
 from vramwise.measuring.stacks.protocol import Prepared
 
@@ -53,8 +54,9 @@ PROFILE = "litgpt"
 DEVICES = ("cpu",)
 #: The prefix of the family facts that set a ``litgpt.Config`` field: ``litgpt_<field>`` (for example
 #: qwen2's ``litgpt_attn_bias``, qwen3's ``litgpt_norm_qk``, gemma's ``litgpt_mlp_class_name``); the
-#: fields no fact sets are Llama's layout (LLaMAMLP, RMSNorm, full rotary, sequential residual).
-FACT_PREFIX = "litgpt_"
+#: fields no fact sets are Llama's layout (LLaMAMLP, RMSNorm, full rotary, sequential residual). The
+#: prefix is the litgpt stack's in formulas/stacks.yaml, whose overlays families/stacks/litgpt/ hold them.
+FACT_PREFIX = next(s.facts_prefix for s in stack_manifest().stacks.values() if s.module == __name__.rsplit(".", 1)[-1])
 #: LitGPT's LoRA switches (finetune/lora.py setup: lora_query, lora_key, ...) and the target names
 #: (vramwise's / PEFT's) each one adapts.
 _SWITCHES = {
