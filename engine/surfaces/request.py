@@ -21,8 +21,8 @@ from vramwise.errors import ConfigError, SettingsError
 from vramwise.profiles.settings import DEFAULT_PROFILE, SETTINGS
 from vramwise.surfaces.views import count, count_bytes, strategy_gpus_problem
 
-__all__ = ["Request", "read_flags", "read_body", "read_body_recipe", "MAX_RECIPE_PARTS", "MAX_LIST",
-           "CLI_NAMES", "API_NAMES"]
+__all__ = ["Request", "read_flags", "read_flags_recipe", "read_body", "read_body_recipe", "refuse_serving_gpus",
+           "MAX_RECIPE_PARTS", "MAX_LIST", "CLI_NAMES", "API_NAMES"]
 
 #: Parts of an uploaded recipe a request may hold.
 MAX_RECIPE_PARTS = 8
@@ -78,10 +78,6 @@ class Request:
         if problem is not None:
             raise SettingsError(problem)
         return self.with_settings(world_size=gpus[0])
-
-    def to_dict(self) -> dict:
-        """The recipe read, as the answers carry it under ``recipe`` (nothing without one)."""
-        return {} if self.recipe is None else {"recipe": self.recipe.to_dict()}
 
 
 def refuse_serving_gpus(est: Any, names: Mapping[str, str]) -> None:
