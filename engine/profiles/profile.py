@@ -376,6 +376,35 @@ def _dated_values(df: DataFile, name: str, d: Mapping, problems: list) -> tuple:
     return tuple(out)
 
 
+def _vocabulary_problems(manifest: DataFile, read: set, dated: list) -> list[str]:
+    """What is wrong with the vocabularies the manifest declares (``settings``): each names a setting
+    its formulas read, and every value dated by a release setting has a value from its first release."""
+    declared = manifest.data.get("settings") or {}
+    problems = []
+    for name, entry in declared.items():
+        if name not in SETTING_NAMES:
+            problems.append(f"{manifest.key_where(('settings', name))}: $.settings.{name}: unknown setting {name!r}")
+        elif name not in read:
+            problems.append(f"{manifest.key_where(('settings', name))}: $.settings.{name}: the profile's formulas "
+                            f"do not read {name}")
+        elif "releases" in entry and "choices" in entry:
+            problems.append(manifest.problem(("settings", name), "give choices or releases, not both"))
+        elif "releases" in entry:
+            first, last = (release_key(entry["releases"][k]) for k in ("first", "last"))
+            if first is None or last is None or first > last:
+                problems.append(manifest.problem(("settings", name, "releases"), "first and last are releases "
+                                                 "MAJOR.MINOR.PATCH, first not after last"))
+    for d in dated:
+        releases = declared.get(d.by, {}).get("releases")
+        if releases is None:
+            problems.append(f"{d.where}: $.dated.{d.name}: dated by {d.by}, whose releases the profile "
+                            f"{manifest.data['profile']} does not declare (settings.{d.by}.releases)")
+        elif release_key(releases["first"]) is not None and d.values[0][0] > release_key(releases["first"]):
+            problems.append(f"{d.where}: $.dated.{d.name}: no value from {releases['first']}, the first release "
+                            f"of {d.by} the profile declares (the first is {d.values[0][1]})")
+    return problems
+
+
 def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | None = None) -> Profile:
     """Compile a profile (with a strategy's files and outputs when ``overlay`` is given): check every
     name and order formulas by dependency."""
@@ -516,6 +545,9 @@ def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | 
         raise FileFormatError(problems)
     read = set().union(*(f.expr.names for f in order), *(w.when.names | w.shown for w in warning_rules))
     read |= {t.key for t in tables} | {d.by for d in dated if d.name in read}
+    problems.extend(_vocabulary_problems(manifest, read, dated))
+    if problems:
+        raise FileFormatError(problems)
     return Profile(
         name=m["profile"], file=manifest.path, description=m["description"], source=m["source"],
         model_inputs=model_inputs, layer_inputs=layer_inputs,

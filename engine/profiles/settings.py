@@ -18,7 +18,7 @@ from vramwise.models.stack_manifest import STACK_NAMES
 
 __all__ = [
     "DEFAULT_PROFILE", "Setting", "strategy_manifest_names", "SETTINGS", "SETTING_NAMES", "PER_CALL", "TrainingSettings", "METHODS", "CHECKPOINTING_MODES",
-    "LOSS_MODES", "ATTENTION_KINDS", "EXPERTS_LAYOUTS", "STACKS", "STRATEGIES", "OFFLOAD_MODES", "LIMITS", "normalise_settings", "normalise_static", "positive_int", "DEFAULTS", "SWEEPABLE", "DERIVED_FROM", "DERIVED_NAMES", "RELEASE_SETTINGS", "release_key",
+    "LOSS_MODES", "ATTENTION_KINDS", "EXPERTS_LAYOUTS", "STACKS", "STRATEGIES", "OFFLOAD_MODES", "LIMITS", "normalise_settings", "normalise_static", "positive_int", "DEFAULTS", "SWEEPABLE", "DERIVED_FROM", "DERIVED_NAMES", "RELEASE_SETTINGS", "release_key", "profile_vocabularies",
 ]
 
 #: The profile an estimate uses when none is named.
@@ -105,12 +105,36 @@ _GC_ALIASES = {"none": "none", "false": "none", "off": "none", "no": "none", "0"
 LIMITS = {"batch_size": 2**20, "seq_len": 2**25, "lora_rank": 2**16, "loss_chunks": 2**16, "world_size": 2**16,
           "gpus_per_node": 2**10, "max_model_len": 2**25, "max_num_seqs": 2**20, "max_num_batched_tokens": 2**26,
           "tensor_parallel_size": 2**10, "pipeline_parallel_size": 2**10, "gpu_memory": 2**50}
-#: vLLM's KV-cache dtypes (vllm/config/cache.py CacheDType, 0.34.0) that the serving profile models.
-KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
-#: vLLM's block sizes (vllm/config/cache.py BlockSize, 0.34.0).
-BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
-#: The vLLM releases the serving profile has rules for (first, last), and the default: the newest.
-VLLM_VERSIONS = ("0.8.0", "0.34.0")
+
+
+@lru_cache(maxsize=None)
+def profile_vocabularies(profile: str) -> dict:
+    """The vocabularies bundled profile ``profile`` declares for the settings it reads (the ``settings``
+    of formulas/<profile>/profile.yaml): setting -> its choices, or its (first, last) releases; read
+    once, through the data-file reader (the registry validates the manifest when it loads the profile)."""
+    from importlib import resources
+
+    from vramwise.rules.datafiles import load_data_file, read_data_text
+
+    shown = f"formulas/{profile}/profile.yaml"
+    item = resources.files("vramwise.formulas").joinpath(profile, "profile.yaml")
+    data = load_data_file(read_data_text(item, shown), shown, "profile-1.schema.json", validate=False).data
+    out = {}
+    for name, entry in (data.get("settings") or {}).items():
+        if "releases" in entry:
+            out[name] = (entry["releases"]["first"], entry["releases"]["last"])
+        else:
+            out[name] = tuple(entry["choices"])
+    return out
+
+
+#: vLLM's KV-cache dtypes that the serving profile models (formulas/vllm/profile.yaml settings).
+KV_CACHE_DTYPES = profile_vocabularies("vllm")["kv_cache_dtype"]
+#: vLLM's block sizes (formulas/vllm/profile.yaml settings).
+BLOCK_SIZES = profile_vocabularies("vllm")["block_size"]
+#: The vLLM releases the serving profile has rules for (first, last), and the default: the newest
+#: (formulas/vllm/profile.yaml settings).
+VLLM_VERSIONS = profile_vocabularies("vllm")["vllm_version"]
 
 
 def positive_int(name: str, value: Any) -> int:
