@@ -25,6 +25,7 @@ def read_profile(formulas: Any, display: str | None, name: str, validate: bool) 
     texts = dict(read_folder(folder, disp))
     manifest_path = f"{disp}/profile.yaml" if disp else str(folder.joinpath("profile.yaml"))
     manifest = load_data_file(texts.pop(manifest_path), manifest_path, "profile-1.schema.json", validate=validate)
+    texts.pop(f"{disp}/cases.yaml" if disp else str(folder.joinpath("cases.yaml")), None)  # test cases (tooling.cases)
     files = []
     problems = []
     listed = manifest.data["files"]

@@ -454,22 +454,59 @@ TrainingSettings = make_dataclass(
 )
 
 
+#: Where the rules of derived settings are (a file of the formulas folder).
+SETTINGS_RULES_PATH = "formulas/settings.yaml"
+
+
+def compile_derive_rules(df) -> tuple:
+    """((setting, compiled expression), ...) of a loaded settings-rules file, in file order; each rule
+    reads the settings only (an :class:`~vramwise.errors.ExpressionError` or
+    :class:`~vramwise.errors.FileFormatError` names the file, line and node)."""
+    from vramwise.errors import FileFormatError
+    from vramwise.rules.expr.language import compile_expression
+
+    names = frozenset(s.name for s in SETTINGS if not s.per_call)
+    out, problems = [], []
+    for name, rule in df.data["derive"].items():
+        if name not in names:
+            problems.append(f"{df.key_where(('derive', name))}: $.derive.{name}: unknown setting {name!r} "
+                            f"(settings normalised once per combination: {', '.join(sorted(names))})")
+            continue
+        out.append((name, compile_expression(rule["expr"], allowed=names, df=df, parts=("derive", name, "expr"))))
+    if problems:
+        raise FileFormatError(problems)
+    return tuple(out)
+
+
+@lru_cache(maxsize=1)
+def derive_rules() -> tuple:
+    """The bundled rules of derived settings (formulas/settings.yaml), compiled once
+    (``derive_rules.cache_clear()`` forgets them)."""
+    from importlib import resources
+
+    from vramwise.rules.datafiles import load_data_file, read_data_text
+
+    item = resources.files("vramwise.formulas").joinpath("settings.yaml")
+    return compile_derive_rules(load_data_file(read_data_text(item, SETTINGS_RULES_PATH), SETTINGS_RULES_PATH,
+                                               "settings-1.schema.json", validate=False))
+
+
 def normalise_static(values: dict) -> dict:
-    """Normalise every setting except the per-call ones (``values`` maps names to raw values);
-    the rules that join settings (4-bit loading by method) apply here."""
+    """Normalise every setting except the per-call ones (``values`` maps names to raw values); an unset
+    setting with a rule in formulas/settings.yaml takes its value (4-bit loading by method), and the
+    refusals that join settings apply here."""
     out = {}
     for s in SETTINGS:
         if not s.per_call:
             out[s.name] = s.parse(s.name, values.get(s.name, s.default))
     method = out["method"]
-    if out["load_in_4bit"] is None:
-        out["load_in_4bit"] = method == "qlora"
+    for name, rule in derive_rules():  # formulas/settings.yaml: a setting left unset takes its rule's value
+        if out[name] is None:
+            out[name] = rule.evaluate(out)
     if out["load_in_4bit"] and method == "full":
         raise SettingsError("full fine-tuning cannot train a 4-bit model: use method 'qlora' or unset load_in_4bit")
     if not out["load_in_4bit"] and method == "qlora":
         raise SettingsError("qlora loads the base model in 4 bit: use method 'lora' for a 16-bit base model")
-    if out["kbit_prepare"] is None and method == "qlora":  # the FSDP-QLoRA recipe (peft docs) does not call it
-        out["kbit_prepare"] = not out["strategy"].startswith("fsdp")
     if out["gpu"] is not None:
         from vramwise.inputs.gpu_catalog import gpu_spec
 

@@ -18,7 +18,10 @@ files):
   chosen, facts, parameters by group, layer attributes and estimate fields, as the test suite
   runs them; a failed expectation is reported at the line of the expected value;
 - for a given profile, every family it serves is estimated with the profile's defaults from
-  that family's first example config, and the examples whose settings name the profile are run.
+  that family's first example config, and the examples whose settings name the profile are run,
+  and so are the profile's test cases (``cases.yaml``: figures derived by hand, with a tolerance);
+- the settings rules (``formulas/settings.yaml``) and checkpoint formats, given by path: schema and
+  expressions.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import Any, Iterable, Sequence
 from vramwise.rules.datafiles import MAX_FILE_BYTES, load_data_file, read_data_text
 from vramwise.errors import FileFormatError, UsageError, VramwiseError
 from vramwise.estimation.estimate import estimate, load_model
+from vramwise.tooling.cases import read_cases, run_cases
 from vramwise.tooling.examples import run_example
 from vramwise.profiles.profile import check_inputs
 from vramwise.estimation.registry import Registry
@@ -204,7 +208,7 @@ def check(paths: Sequence[str | os.PathLike] | str | os.PathLike) -> list[str]:
         paths = [paths]
     if not paths:
         raise UsageError("nothing to check: give family files or profile folders")
-    formats = [p for p in paths if Path(os.fspath(p)).name == "checkpoint_formats.yaml"]
+    formats = [p for p in paths if Path(os.fspath(p)).name in ("checkpoint_formats.yaml", "settings.yaml")]
     problems: list[str] = [q for p in formats for q in _check_formats(Path(os.fspath(p)))]
     paths = [p for p in paths if p not in formats]
     if not paths:
@@ -219,23 +223,27 @@ def check(paths: Sequence[str | os.PathLike] | str | os.PathLike) -> list[str]:
             return problems + _relocate(_problems_of(e), shown)
         except (OSError, UnicodeDecodeError) as e:  # pragma: no cover - the files were staged just now
             return problems + [f"{tmp}: {e}"]
-        problems.extend(_relocate(_check_registry(reg, given, set(profiles)), shown))
+        problems.extend(_relocate(_check_registry(reg, given, set(profiles), root / "formulas"), shown))
     seen: set = set()
     return [p for p in problems if not (p in seen or seen.add(p))]
 
 
 def _check_formats(path: Path) -> list[str]:
-    """The problems of a checkpoint-formats file: its schema and its expressions."""
+    """The problems of a checkpoint-formats file or a settings-rules file: its schema and its expressions."""
     from vramwise.models.checkpoint_formats import compile_formats
+    from vramwise.profiles.settings import compile_derive_rules
 
+    compile_file, schema = ((compile_derive_rules, "settings-1.schema.json") if path.name == "settings.yaml"
+                            else (compile_formats, "checkpoint-formats-1.schema.json"))
     try:
-        compile_formats(load_data_file(read_data_text(path, str(path)), str(path), "checkpoint-formats-1.schema.json"))
+        compile_file(load_data_file(read_data_text(path, str(path)), str(path), schema))
     except VramwiseError as e:
         return _problems_of(e)
     return []
 
 
-def _check_registry(reg: Registry, given: dict[str, _GivenFile], user_profiles: set[str]) -> list[str]:
+def _check_registry(reg: Registry, given: dict[str, _GivenFile], user_profiles: set[str],
+                    formulas: Path | None = None) -> list[str]:
     problems: list[str] = []
     compiled: dict[str, Any] = {}
     broken: set[str] = set()
@@ -311,6 +319,13 @@ def _check_registry(reg: Registry, given: dict[str, _GivenFile], user_profiles: 
                 if (ex.get("settings") or {}).get("profile") == pname and fname not in given:
                     problems.extend(run_example(
                         reg, fname, ex, lambda parts, i=i, fam=fam: f"{fam.file}:1:1: $.examples[{i}]", profile=pname))
+        if formulas is not None:  # the profile's test cases (formulas/<profile>/cases.yaml)
+            try:
+                cases = read_cases(formulas, None, pname)
+            except VramwiseError as e:
+                problems.extend(_problems_of(e))
+            else:
+                problems.extend(run_cases(reg, cases) if cases is not None else ())
     return problems
 
 
