@@ -35,6 +35,7 @@ from vramwise.rules.datafiles import DataFile, json_path
 __all__ = [
     "Expression", "LayerValues", "FUNCTIONS", "compile_expression", "emit", "GLOBALS", "ANY", "type_tag",
     "MAX_POWER", "MAX_STRING_LENGTH", "template_problem", "render", "compile_fragment", "evaluate_fragment",
+    "CHECKED_EXPRESSIONS", "CheckedExpressions",
 ]
 
 #: Largest base or exponent of ``**`` (simpleeval's limit).
@@ -375,6 +376,38 @@ def _position(df: DataFile | None, parts: tuple, col_in_text: int, raw: str, tex
     return df.where(parts)
 
 
+class CheckedExpressions:
+    """Expressions that passed :func:`compile_expression`'s checks, by (text, allowed names, names with one value
+    per layer): their names, checked tree and code, so that the same expression under the same names is not
+    parsed, checked and compiled again (registries over the same or copied data files compile the same
+    expressions). Bounded; :meth:`clear` forgets every entry. Trees are shared between the expressions made from
+    an entry and are never modified."""
+
+    __slots__ = ("_data", "_size")
+
+    def __init__(self, size: int):
+        self._data: dict = {}
+        self._size = size
+
+    def get(self, key):
+        return self._data.get(key)
+
+    def put(self, key, value) -> None:
+        if len(self._data) >= self._size:
+            del self._data[next(iter(self._data))]
+        self._data[key] = value
+
+    def clear(self) -> None:
+        self._data.clear()
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+#: The checked expressions of this process (:meth:`CheckedExpressions.clear` forgets them).
+CHECKED_EXPRESSIONS = CheckedExpressions(1 << 16)
+
+
 def compile_expression(
     value: Any,
     *,
@@ -409,6 +442,13 @@ def compile_expression(
 
     if not text:
         raise fail(f"empty {what}")
+    key = None if callable(allowed) else (text, frozenset(allowed), layer_valued)
+    if key is not None:
+        hit = CHECKED_EXPRESSIONS.get(key)
+        if hit is not None:
+            names_seen, stmt, code = hit  # the code, under this expression's file name (no compiling)
+            code = code if code.co_filename == place else code.replace(co_filename=place)
+            return Expression(text=text, names=names_seen, where=place, node=stmt, code=code)
     if len(text) > MAX_EXPRESSION_LENGTH:
         where = _position(df, parts, 0, raw, text)
         raise ExpressionError(f"{where}: {json_path(parts)}: {what} of {len(text):,} characters; at most "
@@ -436,7 +476,7 @@ def compile_expression(
     if not isinstance(stmt, ast.Expr):
         raise fail(f"only an expression is allowed, not a `{type(stmt).__name__}` statement", stmt)
 
-    is_allowed = allowed if callable(allowed) else frozenset(allowed).__contains__
+    is_allowed = allowed if key is None else key[1].__contains__
     names: set[str] = set()
     parents: dict[int, ast.AST] = {}
     for parent in ast.walk(stmt):
@@ -474,6 +514,8 @@ def compile_expression(
             names.add(node.id)
     emitted, _ = emit(stmt)
     code = compile(emitted, place, "eval")
+    if key is not None:
+        CHECKED_EXPRESSIONS.put(key, (frozenset(names), stmt, code))
     return Expression(text=text, names=frozenset(names), where=place, node=stmt, code=code)
 
 
