@@ -8,6 +8,7 @@ message`` so that they read as a trail to the node.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from functools import lru_cache
@@ -23,7 +24,7 @@ try:  # libyaml keeps marks too and is several times faster
 except AttributeError:  # pragma: no cover - PyYAML without libyaml
     _Loader = yaml.SafeLoader
 
-__all__ = ["DataFile", "compose_yaml", "iter_nodes", "load_data_file", "read_data_text", "read_folder", "json_path", "load_schema", "MAX_FILE_BYTES",
+__all__ = ["DataFile", "VALID_TEXTS", "ValidTexts", "compose_yaml", "iter_nodes", "load_data_file", "read_data_text", "read_folder", "json_path", "load_schema", "MAX_FILE_BYTES",
            "MAX_DEPTH", "MAX_NODES"]
 
 
@@ -237,6 +238,40 @@ def compose_yaml(text: str, check) -> tuple[Any, yaml.Node | None]:
         loader.dispose()
 
 
+class ValidTexts:
+    """Digests of the texts that passed a schema's validation, with the schema's name: the same text validates the
+    same way under any display path, so a copied or re-read file is not validated again (the schemas do not
+    change within a process). Bounded; :meth:`clear` forgets every entry."""
+
+    __slots__ = ("_data", "_size")
+
+    def __init__(self, size: int):
+        self._data: dict = {}
+        self._size = size
+
+    @staticmethod
+    def key(schema: str, text: str) -> tuple[str, bytes]:
+        return schema, hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+
+    def __contains__(self, key) -> bool:
+        return key in self._data
+
+    def add(self, key) -> None:
+        if len(self._data) >= self._size:
+            del self._data[next(iter(self._data))]
+        self._data[key] = True
+
+    def clear(self) -> None:
+        self._data.clear()
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+#: The texts that passed validation in this process (:meth:`ValidTexts.clear` forgets them).
+VALID_TEXTS = ValidTexts(1 << 12)
+
+
 def load_data_file(text: str, path: str, schema: str, *, validate: bool = True) -> DataFile:
     """Compose, construct and (unless ``validate`` is false) validate one YAML data file.
 
@@ -261,8 +296,12 @@ def load_data_file(text: str, path: str, schema: str, *, validate: bool = True) 
     _check_keys(root, path, problems)
     if not validate and not problems:
         return df
+    valid = ValidTexts.key(schema, text)
+    if not problems and valid in VALID_TEXTS:
+        return df
     errors = sorted(_validator(schema).iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     problems.extend(_schema_problem(df, e) for e in errors)
     if problems:
         raise FileFormatError(problems)
+    VALID_TEXTS.add(valid)
     return df

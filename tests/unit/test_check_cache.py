@@ -1,6 +1,8 @@
 """Registry.check_all keeps the digest of data that passed (vramwise.estimation.checked): the same bytes pass
 again without compiling anything; an edited, added or removed file is checked again; a check without schema
-validation does not stand for one with it; CHECKED.clear() forgets every check."""
+validation does not stand for one with it; CHECKED.clear() forgets every check. And load_data_file keeps the
+digests of the texts that passed a schema (VALID_TEXTS): the same text is not validated again under another
+path, an invalid or edited one is."""
 
 from __future__ import annotations
 
@@ -107,3 +109,52 @@ def test_the_bundled_files_pass_warm(registry, no_compiling):
     registry.check_all()
     no_compiling()
     vramwise.Registry().check_all()
+
+
+# -- texts that passed a schema's validation (vramwise.rules.datafiles.VALID_TEXTS) --------------------------
+
+FAMILY_TEXT = "schema_version: 1\nfamily: tiny\ndescription: x\nsource: y\nextends: llama\nmodel_types: [tiny]\n"
+
+
+@pytest.fixture
+def valid_texts(monkeypatch):
+    from vramwise.rules import datafiles
+
+    datafiles.VALID_TEXTS.clear()
+    yield datafiles
+    datafiles.VALID_TEXTS.clear()
+
+
+def refuse_validating(monkeypatch, datafiles):
+    def refuse(name):
+        raise AssertionError(f"validated against {name}")
+    monkeypatch.setattr(datafiles, "_validator", refuse)
+
+
+def test_a_valid_text_is_not_validated_again_under_another_path(valid_texts, monkeypatch):
+    first = valid_texts.load_data_file(FAMILY_TEXT, "one/tiny.yaml", "family-1.schema.json")
+    assert len(valid_texts.VALID_TEXTS) == 1
+    refuse_validating(monkeypatch, valid_texts)
+    second = valid_texts.load_data_file(FAMILY_TEXT, "two/tiny.yaml", "family-1.schema.json")
+    assert (first.path, second.path) == ("one/tiny.yaml", "two/tiny.yaml")
+    assert second.data == first.data and second.data is not first.data  # each load has its own data
+    with pytest.raises(AssertionError, match="validated against profile-1.schema.json"):  # another schema
+        valid_texts.load_data_file(FAMILY_TEXT, "two/tiny.yaml", "profile-1.schema.json")
+
+
+def test_an_invalid_text_is_reported_at_each_path(valid_texts):
+    text = FAMILY_TEXT.replace("schema_version: 1\n", "")
+    for path in ("one/tiny.yaml", "two/tiny.yaml"):
+        with pytest.raises(FileFormatError, match=rf"^{path}:1:1: \$: 'schema_version' is a required property"):
+            valid_texts.load_data_file(text, path, "family-1.schema.json")
+    assert len(valid_texts.VALID_TEXTS) == 0
+
+
+def test_an_edited_text_is_validated_again(valid_texts, monkeypatch):
+    valid_texts.load_data_file(FAMILY_TEXT, "tiny.yaml", "family-1.schema.json")
+    refuse_validating(monkeypatch, valid_texts)
+    with pytest.raises(AssertionError, match="validated"):
+        valid_texts.load_data_file(FAMILY_TEXT + "# a comment\n", "tiny.yaml", "family-1.schema.json")
+    valid_texts.VALID_TEXTS.clear()
+    with pytest.raises(AssertionError, match="validated"):
+        valid_texts.load_data_file(FAMILY_TEXT, "tiny.yaml", "family-1.schema.json")
