@@ -42,13 +42,16 @@ def checkout_mismatch(repo: Path = REPO) -> str | None:
     """None when the imported ``vramwise`` and each of its data packages (``package-dir`` in ``pyproject.toml``:
     families/, formulas/, schemas/, ...) are the folders of the checkout at ``repo``; else one line naming the
     first that is not (an installed copy would hide every edit of the checkout from the tests)."""
-    import tomllib
+    import re
     from importlib import resources
 
     import vramwise
 
-    with open(REPO / "pyproject.toml", "rb") as fh:
-        folders = tomllib.load(fh)["tool"]["setuptools"]["package-dir"]
+    # the one-line package-dir table, read without tomllib (Python 3.11+; the package supports 3.10)
+    line = next(ln for ln in (REPO / "pyproject.toml").read_text(encoding="utf-8").splitlines()
+                if ln.startswith("package-dir"))
+    folders = dict(re.findall(r'"([\w.]+)"\s*=\s*"([^"]+)"', line))
+    assert folders.get("vramwise") == "engine", line
     for package, folder in folders.items():
         if package == "vramwise":
             imported = Path(vramwise.__file__).resolve().parent
