@@ -76,7 +76,7 @@ def alias_paths(reg) -> list[tuple[bool, tuple]]:
         for rule in fam.facts:
             for alias in rule.aliases:
                 paths.add((alias.from_root, tuple(alias.path)))
-    from vramwise.core.checkpoint_formats import formats
+    from vramwise.models.checkpoint_formats import formats
 
     for fmt in formats():  # what a quantized checkpoint's format reads from its quantization_config
         for rule in fmt.parameters.values():
