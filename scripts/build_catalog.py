@@ -184,7 +184,7 @@ def build(shared: Path) -> dict:
                     continue
                 where = row.get("source_repo") or row.get("kind") or "a public copy"
                 add(row["hub_id"], json.loads(path.read_text(encoding="utf-8")),
-                    f"config.json of {row['hub_id']} ({folder}/{row['file']} of the shared corpus; from {where})",
+                    f"config.json of {row['hub_id']} (a copy published in {where})",
                     "hub config")
     for fam, name, config in _flagship_examples(reg):
         source = f"families/{fam.name}.yaml, example {name!r} (dimensions written by hand)"
