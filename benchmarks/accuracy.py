@@ -49,7 +49,7 @@ STACKS = (
      "six of 8 tokens, where the model states and the gathered units outweigh the activations, and four of "
      "FSDP's shard_grad_op (reshard_after_forward=False) on 2 ranks; "
      "asserted by tests/measured/test_validation_matrix_strategies.py. ZeRO and device_map are not measured here "
-     "(tests/unit/test_strategies.py checks ZeRO against DeepSpeed's own estimators)."),
+     "(tests/unit/profiles/test_strategies.py checks ZeRO against DeepSpeed's own estimators)."),
 )
 
 #: A short GPU matrix: a 0.5B Qwen2.5-shaped model, three methods, two shapes.

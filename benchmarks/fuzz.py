@@ -9,7 +9,7 @@ How cases are made (a choice, documented): not hypothesis. Each target's generat
 is the same on every run and machine, a run can stop anywhere and resume at the next index, and a
 case costs no hypothesis bookkeeping (``strategy.example()`` is neither reproducible nor meant for
 loops, and ``@given`` with a huge ``max_examples`` stops at the first failure and cannot be resumed).
-The hypothesis suite (``tests/unit/test_fuzz.py``) calls the same generators with hypothesis' recorded
+The hypothesis suite (``tests/unit/project/test_fuzz.py``) calls the same generators with hypothesis' recorded
 random, so both explore the same space with the same mutation functions.
 
 Each case runs in a forked sandbox worker (``benchmarks/fuzzing/sandbox.py``: address-space limit, wall-clock
@@ -17,7 +17,7 @@ kill with a stack dump, per-case CPU time and resident-memory high-water mark) a
 ``benchmarks/fuzzing/oracle.py``. Outcomes are counted per target: ``ok``, documented errors by class, findings
 by kind. The first cases (three by default) of each finding kind are minimised (``benchmarks/fuzzing/minimize.py``: drop keys,
 runs, argv tokens, halve sizes while the same finding remains) and saved under
-``tests/fuzz_corpus/<target>/`` (``tests/unit/test_fuzz_corpus.py`` replays them). The counts, the slowest
+``tests/fuzz_corpus/<target>/`` (``tests/unit/project/test_fuzz_corpus.py`` replays them). The counts, the slowest
 case and the peak memory go to ``docs/robustness.md``, which also keeps each target's state (the next
 index) in an HTML comment, so ``--resume`` and one-target runs update only their own section.
 """
@@ -75,8 +75,8 @@ def render(states: dict) -> str:
     lines = [
         "# Robustness: fuzzing, and the server under load",
         "",
-        "Written by `benchmarks/fuzz.py` (issue 10); the CI-sized suite is `tests/unit/test_fuzz.py`, the found",
-        "inputs are replayed by `tests/unit/test_fuzz_corpus.py`. Cases come from the generators in",
+        "Written by `benchmarks/fuzz.py` (issue 10); the CI-sized suite is `tests/unit/project/test_fuzz.py`, the found",
+        "inputs are replayed by `tests/unit/project/test_fuzz_corpus.py`. Cases come from the generators in",
         "`benchmarks/fuzzing/generators.py` (case *i* of a target is `random.Random(f\"{seed}:{target}:{i}\")`), run in",
         "a forked sandbox worker and are judged by `benchmarks/fuzzing/oracle.py`:",
         "",

@@ -17,7 +17,7 @@ The server runs in a process of its own (its memory is read from /proc), with th
 3. **Queue**: more requests at once than workers and queue hold (slow fits): the ones beyond are
    answered ``503`` with ``Retry-After`` at once.
 
-Exit status 0 when every check holds (the test tests/unit/test_serve_load.py runs the same functions,
+Exit status 0 when every check holds (the test tests/unit/surfaces/test_serve_load.py runs the same functions,
 smaller).
 """
 

@@ -15,7 +15,7 @@ and commit they were measured at. The profiles and methods no matrix measures ar
 
 The table of docs/error-bands.md (below its marker) is written with the file. ``--check`` needs no
 torch: it lists the cells of the matrices and compares each key's count with the file, and the page's
-table with the file (tests/unit/test_accuracy_bands.py runs it); a matrix that gains cells (a strategy
+table with the file (tests/unit/profiles/test_accuracy_bands.py runs it); a matrix that gains cells (a strategy
 on another profile) makes it fail until the file is written again.
 """
 

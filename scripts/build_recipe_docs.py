@@ -5,7 +5,7 @@ is read (key, conditions, value map) and the framework's defaults with their sou
     python scripts/build_recipe_docs.py [--check]
 
 ``--check`` compares with the file on disk instead of writing it (exit 1 when it is out of date);
-tests/unit/recipe_formats/test_recipe_docs.py runs it.
+tests/unit/recipes/test_recipe_docs.py runs it.
 """
 
 from __future__ import annotations

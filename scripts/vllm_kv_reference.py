@@ -1,4 +1,4 @@
-"""vLLM's own KV-cache arithmetic for a few models, as JSON: the reference for tests/unit/test_vllm_kv_reference.py.
+"""vLLM's own KV-cache arithmetic for a few models, as JSON: the reference for tests/unit/profiles/test_vllm_kv_reference.py.
 
 What: for each case (a real model config, tensor_parallel_size, block_size, kv_cache_dtype, max_model_len,
 max_num_batched_tokens and the bytes available for the KV cache), the figures vLLM itself computes when the

@@ -10,8 +10,9 @@ The folders are the tiers; each test is marked by its folder:
   estimators (marker ``external``; tests elsewhere that need such a program carry the marker too).
 
 ``python -m pytest -q`` runs the fast tiers (unit and conformance: ``pyproject.toml`` deselects
-``measured`` and ``external`` by default) in two worker processes, the tests marked ``slow`` first;
-``python -m pytest -q -n 0 -m "measured or external"`` runs the rest in one process.
+``measured``, ``external`` and ``slow`` by default) in two worker processes;
+``python -m pytest -q -n 0 -m "measured or external or slow"`` runs the rest in one process (``slow``: the
+whole-corpus checks of the unit and conformance folders that take a minute or more on one core).
 
 Tests that read the shared config corpus (``../shared/configs``) skip with a reason naming it when it is
 absent; with ``VRAMWISE_REQUIRE_SHARED=1`` (set by ``.ci/run``) its absence fails the run instead, so no
@@ -50,8 +51,8 @@ def pytest_collection_modifyitems(config, items):
         parts = Path(str(item.fspath)).resolve().relative_to(HERE).parts
         if len(parts) > 1 and parts[0] in TIERS:
             item.add_marker(getattr(pytest.mark, parts[0]))
-    # the tests marked slow (a minute or more) first: the workers of `-n 2` start on them while the rest
-    # is shared out, so no single long test is left running alone at the end
+    # the tests marked slow first: in a run that selects them (-m slow, or -n 2 with an explicit -m) the workers
+    # start on them while the rest is shared out, so no single long test is left running alone at the end
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 

@@ -1,6 +1,6 @@
 """Fuzzing harness for vramwise (issue 10): generators, the oracle and a sandboxed runner.
 
-Shared by ``tests/unit/test_fuzz.py`` (hypothesis, CI profile), ``tests/unit/test_fuzz_corpus.py`` (regression
+Shared by ``tests/unit/project/test_fuzz.py`` (hypothesis, CI profile), ``tests/unit/project/test_fuzz_corpus.py`` (regression
 replay) and ``benchmarks/fuzz.py`` (the long campaign).
 
 Design

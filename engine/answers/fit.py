@@ -227,7 +227,7 @@ def fit(
     max_rank = None
     if here.settings.method in ("lora", "qlora"):
         max_rank = _largest(lambda r: _fits_on(est(lora_rank=r), gpu_set, share), LIMITS["lora_rank"])
-    if here.strategy is not None:  # per-rank bytes never grow with more ranks (tests/unit/test_strategies.py)
+    if here.strategy is not None:  # per-rank bytes never grow with more ranks (tests/unit/profiles/test_strategies.py)
         min_gpus = _fewest(lambda k: _fits(here, k, usable, share), MAX_GPUS)
     else:
         min_gpus = next((k for k in range(1, MAX_GPUS + 1) if _fits(here, k, usable, share)), None)

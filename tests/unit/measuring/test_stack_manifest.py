@@ -1,0 +1,154 @@
+"""The stacks manifest (formulas/stacks.yaml): the one list of training stacks, their modules and
+profiles, and what measure runs in place of a recipe's setting it cannot run here."""
+
+from __future__ import annotations
+
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+import vramwise
+from vramwise.errors import FileFormatError
+from vramwise.models.stack_manifest import compile_manifest, stack_manifest
+from vramwise.rules.datafiles import load_data_file, load_schema
+
+ROOT = Path(__file__).resolve().parents[3]
+MANIFEST = ROOT / "formulas" / "stacks.yaml"
+
+
+def test_the_manifest_is_valid_against_its_schema():
+    from jsonschema import Draft202012Validator
+
+    Draft202012Validator.check_schema(load_schema("stacks-1.schema.json"))
+    df = load_data_file(MANIFEST.read_text(encoding="utf-8"), "formulas/stacks.yaml", "stacks-1.schema.json")
+    assert compile_manifest(df) == stack_manifest()
+
+
+def test_every_reader_of_the_stacks_sees_the_manifest_in_its_order():
+    from vramwise.measuring.stacks.registry import STACK_MODULES
+    from vramwise.profiles.settings import STACKS
+    from vramwise.surfaces.cli.parser import build_parser
+
+    # the order and names --stack has always offered: the default transformers stack, then the extras
+    assert tuple(STACKS) == ("hf", "torchtune", "litgpt") == stack_manifest().names
+    assert tuple(STACK_MODULES) == tuple(STACKS)
+    measure = build_parser()._subparsers._group_actions[0].choices["measure"]
+    stack_flag = next(a for a in measure._actions if "--stack" in a.option_strings)
+    assert list(stack_flag.choices) == ["hf", "torchtune", "litgpt"] and stack_flag.default == stack_manifest().default
+
+
+def test_each_stack_module_is_modelled_by_the_first_profile_it_runs():
+    from vramwise.measuring.stacks.registry import STACK_MODULES
+
+    for name, stack in stack_manifest().stacks.items():
+        module = STACK_MODULES[name]
+        assert module.__name__ == f"vramwise.measuring.stacks.{stack.module}"
+        assert module.PROFILE == stack.profiles[0], name
+        assert vramwise.Registry.default().profile(module.PROFILE).name == module.PROFILE
+
+
+def test_an_unknown_stack_is_one_line_naming_the_choices():
+    from vramwise.measuring.stacks.registry import stack_module
+
+    with pytest.raises(vramwise.SettingsError) as info:
+        stack_module("axolotl")
+    assert str(info.value) == "unknown stack 'axolotl' (choose one of: hf, torchtune, litgpt)"
+
+
+def test_a_recipe_runs_on_the_stack_of_its_profile():
+    m = stack_manifest()
+    assert m.stack_of_profile("torchtune") == "torchtune"
+    assert m.stack_of_profile("litgpt") == "litgpt"
+    # every other profile (unsloth, hf, vllm, size_only) runs on transformers + PEFT
+    for profile in ("hf", "unsloth", "vllm", None):
+        assert m.stack_of_profile(profile) == "hf"
+
+
+def test_each_substitution_swaps_a_choice_for_another_choice_of_the_same_setting():
+    from vramwise.profiles.settings import SETTINGS
+
+    choices = {s.name: tuple(s.choices) for s in SETTINGS if s.choices}
+    subs = stack_manifest().substitutions
+    assert {(s.setting, s.value, s.runs) for s in subs.values()} == {
+        ("gradient_checkpointing", "unsloth", "true"), ("loss", "fused", "standard"),
+        ("attention", "flash_attention_2", "sdpa"), ("attention", "flash_attention_3", "sdpa"),
+        ("attention", "flex_attention", "sdpa")}
+    for sub in subs.values():
+        assert sub.value in choices[sub.setting] and sub.runs in choices[sub.setting] and sub.value != sub.runs
+        assert sub.reason
+
+
+def test_measure_says_what_it_runs_in_place_of_a_recipes_setting(tmp_path, monkeypatch):
+    from vramwise.surfaces.cli import measure
+
+    recipe = Namespace(model="org/m", profile="litgpt", path=None,
+                       settings={**{k: None for k in ("target_modules", "lora_dropout", "loss_chunks", "activation_offloading",
+                                                      "optimizer_in_bwd", "kbit_prepare", "offload", "world_size")},
+                                 "method": "lora", "batch_size": 1, "seq_len": 8, "lora_rank": 4, "optimizer": "adamw_torch",
+                                 "gradient_checkpointing": "unsloth", "attention": "flex_attention", "loss": "fused",
+                                 "strategy": "none"})
+    monkeypatch.setattr("vramwise.surfaces.cli.common.recipe_of", lambda args: recipe)
+    args = Namespace(model=None, given_flags=set(), stack="hf",
+                     **{k: None for k in (*measure._MEASURE_DEFAULTS, *measure._RECIPE_FLAGS)})
+    changed = measure._apply_recipe(args)
+    assert changed == ["gradient checkpointing true (the recipe's unsloth is not runnable here)",
+                       "attention sdpa (the recipe's flex_attention is not runnable here)",
+                       "loss standard (the recipe's fused is not runnable here)"]
+    assert (args.gradient_checkpointing, args.attention, args.loss, args.stack) == ("true", "sdpa", "standard", "litgpt")
+
+
+def _manifest(tmp_path, text):
+    return load_data_file(text, str(tmp_path / "stacks.yaml"), "stacks-1.schema.json")
+
+
+BASE = MANIFEST.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("old,new,needle", [
+    ("    profiles: [litgpt]\n", "    profiles: [torchtune]\n", "$.stacks.litgpt.profiles[0]: profile 'torchtune' is already run by stack 'torchtune'"),
+    ("facts_prefix: litgpt_", "facts_prefix: torchtune_", "$.stacks.litgpt.facts_prefix: facts prefix 'torchtune_' overlaps stack 'torchtune'"),
+    ("default: hf", "default: axolotl", "$.default: unknown stack 'axolotl' (known: hf, torchtune, litgpt)"),
+])
+def test_a_broken_manifest_is_named_with_its_position(tmp_path, old, new, needle):
+    assert old in BASE
+    with pytest.raises(FileFormatError) as info:
+        compile_manifest(_manifest(tmp_path, BASE.replace(old, new, 1)))
+    assert f"{tmp_path / 'stacks.yaml'}:" in str(info.value) and needle in str(info.value)
+
+
+def test_an_unknown_key_of_a_substitution_fails_the_schema(tmp_path):
+    text = BASE.replace("      runs: standard\n", "      runs: standard\n      why: x\n", 1)
+    with pytest.raises(FileFormatError) as info:
+        _manifest(tmp_path, text)
+    assert "$.substitutions.loss.fused.why: unknown key 'why'" in str(info.value)
+
+
+def test_each_stack_trains_on_several_gpus_with_strategies_measure_runs():
+    from vramwise.measuring.strategies import STRATEGIES
+
+    m = stack_manifest()
+    for stack in m.stacks.values():
+        assert set(stack.strategies) <= set(STRATEGIES), stack.name
+    # torchtune 0.6.1's distributed recipes shard with FSDP2 only (training.shard_model); LitGPT's
+    # finetune scripts are measured on one device
+    assert m.stacks["torchtune"].strategies == ("fsdp", "fsdp_shard_grad_op")
+    assert m.stacks["litgpt"].strategies == ()
+
+
+def test_a_strategy_a_stack_does_not_train_with_is_refused_naming_those_it_does():
+    from vramwise.measuring.distributed import check_distributed
+
+    with pytest.raises(vramwise.SettingsError) as info:
+        check_distributed("ddp", 2, device="cpu", fake=False, stack="torchtune", method="lora")
+    assert str(info.value) == "strategy ddp is not how stack torchtune trains on several GPUs (it runs: fsdp, fsdp_shard_grad_op)"
+    with pytest.raises(vramwise.SettingsError) as info:
+        check_distributed("fsdp", 2, device="cpu", fake=False, stack="litgpt", method="lora")
+    assert str(info.value).endswith("(it runs on one device only)")
+
+
+def test_the_stacks_packages_are_those_a_step_failure_is_blamed_on():
+    from vramwise.measuring.refusals import STACK_PACKAGES
+
+    # the packages each stack's module imports to build and step its model
+    assert set(STACK_PACKAGES) == {"transformers", "peft", "bitsandbytes", "torchtune", "litgpt"}

@@ -1,0 +1,65 @@
+"""The device constants beside the tensors, by hand: the caching allocator's reserve and the CUDA context of
+the training profiles (formulas/shared/overhead.yaml: 15 % over the tensor peak, 0.5 GiB), the unsloth
+profile's fixed CUDA overhead (docs/unsloth-profile.md#overhead: 1.4 GiB a GPU, none for inference, which
+its headroom covers), and vLLM's memory
+outside torch and CUDA context (formulas/vllm/budget.yaml, from published vLLM 0.17-0.19 start-up logs:
+"non-torch forward increase memory" 0.25 GiB at TP 1, 2.1 GiB with tensor parallelism, 0.07 GiB with
+pipeline stages only; the CUDA context 0.51 GiB on one GPU, 1.51 GiB with several ranks; docs/serving.md).
+The regression oracle holds the figures too; these tests say which constant moved."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import vramwise
+
+LLAMA = str(Path(__file__).resolve().parents[3] / "examples" / "llama-3.1-8b.json")
+GIB = 2**30
+
+
+def _values(e) -> dict:
+    return {t.id: t.value for t in e.trace}
+
+
+@pytest.mark.parametrize("profile", ["hf", "torchtune", "litgpt"])
+def test_one_gpu_device_figure_is_the_peak_plus_15_percent_plus_half_a_gib(profile):
+    e = vramwise.estimate(LLAMA, profile=profile)
+    peak = _values(e)["tensor_peak_bytes"]
+    # device = peak x (1 + 0.15) + 0.5 GiB (536,870,912 bytes)
+    assert abs(e.total - (peak * 115 / 100 + GIB / 2)) <= 1
+    assert abs(e.overhead - (peak * 15 / 100 + GIB / 2)) <= 1
+
+
+def test_unsloth_charges_a_fixed_1_4_gib_for_training_only():
+    # 1.4 x 2^30 = 1,503,238,553.6 bytes, a whole byte: 1,503,238,554
+    assert vramwise.estimate(LLAMA, profile="unsloth", method="lora").overhead == 1_503_238_554
+    assert vramwise.estimate(LLAMA, profile="unsloth", method="inference").overhead == 0
+
+
+def test_each_rank_of_a_strategy_gets_the_same_reserve_and_context():
+    e = vramwise.estimate(LLAMA, profile="hf", method="full", strategy="zero3", world_size=2)
+    peak = _values(e)["rank_tensor_peak_bytes"]
+    assert abs(e.min_per_gpu(2) - (peak * 115 / 100 + GIB / 2)) <= 1
+
+
+@pytest.mark.parametrize("tp, pp, non_torch, context", [
+    (1, 1, 0.25, 0.51),  # 0.25 GiB = 268,435,456; 0.51 GiB = 547,608,330
+    (2, 1, 2.1, 1.51),  # 2.1 GiB = 2,254,857,830; 1.51 GiB = 1,621,350,154
+    (1, 2, 0.07, 1.51),  # 0.07 GiB = 75,161,928
+])
+def test_vllm_memory_outside_torch_and_cuda_context(tp, pp, non_torch, context):
+    kw = dict(profile="vllm", method="inference", gpu_memory=80 * GIB, tensor_parallel_size=tp,
+              pipeline_parallel_size=pp)
+    e = vramwise.estimate(LLAMA, vllm_version="0.8.5", **kw)
+    v = _values(e)
+    assert e.figures["non_torch"] == round(non_torch * GIB)
+    assert v["context_memory_bytes"] == round(context * GIB)
+    # 0.8 and 0.9 count the whole device's memory outside torch: the context is in "non KV cache memory"
+    parts = v["serving_weights_bytes"] + v["activation_peak_bytes"] + v["non_torch_bytes"] + v["cuda_graph_bytes"]
+    assert v["non_kv_bytes"] == parts + round(context * GIB)
+    # from 0.10 only what the profiling run adds
+    later = _values(vramwise.estimate(LLAMA, vllm_version="0.10.0", **kw))
+    assert later["non_kv_bytes"] == (later["serving_weights_bytes"] + later["activation_peak_bytes"]
+                                     + later["non_torch_bytes"] + later["cuda_graph_bytes"])
