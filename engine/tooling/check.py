@@ -13,7 +13,8 @@ files):
 
 - schema and YAML (duplicate keys included), expressions (load-time checks);
 - references: ``extends``, facts and layer attributes, formula names and the files a profile
-  lists, the facts and attributes each profile needs from each family it serves;
+  lists, the facts and attributes each profile needs from each family it serves (given family
+  files alone compile the families they reach: themselves and the families that extend them);
 - each ``examples:`` entry of a given family (and of the families that extend it): the family
   chosen, facts, parameters by group, layer attributes and estimate fields, as the test suite
   runs them; a failed expectation is reported at the line of the expected value;
@@ -247,7 +248,13 @@ def _check_registry(reg: Registry, given: dict[str, _GivenFile], user_profiles: 
     problems: list[str] = []
     compiled: dict[str, Any] = {}
     broken: set[str] = set()
-    for name in reg.family_names():  # every family, so an override that breaks a child shows
+    names = reg.family_names()
+    if not user_profiles:
+        # Family files alone: the families they reach are the given ones and those that extend them (an override
+        # that breaks a child shows); every other family is a bundled file left as it is, whose check is the
+        # bundled files' own. A profile folder given is checked against every family it serves.
+        names = [n for n in names if n in given or given.keys() & _ancestors_named(reg, n)]
+    for name in names:
         try:
             compiled[name] = reg.family(name)
         except VramwiseError as e:
