@@ -16,11 +16,14 @@ bitsandbytes keeps the 16-entry float32 NF4 code book (64 bytes), which the prof
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 pytest.importorskip("torch")
-pytest.importorskip("litgpt")
-pytest.importorskip("lightning")
+for _name in ("litgpt", "lightning"):  # imported by the tests that use them: lightning takes seconds to import
+    if importlib.util.find_spec(_name) is None:
+        pytest.skip(f"could not import {_name!r}: it is not installed", allow_module_level=True)
 pytest.importorskip("bitsandbytes")
 
 import torch  # noqa: E402

@@ -8,12 +8,14 @@ litgpt.utils.instantiate_torch_optimizer, and checkpoint_dir's model is litgpt.C
 vramwise read from the same file must agree with each.
 """
 
+import importlib.util
 import warnings
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("litgpt")
+if importlib.util.find_spec("litgpt") is None:  # imported by the tests that use it: lightning takes seconds to import
+    pytest.skip("could not import 'litgpt': it is not installed", allow_module_level=True)
 jsonargparse = pytest.importorskip("jsonargparse")
 
 import vramwise  # noqa: E402
