@@ -289,7 +289,7 @@ def test_cli_errors_for_strategies_are_one_line(capsys):
 
 
 def test_gpu_selection_takes_the_fewest_gpus_whose_ranks_fit():
-    from test_gpus import GIB, FakeNvml, gpu
+    from unit.gpus.test_gpus import GIB, FakeNvml, gpu  # tests/ is on sys.path (pyproject.toml: pythonpath)
 
     from vramwise import discover_gpus, select_gpus
 
