@@ -16,7 +16,7 @@ from types import MappingProxyType
 
 from vramwise.errors import FileFormatError
 
-__all__ = ["MANIFEST_PATH", "Stack", "Substitution", "StackManifest", "stack_manifest", "compile_manifest", "STACK_NAMES"]
+__all__ = ["MANIFEST_PATH", "Stack", "Substitution", "StackManifest", "stack_manifest", "compile_manifest", "STACK_NAMES", "LazyNames"]
 
 #: The manifest as errors show it.
 MANIFEST_PATH = "formulas/stacks.yaml"
@@ -120,13 +120,13 @@ def stack_manifest() -> StackManifest:
     return compile_manifest(load_data_file(read_data_text(item, MANIFEST_PATH), MANIFEST_PATH, _SCHEMA, validate=False))
 
 
-class _StackNames(Sequence):
-    """The stack names of the manifest, read when first used (importing this module reads no file)."""
+class LazyNames(Sequence):
+    """A tuple of names read from a data file when first used; ``_names`` says which (importing reads no file)."""
 
     __slots__ = ()
 
     def _names(self) -> tuple:
-        return stack_manifest().names
+        raise NotImplementedError
 
     def __getitem__(self, i):
         return self._names()[i]
@@ -148,6 +148,15 @@ class _StackNames(Sequence):
 
     def __repr__(self) -> str:
         return repr(self._names())
+
+
+class _StackNames(LazyNames):
+    """The stack names of the manifest, read when first used (importing this module reads no file)."""
+
+    __slots__ = ()
+
+    def _names(self) -> tuple:
+        return stack_manifest().names
 
 
 #: The names of the stacks, in the manifest's order (``stack=`` and ``--stack`` take one of them).

@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import Any, Callable
 
 from vramwise.errors import SettingsError
-from vramwise.models.stack_manifest import STACK_NAMES
+from vramwise.models.stack_manifest import STACK_NAMES, LazyNames
 
 __all__ = [
     "DEFAULT_PROFILE", "Setting", "strategy_manifest_names", "SETTINGS", "SETTING_NAMES", "PER_CALL", "TrainingSettings", "METHODS", "CHECKPOINTING_MODES",
@@ -58,7 +58,7 @@ def strategy_manifest_names() -> tuple[tuple, tuple]:
     return ("none",) + tuple(data["strategies"]), tuple(offload)
 
 
-class _ManifestNames(Sequence):
+class _ManifestNames(LazyNames):
     """A tuple of names from the strategies manifest, read when first used (importing the settings
     reads no file, and an estimate without a strategy never needs them)."""
 
@@ -69,27 +69,6 @@ class _ManifestNames(Sequence):
 
     def _names(self) -> tuple:
         return strategy_manifest_names()[self._index]
-
-    def __getitem__(self, i):
-        return self._names()[i]
-
-    def __len__(self) -> int:
-        return len(self._names())
-
-    def __iter__(self):
-        return iter(self._names())
-
-    def __contains__(self, value) -> bool:
-        return value in self._names()
-
-    def __eq__(self, other) -> bool:
-        return self._names() == (tuple(other) if isinstance(other, Sequence) and not isinstance(other, str) else other)
-
-    def __hash__(self) -> int:
-        return hash(self._names())
-
-    def __repr__(self) -> str:
-        return repr(self._names())
 
 
 #: Multi-GPU strategies (their formulas: formulas/strategies, read from its strategies.yaml); "none" is one GPU.
