@@ -30,6 +30,7 @@ from types import CodeType
 from typing import Any, Callable, Iterable, Mapping
 
 from vramwise.errors import EvaluationError, ExpressionError
+from vramwise.rules.bounded import BoundedCache
 from vramwise.rules.datafiles import DataFile, json_path
 
 __all__ = [
@@ -376,32 +377,14 @@ def _position(df: DataFile | None, parts: tuple, col_in_text: int, raw: str, tex
     return df.where(parts)
 
 
-class CheckedExpressions:
+class CheckedExpressions(BoundedCache):
     """Expressions that passed :func:`compile_expression`'s checks, by (text, allowed names, names with one value
     per layer): their names, checked tree and code, so that the same expression under the same names is not
     parsed, checked and compiled again (registries over the same or copied data files compile the same
     expressions). Bounded; :meth:`clear` forgets every entry. Trees are shared between the expressions made from
     an entry and are never modified."""
 
-    __slots__ = ("_data", "_size")
-
-    def __init__(self, size: int):
-        self._data: dict = {}
-        self._size = size
-
-    def get(self, key):
-        return self._data.get(key)
-
-    def put(self, key, value) -> None:
-        if len(self._data) >= self._size:
-            del self._data[next(iter(self._data))]
-        self._data[key] = value
-
-    def clear(self) -> None:
-        self._data.clear()
-
-    def __len__(self) -> int:
-        return len(self._data)
+    __slots__ = ()
 
 
 #: The checked expressions of this process (:meth:`CheckedExpressions.clear` forgets them).
