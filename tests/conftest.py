@@ -24,10 +24,18 @@ The run stops at once (one line) when the imported ``vramwise`` or one of its da
 formulas/, ...) is not this checkout's: the tests must see the working tree, not an installed copy.
 """
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# The cache of compiled data between processes (vramwise.rules.diskcache): a folder of this run's own, never the
+# user's, set before vramwise is imported (the subprocesses of tests inherit it too).
+os.environ["VRAMWISE_CACHE_DIR"] = _CACHE = tempfile.mkdtemp(prefix="vramwise-test-cache-")
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 import vramwise
 # tests/ is on sys.path (pyproject.toml: pythonpath)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from vramwise.errors import FileFormatError
+from vramwise.rules import diskcache
 
 try:  # libyaml keeps marks too and is several times faster
     _Loader = yaml.CSafeLoader
@@ -38,15 +39,27 @@ def json_path(parts: tuple) -> str:
 
 @dataclass(frozen=True)
 class DataFile:
-    """A loaded data file: its data, its display path and the composed node tree."""
+    """A loaded data file: its data, its display path and the composed node tree.
+
+    A file taken from the cache on disk (:mod:`vramwise.rules.diskcache`) comes with ``marks`` (the 0-based line
+    and column of each node by its path, and of each mapping key) instead of its nodes, and its ``text``: the
+    nodes are composed again only when something asks for more than a position on a path that exists."""
 
     path: str
     data: Any
-    root: yaml.Node
+    root: yaml.Node | None = None
+    text: str | None = field(default=None, repr=False, compare=False)
+    marks: tuple | None = field(default=None, repr=False, compare=False)
+
+    def tree(self) -> yaml.Node:
+        """The composed root node (composed from ``text`` on first use when the file came from the cache)."""
+        if self.root is None and self.text is not None:
+            object.__setattr__(self, "root", compose_yaml(self.text, lambda node: None)[1])
+        return self.root
 
     def node_at(self, parts: tuple) -> yaml.Node:
         """The deepest YAML node on ``parts`` (a path of keys and indices)."""
-        node = self.root
+        node = self.tree()
         for p in parts:
             if isinstance(node, yaml.MappingNode):
                 for k, v in node.value:
@@ -71,11 +84,17 @@ class DataFile:
 
     def where(self, parts: tuple, column_offset: int = 0, line_offset: int = 0) -> str:
         """``path:line:col`` of the node at ``parts`` (1-based line and column)."""
-        node = self.node_at(parts)
-        return f"{self.path}:{node.start_mark.line + 1 + line_offset}:{node.start_mark.column + 1 + column_offset}"
+        mark = self.marks[0].get(parts) if self.marks is not None else None
+        if mark is None:
+            node = self.node_at(parts)
+            mark = node.start_mark.line, node.start_mark.column
+        return f"{self.path}:{mark[0] + 1 + line_offset}:{mark[1] + 1 + column_offset}"
 
     def key_where(self, parts: tuple) -> str:
         """``path:line:col`` of the key that names the entry at ``parts`` (its value's position if none)."""
+        mark = self.marks[1].get(parts) if self.marks is not None and parts else None
+        if mark is not None:
+            return f"{self.path}:{mark[0] + 1}:{mark[1] + 1}"
         key = self.key_node(parts[:-1], parts[-1]) if parts else None
         if key is None:
             return self.where(parts)
@@ -281,6 +300,12 @@ def load_data_file(text: str, path: str, schema: str, *, validate: bool = True) 
     """
     if len(text) > MAX_FILE_BYTES:
         raise FileFormatError(f"{path}:1:1: $: the file has {len(text):,} characters; data files hold at most {MAX_FILE_BYTES:,}")
+    stored = _stored(text, schema)
+    if stored is not None:  # composed by an earlier process: the same bytes passed the checks below then
+        df = DataFile(path=path, data=stored[0], text=text, marks=stored[1])
+        if not validate:
+            return df
+        return _validated(df, text, schema, [])
     try:
         data, root = compose_yaml(text, lambda node: _check_tree(node, path))
         if root is None:
@@ -294,14 +319,72 @@ def load_data_file(text: str, path: str, schema: str, *, validate: bool = True) 
     df = DataFile(path=path, data=data, root=root)
     problems: list[str] = []
     _check_keys(root, path, problems)
+    if not problems:
+        _store(text, schema, data, root)
     if not validate and not problems:
         return df
+    return _validated(df, text, schema, problems)
+
+
+def _validated(df: DataFile, text: str, schema: str, problems: list[str]) -> DataFile:
     valid = ValidTexts.key(schema, text)
     if not problems and valid in VALID_TEXTS:
         return df
-    errors = sorted(_validator(schema).iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    errors = sorted(_validator(schema).iter_errors(df.data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     problems.extend(_schema_problem(df, e) for e in errors)
     if problems:
         raise FileFormatError(problems)
     VALID_TEXTS.add(valid)
     return df
+
+
+def _marks(root: yaml.Node) -> tuple[dict, dict] | None:
+    """(0-based line and column of each node by its path, of each mapping key (or sequence item) by its entry's
+    path): the positions
+    :meth:`DataFile.where` and :meth:`DataFile.key_where` give, without the nodes. None when a mapping has a key
+    that is not a scalar (such a file keeps its nodes)."""
+    nodes: dict = {}
+    keys: dict = {}
+    stack = [((), root)]
+    while stack:
+        parts, node = stack.pop()
+        nodes[parts] = (node.start_mark.line, node.start_mark.column)
+        if isinstance(node, yaml.MappingNode):
+            for k, v in reversed(node.value):  # the first of equal keys wins, as in DataFile.node_at
+                if not isinstance(k.value, str):
+                    return None
+                keys[parts + (k.value,)] = (k.start_mark.line, k.start_mark.column)
+                stack.append((parts + (k.value,), v))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):  # an item has no key: key_where gives the item's own position
+                keys[parts + (i,)] = (v.start_mark.line, v.start_mark.column)
+                stack.append((parts + (i,), v))
+    return nodes, keys
+
+
+def _cache_key(text: str, schema: str) -> bytes:
+    # the limits are part of the key: the checks an entry passed are those of the limits it was composed under
+    return _source_key() + f"{yaml.__version__}\0{schema}\0{MAX_DEPTH}\0{MAX_NODES}\0".encode() + text.encode("utf-8", "surrogatepass")
+
+
+@lru_cache(maxsize=1)
+def _source_key() -> bytes:
+    """This module's source, part of every key: the composing code of an entry is the code that reads it."""
+    return diskcache.source_digest(__file__)
+
+
+def _stored(text: str, schema: str):
+    """(data, marks) of ``text`` from the cache on disk, or None."""
+    entry = diskcache.get("datafiles", _cache_key(text, schema))
+    if type(entry) is tuple and len(entry) == 2 and type(entry[1]) is tuple and len(entry[1]) == 2 \
+            and type(entry[1][0]) is dict and type(entry[1][1]) is dict:
+        return entry
+    return None
+
+
+def _store(text: str, schema: str, data, root: yaml.Node) -> None:
+    if diskcache.cache_dir() is None:
+        return
+    marks = _marks(root)
+    if marks is not None:
+        diskcache.put("datafiles", _cache_key(text, schema), (data, marks))

@@ -22,21 +22,24 @@ operand types (known when a profile is compiled for a model) allow the danger.
 from __future__ import annotations
 
 import ast
+import atexit
+import hashlib
 import math
 import re
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from types import CodeType
 from typing import Any, Callable, Iterable, Mapping
 
 from vramwise.errors import EvaluationError, ExpressionError
+from vramwise.rules import diskcache
 from vramwise.rules.bounded import BoundedCache
 from vramwise.rules.datafiles import DataFile, json_path
 
 __all__ = [
     "Expression", "LayerValues", "FUNCTIONS", "compile_expression", "emit", "GLOBALS", "ANY", "type_tag",
     "MAX_POWER", "MAX_STRING_LENGTH", "template_problem", "render", "compile_fragment", "evaluate_fragment",
-    "CHECKED_EXPRESSIONS", "CheckedExpressions",
+    "CHECKED_EXPRESSIONS", "CheckedExpressions", "STORED_EXPRESSIONS", "StoredExpressions",
 ]
 
 #: Largest base or exponent of ``**`` (simpleeval's limit).
@@ -391,6 +394,91 @@ class CheckedExpressions(BoundedCache):
 CHECKED_EXPRESSIONS = CheckedExpressions(1 << 16)
 
 
+class StoredExpressions:
+    """The checked expressions kept between processes, in the cache on disk (:mod:`vramwise.rules.diskcache`):
+    each one's names and code by a digest of its text, allowed names and per-layer names, in one entry keyed by
+    this module's source (the checks and the code emitted are this module's). Read on the first lookup; what
+    this process checked is added at its exit. A hit is parsed again (the checked tree is the parsed tree,
+    never modified), not checked, emitted or compiled. Bounded: at most ``size`` expressions, the oldest go."""
+
+    def __init__(self, size: int):
+        self._size = size
+        self._data: dict | None = None
+        self._root: str | None = None
+        self._added = 0
+        self._registered = False
+        self._allowed: dict = {}
+
+    def _digest(self, key: tuple) -> bytes:
+        text, allowed, layer_valued = key
+        names = self._allowed.get(allowed)
+        if names is None:
+            names = self._allowed[allowed] = "\0".join(sorted(allowed)).encode()
+        per_layer = "\0".join(sorted(layer_valued)).encode() if layer_valued else b""
+        return hashlib.blake2b(b"\1".join((text.encode("utf-8", "surrogatepass"), names, per_layer)),
+                               digest_size=16).digest()
+
+    def _entries(self, root: str) -> dict:
+        if self._data is None or root != self._root:  # first use, or the cache was moved
+            self.save()
+            stored = diskcache.get("expressions", _source_key())
+            self._data, self._root = (stored if type(stored) is dict else {}), root
+        return self._data
+
+    def get(self, key: tuple):
+        """(names, checked tree, code) of ``key`` stored by an earlier process, or None."""
+        root = diskcache.cache_dir()
+        if root is None:
+            return None
+        entry = self._entries(root).get(self._digest(key))
+        if type(entry) is not tuple or len(entry) != 2 or type(entry[1]) is not CodeType:
+            return None
+        try:
+            stmt = ast.parse(key[0], mode="exec").body[0]
+        except (SyntaxError, ValueError, RecursionError, MemoryError, IndexError):
+            return None
+        hit = (frozenset(entry[0]), stmt, entry[1])
+        CHECKED_EXPRESSIONS.put(key, hit)
+        return hit
+
+    def add(self, key: tuple, names, code: CodeType) -> None:
+        root = diskcache.cache_dir()
+        if root is None:
+            return
+        data = self._entries(root)
+        digest = self._digest(key)
+        if digest in data:
+            return
+        if len(data) >= self._size:
+            del data[next(iter(data))]
+        data[digest] = (tuple(sorted(names)), code)
+        if not self._registered:
+            atexit.register(self.save)
+            self._registered = True
+        self._added += 1
+
+    def save(self) -> None:
+        """Write what this process added to the folder it read (nothing when it added nothing)."""
+        if self._added and self._data is not None:
+            diskcache.put("expressions", _source_key(), self._data, root=self._root)
+            self._added = 0
+
+    def clear(self) -> None:
+        """Forget the entries read and any not yet written (the next lookup reads the cache again)."""
+        self._data, self._root, self._added = None, None, 0
+        self._allowed.clear()
+
+
+@lru_cache(maxsize=1)
+def _source_key() -> bytes:
+    """This module's source: the checks and the emitted code of a stored expression are this module's."""
+    return diskcache.source_digest(__file__)
+
+
+#: The checked expressions kept between processes.
+STORED_EXPRESSIONS = StoredExpressions(1 << 14)
+
+
 def compile_expression(
     value: Any,
     *,
@@ -428,6 +516,8 @@ def compile_expression(
     key = None if callable(allowed) else (text, frozenset(allowed), layer_valued)
     if key is not None:
         hit = CHECKED_EXPRESSIONS.get(key)
+        if hit is None:
+            hit = STORED_EXPRESSIONS.get(key)
         if hit is not None:
             names_seen, stmt, code = hit  # the code, under this expression's file name (no compiling)
             code = code if code.co_filename == place else code.replace(co_filename=place)
@@ -499,6 +589,7 @@ def compile_expression(
     code = compile(emitted, place, "eval")
     if key is not None:
         CHECKED_EXPRESSIONS.put(key, (frozenset(names), stmt, code))
+        STORED_EXPRESSIONS.add(key, names, code)
     return Expression(text=text, names=frozenset(names), where=place, node=stmt, code=code)
 
 
