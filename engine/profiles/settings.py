@@ -251,12 +251,12 @@ def _flag(name: str, value: Any) -> bool:
 
 def installed_experts_layout() -> str:
     """The experts layout of the installed transformers (fused from version 5 on, and when it is absent);
-    read from the package metadata, so transformers is not imported."""
-    from importlib import metadata
+    read from the package metadata, so transformers is not imported (nor importlib.metadata, where the metadata
+    file can be read directly)."""
+    from vramwise.inputs import installed
 
-    try:
-        version = metadata.version("transformers")
-    except metadata.PackageNotFoundError:
+    version = installed.distribution_version("transformers")
+    if version is None:
         return "fused"
     major = version.split(".", 1)[0]
     return "per_expert" if major.isdigit() and int(major) < 5 else "fused"

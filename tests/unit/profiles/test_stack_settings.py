@@ -7,12 +7,13 @@ Expected values are derived by hand in the comments from the formulas they exerc
 from __future__ import annotations
 
 import shutil
-from importlib import metadata, resources
+from importlib import resources
 
 import pytest
 
 import vramwise
 from vramwise import SettingsError
+from vramwise.inputs import installed
 from vramwise.profiles.settings import installed_experts_layout
 
 # A tiny Mixtral: H 64, 2 layers, 4 heads of 16, 2 KV heads (k/v 32 wide), 4 experts of 128, vocabulary 100.
@@ -47,15 +48,11 @@ def test_layout_does_not_change_lora_in_16_bit():
 
 
 def test_default_layout_follows_the_installed_transformers(monkeypatch):
-    monkeypatch.setattr(metadata, "version", lambda name: "4.57.1")
+    monkeypatch.setattr(installed, "distribution_version", lambda name: "4.57.1")
     assert installed_experts_layout() == "per_expert"
-    monkeypatch.setattr(metadata, "version", lambda name: "5.0.0")
+    monkeypatch.setattr(installed, "distribution_version", lambda name: "5.0.0")
     assert installed_experts_layout() == "fused"
-
-    def absent(name):
-        raise metadata.PackageNotFoundError(name)
-
-    monkeypatch.setattr(metadata, "version", absent)
+    monkeypatch.setattr(installed, "distribution_version", lambda name: None)  # not installed
     assert installed_experts_layout() == "fused"
 
 
