@@ -249,11 +249,12 @@ def _check_registry(reg: Registry, given: dict[str, _GivenFile], user_profiles: 
     compiled: dict[str, Any] = {}
     broken: set[str] = set()
     names = reg.family_names()
-    if not user_profiles:
-        # Family files alone: the families they reach are the given ones and those that extend them (an override
-        # that breaks a child shows); every other family is a bundled file left as it is, whose check is the
-        # bundled files' own. A profile folder given is checked against every family it serves.
-        names = [n for n in names if n in given or given.keys() & _ancestors_named(reg, n)]
+    if not user_profiles & set(reg.profile_names()):
+        # Family files alone (or formula files no profile is named by: formulas/shared, the strategies): the
+        # families they reach are the given ones and those that extend them (an override that breaks a child
+        # shows); every other family is a bundled file left as it is, whose check is the bundled files' own. A
+        # profile folder given is checked against every family it serves.
+        names = [n for n in names if n in given or given.keys() & _ancestors_named(reg, n)] if given else []
     for name in names:
         try:
             compiled[name] = reg.family(name)
