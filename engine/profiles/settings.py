@@ -3,7 +3,9 @@
 :data:`SETTINGS` is the only place a setting is defined. The API (``vramwise.estimate``'s
 keyword arguments and their defaults), :func:`normalise_settings`, the formula names the
 profiles may read (:data:`SETTING_NAMES`), :class:`TrainingSettings` and the command-line
-options all come from it.
+options all come from it. The vocabularies it reads (the methods and the groups each setting applies
+to, the closed settings' values and spellings, the sweepable settings, the integer limits) are the
+``vocabularies`` of formulas/settings.yaml, read once when this module is imported.
 """
 
 from __future__ import annotations
@@ -18,26 +20,58 @@ from vramwise.models.stack_manifest import STACK_NAMES, LazyNames
 
 __all__ = [
     "DEFAULT_PROFILE", "Setting", "strategy_manifest_names", "SETTINGS", "SETTING_NAMES", "PER_CALL", "TrainingSettings", "METHODS", "CHECKPOINTING_MODES",
-    "LOSS_MODES", "ATTENTION_KINDS", "EXPERTS_LAYOUTS", "STACKS", "STRATEGIES", "OFFLOAD_MODES", "LIMITS", "normalise_settings", "normalise_static", "positive_int", "DEFAULTS", "SWEEPABLE", "DERIVED_FROM", "DERIVED_NAMES", "RELEASE_SETTINGS", "release_key", "profile_vocabularies",
+    "LOSS_MODES", "ATTENTION_KINDS", "ATTENTION_KERNELS", "EXPERTS_LAYOUTS", "METHOD_GROUPS", "ADAPTER_METHODS",
+    "TRAINING_METHODS", "SERVING_METHODS", "settings_file", "check_vocabularies", "compile_settings_file", "STACKS", "STRATEGIES", "OFFLOAD_MODES", "LIMITS", "normalise_settings", "normalise_static", "positive_int", "DEFAULTS", "SWEEPABLE", "DERIVED_FROM", "DERIVED_NAMES", "RELEASE_SETTINGS", "release_key", "profile_vocabularies",
 ]
 
 #: The profile an estimate uses when none is named.
 DEFAULT_PROFILE = "unsloth"
-METHODS = ("qlora", "lora", "full", "inference")
+#: Where the settings' vocabularies and the rules of derived settings are (a file of the formulas folder).
+SETTINGS_RULES_PATH = "formulas/settings.yaml"
+
+
+@lru_cache(maxsize=1)
+def settings_file():
+    """formulas/settings.yaml (its vocabularies and its derive rules), read once through the data-file
+    reader; bundled, so not validated here (the test suite and ``vramwise check`` validate it)."""
+    from importlib import resources
+
+    from vramwise.rules.datafiles import load_data_file, read_data_text
+
+    item = resources.files("vramwise.formulas").joinpath("settings.yaml")
+    return load_data_file(read_data_text(item, SETTINGS_RULES_PATH), SETTINGS_RULES_PATH, "settings-1.schema.json",
+                          validate=False)
+
+
+_VOCABULARIES = settings_file().data["vocabularies"]
+#: The methods (formulas/settings.yaml vocabularies.methods); the first is the default.
+METHODS = tuple(_VOCABULARIES["methods"]["names"])
+#: The methods each kind of setting applies to (vocabularies.method_groups): adapters, training, serving.
+METHOD_GROUPS = {group: tuple(methods) for group, methods in _VOCABULARIES["method_groups"]["groups"].items()}
+#: The methods that train LoRA adapters (the LoRA settings apply to them).
+ADAPTER_METHODS = METHOD_GROUPS["adapters"]
+#: The methods that run a training step.
+TRAINING_METHODS = METHOD_GROUPS["training"]
+#: The methods that serve.
+SERVING_METHODS = METHOD_GROUPS["serving"]
 #: Settings a sweep may vary (one value each, or a list of values): vramwise.sweep and `vramwise sweep`.
-SWEEPABLE = ("method", "batch_size", "seq_len", "lora_rank", "gradient_checkpointing", "optimizer", "attention", "loss")
-CHECKPOINTING_MODES = ("none", "true", "unsloth")
+SWEEPABLE = tuple(_VOCABULARIES["sweepable"]["names"])
+#: Gradient checkpointing modes (vocabularies.gradient_checkpointing).
+CHECKPOINTING_MODES = tuple(_VOCABULARIES["gradient_checkpointing"]["names"])
 #: How the loss is computed: from the full logits tensor, or chunked / fused so that it never exists whole.
-LOSS_MODES = ("standard", "chunked", "fused")
+LOSS_MODES = tuple(_VOCABULARIES["loss"]["names"])
 #: Attention implementations (transformers' attn_implementation names); others are rejected, since
 #: each profile must know whether a kernel keeps the score matrix.
-ATTENTION_KINDS = ("flash_attention_2", "flash_attention_3", "sdpa", "flex_attention", "eager")
+ATTENTION_KINDS = tuple(_VOCABULARIES["attention"]["names"])
+#: What measure needs to know to run each kernel (vocabularies.attention.kernels), in the order its
+#: messages list them: kernel -> {class_flag, not_on_cpu, cuda_check, package}, each where it applies.
+ATTENTION_KERNELS = {kernel: dict(facts) for kernel, facts in _VOCABULARIES["attention"]["kernels"].items()}
 #: Training stacks ``vramwise measure`` runs (transformers + PEFT; the others through optional extras): the
 #: names of the stacks manifest (formulas/stacks.yaml), read when first used.
 STACKS = STACK_NAMES
 #: How a mixture-of-experts layer holds its experts: fused 3-D parameters (transformers >= 5), which
 #: bitsandbytes leaves unquantized, or one nn.Linear per expert (transformers 4.x), which it quantizes.
-EXPERTS_LAYOUTS = ("fused", "per_expert")
+EXPERTS_LAYOUTS = tuple(_VOCABULARIES["experts_layout"]["names"])
 
 
 @lru_cache(maxsize=1)
@@ -76,14 +110,12 @@ STRATEGIES = _ManifestNames(0)
 #: What a strategy moves to host memory (every offload setting of strategies.yaml): nothing, the optimizer
 #: states (and their step), or the parameters too.
 OFFLOAD_MODES = _ManifestNames(1)
-_GC_ALIASES = {"none": "none", "false": "none", "off": "none", "no": "none", "0": "none",
-               "true": "true", "on": "true", "yes": "true", "1": "true", "unsloth": "unsloth"}
+#: Every accepted spelling of a gradient checkpointing mode -> the mode (the modes themselves and their aliases).
+_GC_ALIASES = {**{mode: mode for mode in CHECKPOINTING_MODES}, **_VOCABULARIES["gradient_checkpointing"].get("aliases", {})}
 
 
-#: Largest accepted value of each integer setting (a documented plausible range).
-LIMITS = {"batch_size": 2**20, "seq_len": 2**25, "lora_rank": 2**16, "loss_chunks": 2**16, "world_size": 2**16,
-          "gpus_per_node": 2**10, "max_model_len": 2**25, "max_num_seqs": 2**20, "max_num_batched_tokens": 2**26,
-          "tensor_parallel_size": 2**10, "pipeline_parallel_size": 2**10, "gpu_memory": 2**50}
+#: Largest accepted value of each integer setting (a documented plausible range: vocabularies.limits).
+LIMITS = dict(_VOCABULARIES["limits"]["limits"])
 
 
 @lru_cache(maxsize=None)
@@ -299,9 +331,7 @@ def _targets(name: str, value: Any) -> tuple | None:
     return targets
 
 
-_ADAPTERS = ("qlora", "lora")
-_SERVING = ("inference",)
-_TRAINING = ("qlora", "lora", "full")
+_ADAPTERS, _SERVING, _TRAINING = ADAPTER_METHODS, SERVING_METHODS, TRAINING_METHODS
 
 
 @dataclass(frozen=True)
@@ -433,10 +463,6 @@ TrainingSettings = make_dataclass(
 )
 
 
-#: Where the rules of derived settings are (a file of the formulas folder).
-SETTINGS_RULES_PATH = "formulas/settings.yaml"
-
-
 def compile_derive_rules(df) -> tuple:
     """((setting, compiled expression), ...) of a loaded settings-rules file, in file order; each rule
     reads the settings only (an :class:`~vramwise.errors.ExpressionError` or
@@ -457,17 +483,69 @@ def compile_derive_rules(df) -> tuple:
     return tuple(out)
 
 
+def check_vocabularies(df) -> list[str]:
+    """The problems of a loaded settings file's vocabularies that its schema cannot see, one
+    ``path:line:col: $.json.path: message`` each: a group or an alias naming a value its vocabulary
+    lacks, an attention kernel without its entry in ``kernels`` (or one there that is not a kernel), a
+    sweepable or limited name that is no setting, a ``setting`` that is none."""
+    from vramwise.rules.datafiles import json_path
+
+    vocab = df.data["vocabularies"]
+    settings = {s.name for s in SETTINGS}
+    problems = []
+
+    def unknown(parts: tuple, name: str, known, what: str) -> None:
+        if name not in known:
+            problems.append(f"{df.key_where(parts)}: {json_path(parts)}: {name!r} is not {what} "
+                            f"({', '.join(map(str, known))})")
+
+    for entry, body in vocab.items():
+        if "setting" in body and body["setting"] not in settings:
+            problems.append(df.problem(("vocabularies", entry, "setting"), f"{body['setting']!r} is not a setting"))
+    methods = vocab["methods"]["names"]
+    for group, members in vocab["method_groups"]["groups"].items():
+        for i, method in enumerate(members):
+            if method not in methods:
+                problems.append(df.problem(("vocabularies", "method_groups", "groups", group, i),
+                                           f"{method!r} is not a method ({', '.join(methods)})"))
+    modes = vocab["gradient_checkpointing"]["names"]
+    for spelling, mode in vocab["gradient_checkpointing"].get("aliases", {}).items():
+        parts = ("vocabularies", "gradient_checkpointing", "aliases", spelling)
+        if spelling in modes:
+            problems.append(f"{df.key_where(parts)}: {json_path(parts)}: {spelling!r} is a mode, not an alias")
+        elif mode not in modes:
+            problems.append(df.problem(parts, f"{mode!r} is not a gradient checkpointing mode ({', '.join(modes)})"))
+    kinds, kernels = vocab["attention"]["names"], vocab["attention"]["kernels"]
+    for kernel in kernels:
+        unknown(("vocabularies", "attention", "kernels", kernel), kernel, kinds, "an attention kernel of names")
+    missing = [k for k in kinds if k not in kernels]
+    if missing:
+        problems.append(df.problem(("vocabularies", "attention", "kernels"), f"no entry for {', '.join(missing)} "
+                                   "(every kernel of names has one, {} where nothing stops it)"))
+    for i, name in enumerate(vocab["sweepable"]["names"]):
+        if name not in settings:
+            problems.append(df.problem(("vocabularies", "sweepable", "names", i), f"{name!r} is not a setting"))
+    for name in vocab["limits"]["limits"]:
+        unknown(("vocabularies", "limits", "limits", name), name, sorted(settings), "a setting")
+    return problems
+
+
+def compile_settings_file(df) -> tuple:
+    """Check a loaded settings file's vocabularies and compile its derive rules (see
+    :func:`compile_derive_rules`); every problem of the vocabularies is one :class:`FileFormatError`."""
+    from vramwise.errors import FileFormatError
+
+    problems = check_vocabularies(df)
+    if problems:
+        raise FileFormatError(problems)
+    return compile_derive_rules(df)
+
+
 @lru_cache(maxsize=1)
 def derive_rules() -> tuple:
     """The bundled rules of derived settings (formulas/settings.yaml), compiled once
     (``derive_rules.cache_clear()`` forgets them)."""
-    from importlib import resources
-
-    from vramwise.rules.datafiles import load_data_file, read_data_text
-
-    item = resources.files("vramwise.formulas").joinpath("settings.yaml")
-    return compile_derive_rules(load_data_file(read_data_text(item, SETTINGS_RULES_PATH), SETTINGS_RULES_PATH,
-                                               "settings-1.schema.json", validate=False))
+    return compile_derive_rules(settings_file())
 
 
 def normalise_static(values: dict) -> dict:

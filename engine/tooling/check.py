@@ -21,8 +21,8 @@ files):
 - for a given profile, every family it serves is estimated with the profile's defaults from
   that family's first example config, and the examples whose settings name the profile are run,
   and so are the profile's test cases (``cases.yaml``: figures derived by hand, with a tolerance);
-- the settings rules (``formulas/settings.yaml``) and checkpoint formats, given by path: schema and
-  expressions.
+- the settings vocabularies and rules (``formulas/settings.yaml``) and checkpoint formats, given by path:
+  schema, the vocabularies' cross-references and expressions.
 """
 
 from __future__ import annotations
@@ -232,9 +232,9 @@ def check(paths: Sequence[str | os.PathLike] | str | os.PathLike) -> list[str]:
 def _check_formats(path: Path) -> list[str]:
     """The problems of a checkpoint-formats file or a settings-rules file: its schema and its expressions."""
     from vramwise.models.checkpoint_formats import compile_formats
-    from vramwise.profiles.settings import compile_derive_rules
+    from vramwise.profiles.settings import compile_settings_file
 
-    compile_file, schema = ((compile_derive_rules, "settings-1.schema.json") if path.name == "settings.yaml"
+    compile_file, schema = ((compile_settings_file, "settings-1.schema.json") if path.name == "settings.yaml"
                             else (compile_formats, "checkpoint-formats-1.schema.json"))
     try:
         compile_file(load_data_file(read_data_text(path, str(path)), str(path), schema))
