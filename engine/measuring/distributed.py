@@ -47,6 +47,7 @@ from vramwise.measuring.stacks.hf import apply_checkpointing, apply_lora, quanti
 from vramwise.measuring.strategies import STRATEGIES, WORLD_SIZES
 from vramwise.measuring.tracker import ResizeAwareTracker, rounded
 from vramwise.measuring.zero import ZERO_STAGES
+from vramwise.profiles.settings import TRAINING_METHODS
 
 __all__ = ["STRATEGIES", "WORLD_SIZES", "check_distributed", "measure_distributed", "private_copy_comms"]
 
@@ -99,7 +100,7 @@ def check_distributed(strategy: Any, world_size: Any, *, device: str, fake: bool
     if method == "qlora" and stack == "hf" and strategy != "ddp":
         raise SettingsError(f"strategy {strategy} measures full and lora fine-tuning with stack hf; qlora runs under "
                             "ddp there (bitsandbytes' 4-bit weights are not sharded here)")
-    if method not in ("full", "lora", "qlora"):
+    if method not in TRAINING_METHODS:
         raise SettingsError("measure runs training steps: choose qlora, lora or full")
     if strategy in ZERO_STAGES and optimizer not in ("adamw_torch", "adamw_torch_fused"):
         raise SettingsError(f"strategy {strategy} steps DeepSpeed's own AdamW over its float32 partition: "

@@ -19,21 +19,20 @@ from typing import Any
 
 from vramwise.errors import SettingsError, StackUnsupportedError
 from vramwise.models.stack_manifest import stack_manifest
+from vramwise.profiles.settings import ATTENTION_KERNELS
 
 __all__ = ["KERNEL_ORDER", "class_kernels", "causal_lm_class", "check_attention", "check_device", "padding_refusal",
            "check_padding", "STACK_PACKAGES", "step_failure"]
 
-#: The attention kernels in the order messages list them.
-KERNEL_ORDER = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+#: The attention kernels in the order messages list them (formulas/settings.yaml vocabularies.attention.kernels).
+KERNEL_ORDER = tuple(ATTENTION_KERNELS)
 
 
 def class_kernels(cls) -> tuple:
-    """The kernels transformers' model class ``cls`` runs: eager always, the others by its attributes."""
-    runs = {"eager": True, "sdpa": bool(getattr(cls, "_supports_sdpa", False)),
-            "flash_attention_2": bool(getattr(cls, "_supports_flash_attn", False)),
-            "flash_attention_3": bool(getattr(cls, "_supports_flash_attn", False)),
-            "flex_attention": bool(getattr(cls, "_supports_flex_attn", False))}
-    return tuple(k for k in KERNEL_ORDER if runs[k])
+    """The kernels transformers' model class ``cls`` runs: each whose class attribute (``class_flag`` in
+    formulas/settings.yaml: ``_supports_sdpa``, ``_supports_flash_attn``, ...) is set, and any without one (eager)."""
+    return tuple(k for k, facts in ATTENTION_KERNELS.items()
+                 if "class_flag" not in facts or bool(getattr(cls, facts["class_flag"], False)))
 
 
 def causal_lm_class(config) -> Any:
@@ -61,28 +60,20 @@ def check_attention(cls, attention: str) -> None:
             f"the model (it runs {', '.join(runs)}); use --attention eager")
 
 
-#: Kernels no CPU runs, and why (transformers asks for a GPU; torch's flex attention has no CPU backward).
-_NOT_ON_CPU = {
-    "flash_attention_2": "the flash-attn package runs on CUDA GPUs only",
-    "flash_attention_3": "the flash-attn 3 package runs on CUDA GPUs (Hopper) only",
-    "flex_attention": "torch's flex attention has no backward pass on the CPU",
-}
-#: transformers' check of the flash-attn package of each version (transformers.utils).
-_FLASH_AVAILABLE = {"flash_attention_2": "is_flash_attn_2_available", "flash_attention_3": "is_flash_attn_3_available"}
-_FLASH_PACKAGE = {"flash_attention_2": "flash-attn", "flash_attention_3": "flash-attn 3 (flash_attn_interface)"}
-
-
 def check_device(attention: str, device: str) -> None:
-    """Refuse a kernel that cannot run on ``device`` here (nothing is imported for the CPU's answer)."""
-    if device == "cpu" and attention in _NOT_ON_CPU:
-        raise SettingsError(f"--attention {attention} is not runnable here: {_NOT_ON_CPU[attention]}; on the CPU "
+    """Refuse a kernel that cannot run on ``device`` here (nothing is imported for the CPU's answer): on the
+    CPU one with a ``not_on_cpu`` reason, on CUDA one whose package transformers' ``cuda_check`` does not find
+    (formulas/settings.yaml vocabularies.attention.kernels)."""
+    facts = ATTENTION_KERNELS.get(attention, {})
+    if device == "cpu" and "not_on_cpu" in facts:
+        raise SettingsError(f"--attention {attention} is not runnable here: {facts['not_on_cpu']}; on the CPU "
                             "use --attention sdpa or eager (or measure on a GPU with --device cuda)")
-    if device == "cuda" and attention in _FLASH_AVAILABLE:
+    if device == "cuda" and "cuda_check" in facts:
         import transformers.utils as tu
 
-        if not getattr(tu, _FLASH_AVAILABLE[attention])():
+        if not getattr(tu, facts["cuda_check"])():
             raise SettingsError(f"--attention {attention} is not runnable here: transformers finds no "
-                                f"{_FLASH_PACKAGE[attention]} package; install it, or use --attention sdpa")
+                                f"{facts['package']} package; install it, or use --attention sdpa")
 
 
 def padding_refusal(pad: Any, rows: Any, *, named: bool, config_class: str, model_class: str) -> str | None:

@@ -18,7 +18,7 @@ from vramwise.rules.expr.language import _FIELD, Expression, LayerValues, compil
 from vramwise.rules.graph import dependency_order
 from vramwise.models.model import AGGREGATE_NAMES
 from vramwise.rules.expr.codegen import Program, build_program, dynamic_ids
-from vramwise.profiles.settings import DERIVED_FROM, RELEASE_SETTINGS, SETTING_NAMES, release_key
+from vramwise.profiles.settings import DERIVED_FROM, METHODS, RELEASE_SETTINGS, SETTING_NAMES, release_key
 from vramwise.rules.datafiles import DataFile, json_path
 
 __all__ = ["Profile", "Formula", "Table", "Dated", "Overlay", "build_profile", "check_inputs", "AGGREGATE_NAMES", "round_bytes"]
@@ -554,7 +554,7 @@ def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | 
         default_targets=tuple(m["lora"]["default_targets"]),
         target_sets={k.lower(): tuple(v) for k, v in m["lora"]["target_sets"].items()},
         lora_convention=m["lora"].get("convention", "unsloth"),
-        methods=tuple(x for x in m.get("methods", ("qlora", "lora", "full", "inference"))
+        methods=tuple(x for x in m.get("methods", METHODS)
                       if overlay is None or overlay.methods is None or x in overlay.methods),
         methods_note=overlay.methods_note if overlay is not None else "",
         families=tuple(m["families"]) if "families" in m else None,

@@ -21,6 +21,7 @@ from vramwise.estimation.registry import Registry
 from vramwise.measuring.build import OPTIMIZERS, build_optimizer, require
 from vramwise.measuring.refusals import causal_lm_class, check_attention, check_device, check_padding, padding_refusal
 from vramwise.measuring.stacks.protocol import Prepared
+from vramwise.profiles.settings import ADAPTER_METHODS
 
 __all__ = ["PROFILE", "DEVICES", "check", "check_config", "prepare", "meta_model", "random_model", "apply_lora", "apply_checkpointing"]
 
@@ -172,7 +173,7 @@ def quantized(model, attention: str, dtype):
 
 def apply_lora(net, settings):
     """PEFT's LoRA on ``net`` (after prepare_model_for_kbit_training for QLoRA); ``net`` for full fine-tuning."""
-    if settings.method not in ("lora", "qlora"):
+    if settings.method not in ADAPTER_METHODS:
         return net
     require("peft")
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training

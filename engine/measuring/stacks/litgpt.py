@@ -44,6 +44,7 @@ from typing import Any
 from vramwise.errors import SettingsError, StackUnsupportedError
 from vramwise.estimation.registry import Registry
 from vramwise.models.stack_manifest import stack_manifest
+from vramwise.profiles.settings import ADAPTER_METHODS
 from vramwise.measuring.build import OPTIMIZERS, require, served_family
 from vramwise.measuring.stacks.protocol import Prepared
 
@@ -155,7 +156,7 @@ def check(settings, *, device: str, fake: bool) -> None:
     if settings.gradient_checkpointing != "none":
         raise SettingsError("LitGPT's single-device fine-tuning has no gradient checkpointing (only its FSDP "
                             "strategy checkpoints each Block, on several devices): use gradient_checkpointing none")
-    if settings.loss not in ("standard", "chunked"):
+    if settings.loss == "fused":  # normalised: the others are standard and chunked
         raise SettingsError(f"LitGPT's loss is chunked_cross_entropy: loss standard (chunk_size 0) or chunked "
                             f"(chunk size {CHUNK}); got {settings.loss!r}")
     if settings.activation_offloading or settings.optimizer_in_bwd:
@@ -264,7 +265,7 @@ def prepare(cfg: dict, settings, *, dtype, device: str, fake: bool) -> Prepared:
 
     if dtype != torch.bfloat16:
         raise SettingsError("LitGPT is measured in bf16-true")
-    qlora, adapters = settings.method == "qlora", settings.method in ("lora", "qlora")
+    qlora, adapters = settings.method == "qlora", settings.method in ADAPTER_METHODS
     import litgpt.lora as litlora
     import litgpt.model as litmodel
     from litgpt.utils import chunked_cross_entropy
