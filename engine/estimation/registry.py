@@ -21,7 +21,7 @@ from vramwise.estimation.caches import BoundedCache, config_key, json_like, same
 from vramwise.rules.datafiles import DataFile, read_folder
 from vramwise.errors import ConfigError, FileFormatError, SettingsError, UnknownFamilyError
 from vramwise.models.family import Family, compile_family
-from vramwise.models.family_index import FamilyFiles, build_index
+from vramwise.models.family_index import OWN_KEYS, FamilyFiles, build_index, read_head
 from vramwise.profiles.profile import Profile, build_profile, check_inputs
 from vramwise.profiles.profile_files import read_profile
 from vramwise.profiles.strategies import StrategyFolder
@@ -106,6 +106,22 @@ class Registry:
     def family_names(self) -> list[str]:
         """Every family of the registry, in name order (none compiled)."""
         return sorted(self._files)
+
+    def family_entries(self, name: str, *keys: str) -> dict:
+        """The top-level entries ``keys`` of family ``name``'s own file (those it has), read without composing,
+        validating or compiling it. For the entries a family does not inherit (:data:`OWN_KEYS
+        <vramwise.models.family_index.OWN_KEYS>`: ``model_types``, ``fallback``, ``abstract``, ``examples``,
+        ``reference``) they are the compiled family's values, for the cost of a YAML parse of those entries."""
+        if name not in self._files:
+            raise UnknownFamilyError(f"unknown family {name!r} (known: {', '.join(sorted(self._files))})")
+        unknown = [k for k in keys if k not in OWN_KEYS]
+        if unknown:
+            raise ValueError(f"{unknown}: not entries a family's own file decides (those are {', '.join(OWN_KEYS)})")
+        head = read_head(self._files.text(name), self._files.shown(name), keys=keys)
+        if head is None:  # the file cannot be parsed: its problem, with its position
+            data = self._files[name].data
+            head = {k: data[k] for k in keys if k in data}
+        return head
 
     def family_file(self, name: str) -> DataFile:
         """The loaded (not compiled) file of family ``name``."""

@@ -21,7 +21,7 @@ from vramwise.rules.datafiles import DataFile, json_path, load_data_file
 from vramwise.errors import FileFormatError
 from vramwise.models.stack_manifest import MANIFEST_PATH, stack_manifest
 
-__all__ = ["FamilyFiles", "build_index", "read_head"]
+__all__ = ["FamilyFiles", "build_index", "read_head", "OWN_KEYS"]
 
 try:
     _FastLoader = yaml.CSafeLoader
@@ -109,11 +109,14 @@ _ENTRY = re.compile(r"^(?:[^\s#-]|-\S)[^\n]*", re.M)
 #: The key of a top-level entry in block style (a plain key followed by ": " or the end of the line).
 _KEY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*):(?=[ \t]|\r?$)", re.M)
 _HEAD_KEYS = ("model_types", "fallback")
+#: The top-level entries of a family file that a family does not inherit: the compiled family's values are
+#: the file's own (what :func:`read_head` may read of a file without composing or compiling it).
+OWN_KEYS = ("model_types", "fallback", "abstract", "examples", "reference")
 
 
-def _split_head(text: str) -> dict | None:
-    """``model_types`` and ``fallback`` of a family file from its top-level entries alone; None when the
-    top level is not a block mapping of plain keys at column 0 (then the whole file is parsed)."""
+def _split_head(text: str, keys: tuple = _HEAD_KEYS) -> dict | None:
+    """The top-level entries ``keys`` of a family file (those it has) from its top-level entries alone; None
+    when the top level is not a block mapping of plain keys at column 0 (then the whole file is parsed)."""
     starts = [m.start() for m in _ENTRY.finditer(text)]
     chunks: dict[str, str] = {}
     for k, start in enumerate(starts):
@@ -121,7 +124,7 @@ def _split_head(text: str) -> dict | None:
         if key is None:
             return None
         name = key.group(1)
-        if name in _HEAD_KEYS:
+        if name in keys:
             if name in chunks:
                 return None  # a duplicate key: the whole parse reports it
             chunks[name] = text[start:starts[k + 1] if k + 1 < len(starts) else len(text)]
@@ -137,18 +140,19 @@ def _split_head(text: str) -> dict | None:
     return head
 
 
-def read_head(text: str, shown: str, whole: bool = False) -> dict | None:
+def read_head(text: str, shown: str, whole: bool = False, keys: tuple = _HEAD_KEYS) -> dict | None:
     """The top-level ``model_types`` and ``fallback`` of a family file (a mapping with those of the two
-    it has); None when the file cannot be parsed (its problem is reported, with its position, when it
-    is loaded). ``whole``: parse the whole file even when its top-level entries can be split."""
-    head = None if whole else _split_head(text)
+    it has), or its top-level entries ``keys`` (of :data:`OWN_KEYS`); None when the file cannot be parsed
+    (its problem is reported, with its position, when it is loaded). ``whole``: parse the whole file even
+    when its top-level entries can be split."""
+    head = None if whole else _split_head(text, keys)
     if head is not None:
         return head
     try:
         data = load_data_file(text, shown, _SCHEMA, validate=False).data
     except FileFormatError:
         return None
-    return {k: data[k] for k in _HEAD_KEYS if k in data} if isinstance(data, dict) else None
+    return {k: data[k] for k in keys if k in data} if isinstance(data, dict) else None
 
 
 def build_index(files: FamilyFiles, whole: bool = False) -> tuple[dict[str, str], str | None]:

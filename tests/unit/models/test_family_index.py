@@ -84,3 +84,40 @@ def test_unknown_family_is_an_unknown_family_error():
         vramwise.Registry.default().family("nosuch")
     with pytest.raises(vramwise.ConfigError):  # a config problem for callers that catch those
         vramwise.Registry.default().resolve(LLAMA_CFG, family="nosuch")
+
+
+def test_read_head_of_other_own_entries():
+    text = ("family: a\nabstract: true\nreference:\n  model_type: x\n  minimal: {hidden_size: 8}\n"
+            "examples:\n- name: one\n  config: {model_type: x}\nmodel_types: [x]\n")
+    want = {"abstract": True, "reference": {"model_type": "x", "minimal": {"hidden_size": 8}},
+            "examples": [{"name": "one", "config": {"model_type": "x"}}]}
+    assert read_head(text, "t.yaml", keys=("abstract", "reference", "examples")) == want
+    assert read_head(text, "t.yaml", whole=True, keys=("abstract", "reference", "examples")) == want
+
+
+def test_family_entries_are_the_compiled_familys_own(registry):
+    """What the parametrizations of the family tests read instead of compiling every family: for every bundled
+    family, the same values as the compiled family's (entries a family does not inherit)."""
+    from vramwise.models.family_index import OWN_KEYS
+
+    for name in registry.family_names():
+        got = registry.family_entries(name, *OWN_KEYS)
+        fam = registry.family(name)
+        assert tuple(got.get("model_types", ())) == fam.model_types, name
+        assert bool(got.get("fallback", False)) == fam.fallback, name
+        assert bool(got.get("abstract", False)) == fam.abstract, name
+        assert tuple(got.get("examples", ())) == fam.examples, name
+        assert got.get("reference") == fam.reference, name
+    with pytest.raises(vramwise.UnknownFamilyError, match="unknown family 'nope'"):
+        registry.family_entries("nope", "examples")
+    with pytest.raises(ValueError, match="not entries a family's own file decides"):
+        registry.family_entries("llama", "facts")  # inherited: only the compiled family has them
+
+
+def test_family_entries_of_a_file_that_does_not_parse_name_its_position(tmp_path):
+    fam = tmp_path / "families"
+    fam.mkdir()
+    (fam / "a.yaml").write_text("schema_version: 1\nfamily: a\nmodel_types: [x]\nexamples: [x\n")
+    reg = vramwise.Registry(families_dir=fam)
+    with pytest.raises(vramwise.FileFormatError, match=r"a\.yaml:\d+:\d+"):
+        reg.family_entries("a", "examples")
