@@ -146,8 +146,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    # a command named first: the parser of that command alone (the same parse, errors and --help of it)
+    parser = build_parser(only=words[0] if words and words[0] in COMMANDS else None)
+    args, extra = parser.parse_known_args(words)
     cmd = args.command
     if extra:  # refused by the command's own parser, which names its closest flags
         parser.subparser(cmd).error(f"unrecognized arguments: {' '.join(extra)}")

@@ -244,7 +244,28 @@ def _sub(sub, name: str, help_text: str, description: str, example: str):
                           formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Skipped:
+    """The parser of a command that :func:`build_parser` was asked to leave out: its arguments are not built."""
+
+    def add_argument(self, *args, **kwargs) -> None:
+        return None
+
+
+class _Only:
+    """The commands' ``add_parser``, building only the command asked for (all of them when ``only`` is None)."""
+
+    def __init__(self, sub, only: str | None):
+        self._sub, self._only = sub, only
+
+    def add_parser(self, name: str, **kwargs):
+        if self._only is None or name == self._only:
+            return self._sub.add_parser(name, **kwargs)
+        return _Skipped()
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; ``only``: with the parser of that command alone (the others cost time to build
+    and are not needed to parse its arguments, nor for its --help; the top-level --help needs them all)."""
     from vramwise.version import VERSION as __version__
 
     parser = Parser(
@@ -252,8 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Estimate the GPU memory of fine-tuning a model (QLoRA, LoRA, full) from its config.",
     )
     parser.add_argument("--version", action="version", version=f"vramwise {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+    sub = _Only(commands, only)
     p = _sub(sub, "estimate", "memory breakdown of a training run", "Memory breakdown of a training run, in GiB.",
              "vramwise estimate examples/llama-3.1-8b.json --method lora --batch-size 8 --gpus 1,2\n"
              "vramwise estimate --params 8B --method full")
