@@ -11,12 +11,14 @@ that way (a flow mapping, a directive, a key the split does not recognise) is pa
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from typing import Iterator
 
 import yaml
 
+from vramwise.rules import diskcache
 from vramwise.rules.datafiles import DataFile, json_path, load_data_file
 from vramwise.errors import FileFormatError
 from vramwise.models.stack_manifest import MANIFEST_PATH, stack_manifest
@@ -160,8 +162,33 @@ def build_index(files: FamilyFiles, whole: bool = False) -> tuple[dict[str, str]
     (``whole``: each file parsed whole, as for files that are validated anyway).
 
     Raises :class:`FileFormatError` when a file cannot be read, ``model_types`` is not a list of
-    names, a model type is served twice, or more than one family is the fallback.
+    names, a model type is served twice, or more than one family is the fallback. An index built
+    without a problem is kept in the cache on disk (:mod:`vramwise.rules.diskcache`), keyed by every
+    file's name and bytes: the same files give it without reading their heads again.
     """
+    key = _index_key(files, whole) if diskcache.cache_dir() is not None else None
+    if key is not None:
+        stored = diskcache.get("family-index", key)
+        if type(stored) is tuple and len(stored) == 2 and type(stored[0]) is dict \
+                and (stored[1] is None or type(stored[1]) is str):
+            return stored
+    index = _build_index(files, whole)
+    if key is not None:
+        diskcache.put("family-index", key, index)
+    return index
+
+
+def _index_key(files: FamilyFiles, whole: bool) -> bytes:
+    h = hashlib.blake2b(diskcache.source_digest(__file__), digest_size=32)
+    h.update(b"whole" if whole else b"split")
+    for name in files:
+        shown, text = files.shown(name), files.text(name)
+        h.update(f"\0{name}\0{shown}\0{len(text)}\0".encode("utf-8", "surrogatepass"))
+        h.update(text.encode("utf-8", "surrogatepass"))
+    return h.digest()
+
+
+def _build_index(files: FamilyFiles, whole: bool) -> tuple[dict[str, str], str | None]:
     problems: list[str] = []
     owners: dict[str, str] = {}
     first_at: dict[str, tuple] = {}  # model type -> (family, index in its model_types), to say where it was first

@@ -5,7 +5,8 @@ each node -- is stored under the user's cache folder, keyed by a digest of the f
 it is read under, vramwise's version and Python's bytecode magic number. A later process that reads the
 same bytes takes the entry instead of composing the YAML again. Nothing else is stored.
 
-- Where: ``$VRAMWISE_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/vramwise``, else ``~/.cache/vramwise``;
+- Where: ``$VRAMWISE_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/vramwise``, else ``~/.cache/vramwise``
+  (``%LOCALAPPDATA%\\vramwise`` on Windows), beside the runs database of ``vramwise runs``;
   ``VRAMWISE_CACHE_DIR=""`` (or ``off``) turns the cache off.
 - Entries are written to a temporary file and renamed into place, so a reader never sees half an entry;
   each carries a checksum of its content, and an entry that is unreadable, truncated, corrupt or of another
@@ -44,8 +45,8 @@ def cache_dir() -> str | None:
     env = os.environ.get("VRAMWISE_CACHE_DIR")
     if env is not None:
         return None if env.strip().lower() in _OFF else os.path.abspath(os.path.expanduser(env))
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "vramwise")
+    base = os.environ.get("XDG_CACHE_HOME") or (os.environ.get("LOCALAPPDATA") if os.name == "nt" else None)
+    return os.path.join(os.path.expanduser(base) if base else os.path.join(os.path.expanduser("~"), ".cache"), "vramwise")
 
 
 def source_digest(*files: str) -> bytes:

@@ -208,3 +208,26 @@ def test_a_stored_expression_is_the_checked_one(cache):
     # another set of allowed names is another entry: the check runs again and refuses
     with pytest.raises(vramwise.ExpressionError, match="unknown name `hidden_size`"):
         compile_expression("a * b + hidden_size // 2 if a > 1 else b", allowed=frozenset({"a", "b"}))
+
+
+def test_the_family_index_from_the_cache_is_the_one_built(cache, tmp_path):
+    """The index of model types (vramwise.models.family_index.build_index) read back from the cache is the one the
+    family files give; a family file changed (a model type added) is a new key, and gives its new index."""
+    from vramwise.models import family_index
+
+    families = tmp_path / "families"
+    shutil.copytree(ROOT / "families", families)
+    built = vramwise.Registry(families, ROOT / "formulas")._by_type
+    assert _entries(cache, "family-index")
+    again = vramwise.Registry(families, ROOT / "formulas")
+    assert again._by_type == built and list(again._by_type) == list(built)
+    assert built["llama"] == "llama"  # families/llama.yaml serves model type llama
+    llama = families / "llama.yaml"
+    text = llama.read_text()
+    assert text.count("model_types: [llama]\n") == 1
+    llama.write_text(text.replace("model_types: [llama]\n", "model_types: [llama, llama_like_test_type]\n"))
+    registry = vramwise.Registry(families, ROOT / "formulas")
+    changed = registry._by_type
+    assert changed["llama_like_test_type"] == "llama"
+    assert len(_entries(cache, "family-index")) == 2
+    assert family_index.build_index(registry._files) == (changed, registry._fallback)  # the changed files' entry
