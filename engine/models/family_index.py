@@ -16,19 +16,13 @@ import re
 from collections.abc import Mapping
 from typing import Iterator
 
-import yaml
-
 from vramwise.rules import diskcache
-from vramwise.rules.datafiles import DataFile, json_path, load_data_file
+from vramwise.rules.datafiles import DataFile, json_path, load_data_file, yaml  # PyYAML, imported on first use
 from vramwise.errors import FileFormatError
 from vramwise.models.stack_manifest import MANIFEST_PATH, stack_manifest
 
 __all__ = ["FamilyFiles", "build_index", "read_head", "OWN_KEYS"]
 
-try:
-    _FastLoader = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover - PyYAML without libyaml
-    _FastLoader = yaml.SafeLoader
 
 _SCHEMA = "family-1.schema.json"
 _OVERLAY_SCHEMA = "family-stack-1.schema.json"
@@ -133,7 +127,7 @@ def _split_head(text: str, keys: tuple = _HEAD_KEYS) -> dict | None:
     head: dict = {}
     for name, chunk in chunks.items():
         try:
-            data = yaml.load(chunk, Loader=_FastLoader)
+            data = yaml.load(chunk, Loader=getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader)
         except (yaml.YAMLError, RecursionError, ValueError):
             return None
         if not isinstance(data, dict) or list(data) != [name]:

@@ -13,17 +13,32 @@ import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from vramwise.errors import FileFormatError
 from vramwise.rules import diskcache
 
-try:  # libyaml keeps marks too and is several times faster
-    _Loader = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover - PyYAML without libyaml
-    _Loader = yaml.SafeLoader
+if TYPE_CHECKING:
+    import yaml
+
+
+class _LazyYaml:
+    """PyYAML, imported on first use: a file read from the cache on disk needs no YAML parser (nor the
+    milliseconds of importing one); the first attribute read replaces this object by the module."""
+
+    def __getattr__(self, name: str):
+        import yaml as module
+
+        globals()["yaml"] = module
+        return getattr(module, name)
+
+
+globals()["yaml"] = _LazyYaml()
+
+
+def _loader():
+    """libyaml's safe loader, which keeps marks too and is several times faster; PyYAML's own without libyaml."""
+    return getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
 
 __all__ = ["DataFile", "VALID_TEXTS", "ValidTexts", "compose_yaml", "iter_nodes", "load_data_file", "read_data_text", "read_folder", "json_path", "load_schema", "MAX_FILE_BYTES",
            "MAX_DEPTH", "MAX_NODES"]
@@ -246,7 +261,7 @@ def compose_yaml(text: str, check) -> tuple[Any, yaml.Node | None]:
     """(data, root node) of one YAML document, its nodes kept for their positions; ``check(root)`` runs on
     the composed nodes before anything is constructed (the limits on aliases, depth and size). An empty
     document is (None, None); invalid YAML raises yaml.MarkedYAMLError."""
-    loader = _Loader(text)
+    loader = _loader()(text)
     try:
         root = loader.get_single_node()
         if root is None:
@@ -364,13 +379,17 @@ def _marks(root: yaml.Node) -> tuple[dict, dict] | None:
 
 def _cache_key(text: str, schema: str) -> bytes:
     # the limits are part of the key: the checks an entry passed are those of the limits it was composed under
-    return _source_key() + f"{yaml.__version__}\0{schema}\0{MAX_DEPTH}\0{MAX_NODES}\0".encode() + text.encode("utf-8", "surrogatepass")
+    return _source_key() + f"{schema}\0{MAX_DEPTH}\0{MAX_NODES}\0".encode() + text.encode("utf-8", "surrogatepass")
 
 
 @lru_cache(maxsize=1)
 def _source_key() -> bytes:
-    """This module's source, part of every key: the composing code of an entry is the code that reads it."""
-    return diskcache.source_digest(__file__)
+    """This module's source and PyYAML's (its version is in it), part of every key: the composing code of an
+    entry is the code that reads it. PyYAML is found, not imported."""
+    from importlib.util import find_spec
+
+    spec = find_spec("yaml")
+    return diskcache.source_digest(__file__, *([spec.origin] if spec is not None and spec.origin else []))
 
 
 def _stored(text: str, schema: str):
