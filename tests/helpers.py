@@ -34,6 +34,19 @@ def require_deepspeed():
     return pytest.importorskip("deepspeed", reason=DEEPSPEED_MISSING)
 
 
+def require_installed(*modules: str) -> None:
+    """At the top of a test module: skip the module, in pytest.importorskip's words, unless each of ``modules``
+    is installed, without importing it. The tests import what they use: torch, transformers' models, PEFT and
+    accelerate take seconds to import, which every worker's collection paid before running any test."""
+    import importlib.util
+
+    import pytest
+
+    for name in modules:
+        if importlib.util.find_spec(name) is None:
+            pytest.skip(f"could not import {name!r}: it is not installed", allow_module_level=True)
+
+
 def shared_present() -> bool:
     return (CONFIGS / "INDEX.tsv").is_file()
 

@@ -14,8 +14,9 @@ import json
 
 import pytest
 
-pytest.importorskip("torch")
-peft = pytest.importorskip("peft")
+from helpers import require_installed
+
+require_installed("torch", "peft")  # imported by the tests that use them
 
 import vramwise  # noqa: E402
 
@@ -23,9 +24,11 @@ SEVEN = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_p
 MIXTRAL_NAMES = ["q_proj", "v_proj", "w1", "w2", "w3"]
 
 # What is checked for a family is stated in its file's `reference:` block (`lora:`); no family is named here.
+# (The files' own entries, the compiled families' values, read without compiling every family at collection.)
 _REG = vramwise.Registry.default()
-_REFS = {name: dict(fam.reference) for name, fam in _REG.families.items()
-         if not fam.abstract and not fam.fallback and fam.reference is not None}
+_OWN = {name: _REG.family_entries(name, "abstract", "fallback", "reference") for name in _REG.family_names()}
+_REFS = {name: dict(own["reference"]) for name, own in _OWN.items()
+         if not own.get("abstract") and not own.get("fallback") and own.get("reference") is not None}
 _LORA = {name: ref.get("lora") or {} for name, ref in _REFS.items()}
 
 

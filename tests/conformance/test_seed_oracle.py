@@ -11,7 +11,9 @@ import json
 
 import pytest
 
-pytest.importorskip("torch")
+from helpers import require_installed
+
+require_installed("torch")  # imported by the tests that use it
 
 import vramwise  # noqa: E402
 from helpers import from_shared, shared_configs  # noqa: E402

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+from helpers import require_installed
+
+require_installed("torch", "transformers")  # imported by the tests that use them
 
 import vramwise  # noqa: E402
 from helpers import reference_default_config, reference_minimal_config  # noqa: E402
@@ -30,13 +31,16 @@ from helpers import reference_default_config, reference_minimal_config  # noqa: 
 _REG = vramwise.Registry.default()
 
 
-def _buildable(fam) -> bool:
-    ref = fam.reference or {}
-    return (not fam.abstract and not fam.fallback and bool(fam.model_types) and bool(ref)
+def _buildable(own: dict) -> bool:
+    """Of a family file's own entries (Registry.family_entries: the compiled family's values, read without
+    compiling every family at collection)."""
+    ref = own.get("reference") or {}
+    return (not own.get("abstract") and not own.get("fallback") and bool(own.get("model_types")) and bool(ref)
             and not ref.get("hand_derived"))
 
 
-FAMILIES = sorted(name for name, fam in _REG.families.items() if _buildable(fam))
+FAMILIES = sorted(name for name in _REG.family_names()
+                  if _buildable(_REG.family_entries(name, "abstract", "fallback", "model_types", "reference")))
 
 
 def _config(family: str) -> dict:
@@ -53,6 +57,7 @@ def _text_config(config: dict):
 
 
 def _causal_lm_class(text_config):
+    import transformers
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(text_config.model_type)

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("accelerate")
+from helpers import require_installed
+
+require_installed("accelerate")  # imported by the tests (it imports torch)
 
 import vramwise  # noqa: E402
 from vramwise.recipes.reader import bundled_formats  # noqa: E402

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-peft = pytest.importorskip("peft")
+from helpers import require_installed
+
+require_installed("peft")  # imported by the tests: it imports transformers' models, seconds of every collection
 
 import vramwise  # noqa: E402
 from vramwise.recipes.reader import bundled_formats  # noqa: E402

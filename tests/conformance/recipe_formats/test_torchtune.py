@@ -17,13 +17,17 @@ its loss and optimizer instantiated, then compared field by field with what vram
 
 import functools
 import importlib
+import importlib.metadata
+import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-torchtune = pytest.importorskip("torchtune")
+from helpers import require_installed
+
+# torch and torchtune are imported by the tests (torchtune imports torchao: seconds of every collection)
+require_installed("torch", "torchtune")
 omegaconf = pytest.importorskip("omegaconf")
 yaml = pytest.importorskip("yaml")
 
@@ -35,9 +39,10 @@ FORMAT = REPO / "frameworks" / "torchtune.yaml"
 TORCHTUNE_VERSION = "0.6.1"
 SEQ = 256  # a sequence length for the estimates of recipes whose max_seq_len is null
 
+_INSTALLED = importlib.metadata.version("torchtune")  # (its distribution's version, read without importing it)
 pytestmark = pytest.mark.skipif(
-    getattr(torchtune, "__version__", "").split("+")[0] != TORCHTUNE_VERSION,
-    reason=f"the format's defaults are torchtune {TORCHTUNE_VERSION}'s; torchtune {getattr(torchtune, '__version__', '?')} is installed",
+    _INSTALLED.split("+")[0] != TORCHTUNE_VERSION,
+    reason=f"the format's defaults are torchtune {TORCHTUNE_VERSION}'s; torchtune {_INSTALLED} is installed",
 )
 
 
@@ -66,6 +71,7 @@ def _shrunk(component_builder, *args, **kwargs):
 def _built(cfg, monkeypatch, small: bool):
     """The model of ``cfg`` as torchtune's recipes build it (config.instantiate(cfg.model)), on the meta
     device; ``small``: its model builder calls a shrunk component builder (lora_llama3_1 at 2 layers)."""
+    import torch
     from torchtune import config
     from torchtune.config._utils import _get_component_from_path
 
@@ -88,6 +94,7 @@ def _lora_modules(model) -> dict:
 def _optimizer_name(cfg) -> str:
     """The optimizer torchtune's recipe builds (config.instantiate(cfg.optimizer, params)), named as
     vramwise names optimizers, from the instance's class and its defaults."""
+    import torch
     from torchtune import config
 
     params = [torch.nn.Parameter(torch.zeros(4, 4))]
@@ -173,6 +180,8 @@ def _builder(name: str):
 
 @pytest.mark.parametrize("builder, model_id", _builder_map())
 def test_builder_map_has_the_builders_architecture(builder, model_id):
+    import torch
+
     fn = _builder(builder)
     with torch.device("meta"):
         net = fn()
@@ -246,7 +255,7 @@ CITED = [
 
 @pytest.mark.parametrize("citation, file, line, text", CITED)
 def test_cited_lines(citation, file, line, text):
-    root = Path(torchtune.__file__).resolve().parents[1]  # site-packages: torchtune/ and its recipes/
+    root = Path(importlib.util.find_spec("torchtune").origin).resolve().parents[1]  # site-packages: torchtune/, its recipes/
     lines = (root / file).read_text(encoding="utf-8").splitlines()
     assert text in lines[line - 1], lines[line - 1]
     assert citation in FORMAT.read_text(encoding="utf-8"), citation

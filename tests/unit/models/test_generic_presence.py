@@ -15,8 +15,9 @@ import json
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
+from helpers import require_installed
+
+require_installed("torch", "transformers")  # imported by the tests (helpers.reference_params)
 
 import vramwise  # noqa: E402
 from helpers import by_kind, reference_params  # noqa: E402
