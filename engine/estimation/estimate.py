@@ -24,7 +24,7 @@ from vramwise.rules.expr.codegen import MAX_FIGURE, static_tuple
 from vramwise.profiles.profile import Profile
 from vramwise.estimation.recipe import Recipe, unpack
 from vramwise.estimation.registry import Registry
-from vramwise.profiles.settings import DEFAULT_PROFILE, DEFAULTS, DERIVED_NAMES, LIMITS, SETTINGS, TrainingSettings, normalise_static, positive_int, unmodelled_settings, unused_settings
+from vramwise.profiles.settings import ADAPTER_METHODS, DEFAULT_PROFILE, DEFAULTS, DERIVED_NAMES, LIMITS, SETTINGS, TrainingSettings, normalise_static, positive_int, unmodelled_settings, unused_settings
 
 _MAX_BATCH, _MAX_SEQ = LIMITS["batch_size"], LIMITS["seq_len"]
 
@@ -592,7 +592,7 @@ def _stage(reg: Registry, spec: ModelSpec, prof: Profile, static: dict) -> Stage
     if unmodelled:
         warnings.append(f"{', '.join(f'{n}={static[n]!r}' for n in unmodelled)} "
                         f"{'is' if len(unmodelled) == 1 else 'are'} not modelled by the {prof.name} profile: ignored")
-    if static["method"] in ("full", "inference") or prof.lora_convention == "none":
+    if static["method"] not in ADAPTER_METHODS or prof.lora_convention == "none":
         lora = NO_ADAPTERS
     else:
         targets, explicit = prof.expand_targets(static["target_modules"])
