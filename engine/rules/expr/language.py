@@ -316,7 +316,7 @@ class Expression:
 
     def evaluate(self, env: Mapping[str, Any]) -> Any:
         """The value over ``env``; any failure becomes an :class:`EvaluationError` naming the place and inputs."""
-        if self.node is None:
+        if self.code is None:  # a literal (it has neither tree nor code)
             return self.literal
         try:
             return eval(self.code, GLOBALS, env)  # noqa: S307 - code emitted from a checked tree, no builtins
@@ -327,7 +327,7 @@ class Expression:
         """The names evaluating this expression over ``env`` reads: of each ``a if c else b``, the names
         of ``c`` and of the branch ``c`` takes over ``env`` (of both branches when ``c`` cannot be
         evaluated over ``env``). Each condition runs as compiled code, with the guards of any expression."""
-        if self.node is None:
+        if self.code is None:
             return frozenset()
         conditions = self._conditions
         if not conditions:
@@ -369,6 +369,22 @@ class Expression:
         )
 
 
+class _Reparsed(Expression):
+    """An expression whose checks passed in an earlier process (:data:`STORED_EXPRESSIONS`): its code is the stored
+    one, and its checked tree, which only some uses read, is parsed again from its text when first asked for
+    (the checked tree is the parsed tree, never modified)."""
+
+    @cached_property
+    def node(self) -> ast.AST:  # type: ignore[override]
+        return ast.parse(self.text, mode="exec").body[0]
+
+
+def _reparsed(text: str, names: frozenset, where: str, code: CodeType) -> Expression:
+    e = object.__new__(_Reparsed)  # not through __init__, which would set ``node`` over the cached property
+    e.__dict__.update(text=text, names=names, where=where, literal=None, code=code)
+    return e
+
+
 def _position(df: DataFile | None, parts: tuple, col_in_text: int, raw: str, text: str) -> str:
     if df is None:
         return f"<expression>:1:{col_in_text + 1}"
@@ -398,8 +414,8 @@ class StoredExpressions:
     """The checked expressions kept between processes, in the cache on disk (:mod:`vramwise.rules.diskcache`):
     each one's names and code by a digest of its text, allowed names and per-layer names, in one entry keyed by
     this module's source (the checks and the code emitted are this module's). Read on the first lookup; what
-    this process checked is added at its exit. A hit is parsed again (the checked tree is the parsed tree,
-    never modified), not checked, emitted or compiled. Bounded: at most ``size`` expressions, the oldest go."""
+    this process checked is added at its exit. A hit is not checked, emitted or compiled; its tree is parsed
+    again only where it is read (:class:`_Reparsed`). Bounded: at most ``size`` expressions, the oldest go."""
 
     def __init__(self, size: int):
         self._size = size
@@ -426,18 +442,14 @@ class StoredExpressions:
         return self._data
 
     def get(self, key: tuple):
-        """(names, checked tree, code) of ``key`` stored by an earlier process, or None."""
+        """(names, None, code) of ``key`` stored by an earlier process, or None (the tree is parsed when needed)."""
         root = diskcache.cache_dir()
         if root is None:
             return None
         entry = self._entries(root).get(self._digest(key))
-        if type(entry) is not tuple or len(entry) != 2 or type(entry[1]) is not CodeType:
+        if type(entry) is not tuple or len(entry) != 2 or type(entry[1]) is not CodeType or type(entry[0]) is not tuple:
             return None
-        try:
-            stmt = ast.parse(key[0], mode="exec").body[0]
-        except (SyntaxError, ValueError, RecursionError, MemoryError, IndexError):
-            return None
-        hit = (frozenset(entry[0]), stmt, entry[1])
+        hit = (frozenset(entry[0]), None, entry[1])  # no tree: parsed when an expression made from it asks
         CHECKED_EXPRESSIONS.put(key, hit)
         return hit
 
@@ -521,6 +533,8 @@ def compile_expression(
         if hit is not None:
             names_seen, stmt, code = hit  # the code, under this expression's file name (no compiling)
             code = code if code.co_filename == place else code.replace(co_filename=place)
+            if stmt is None:  # stored by an earlier process: the tree is parsed when asked for
+                return _reparsed(text, names_seen, place, code)
             return Expression(text=text, names=names_seen, where=place, node=stmt, code=code)
     if len(text) > MAX_EXPRESSION_LENGTH:
         where = _position(df, parts, 0, raw, text)
