@@ -22,6 +22,9 @@ least to the one that changes it most:
     GPU only the offloading ones);
 11. ``gpus``: the fewest GPUs of the kind (``fit``'s ``min_gpus``).
 
+The checkpointing modes and the losses are tried in the order formulas/settings.yaml gives them
+(``saves_memory_in_order``: settings.CHECKPOINTING_SAVINGS, LOSS_SAVINGS), those after the current one.
+
 A kind is offered only where it applies to the method (no LoRA advice for full fine-tuning) and where
 the profile models it: the profile reads the setting, lists the value in its tables where it has
 tables for that setting, and the need goes down (a lower per-GPU figure, or the same and a lower
@@ -48,6 +51,7 @@ from typing import Any, Callable, Mapping
 from vramwise.answers.placement import GpuSet, fits as _fits_on
 from vramwise.answers.search import fewest_above, largest_below
 from vramwise.errors import VramwiseError
+from vramwise.profiles.settings import ADAPTER_METHODS, CHECKPOINTING_SAVINGS, LOSS_SAVINGS, TRAINING_METHODS
 
 __all__ = ["Advice", "advise", "KINDS", "MAX_ESTIMATES", "MAX_COMBINATION_ESTIMATES"]
 
@@ -65,14 +69,10 @@ _SEARCHED = ("seq_len", "gpus")
 #: sequence, or other GPUs, change more than several cheaper changes together.
 _UNCOMBINED = ("seq_len", "strategy", "gpus")
 
-_CHECKPOINTING = ("true", "unsloth")
 _OPTIMIZERS = ("adamw_8bit", "paged_adamw_8bit")
-_LOSSES = ("chunked", "fused")
 _OFFLOADS = ("optimizer", "parameters")
 #: Sharding strategies tried on the GPUs asked about, with their offload, mildest first.
 _SHARDING = (("fsdp", "none"), ("zero3", "none"), ("zero3", "optimizer"), ("zero3", "parameters"))
-_TRAINING = ("qlora", "lora", "full")
-_ADAPTERS = ("qlora", "lora")
 
 
 @dataclass(frozen=True)
@@ -272,11 +272,17 @@ def _discrete(ctx: _Context, kind: str, variants: list) -> _Kind | None:
     return _Kind(kind, kept, len(kept) - 1 if chosen is None else chosen)
 
 
+def _stronger(order: tuple, current: str) -> tuple:
+    """The values of ``order`` (those that save memory, mildest first) after ``current``: all of them when
+    ``current`` saves none (it is not in the order), none after the strongest."""
+    return order[order.index(current) + 1:] if current in order else order
+
+
 def _kinds(ctx: _Context, s, max_batch: int | None, max_rank: int | None) -> list:
     """The kinds of change that apply, each with its variants and the single-change pick."""
     prof, method = ctx.profile, s.method
     out = []
-    training = method in _TRAINING
+    training = method in TRAINING_METHODS
     if training and s.batch_size > 1:
         divisors = [d for d in range(s.batch_size - 1, 0, -1) if s.batch_size % d == 0]
         variants = [({"batch_size": d, "gradient_accumulation_steps": ctx.accumulation * s.batch_size // d},
@@ -285,8 +291,7 @@ def _kinds(ctx: _Context, s, max_batch: int | None, max_rank: int | None) -> lis
         fitting = [i for i, d in enumerate(divisors) if max_batch is not None and d <= max_batch]
         out.append(_Kind("accumulation", variants, fitting[0] if fitting else len(variants) - 1))
     if training and "gradient_checkpointing" in prof.settings_read:
-        modes = [m for m in _CHECKPOINTING[_CHECKPOINTING.index(s.gradient_checkpointing) + 1:]] \
-            if s.gradient_checkpointing in _CHECKPOINTING else list(_CHECKPOINTING)
+        modes = _stronger(CHECKPOINTING_SAVINGS, s.gradient_checkpointing)
         k = _discrete(ctx, "checkpointing", [({"gradient_checkpointing": m}, f"gradient checkpointing {m}")
                                              for m in modes if _modelled(prof, "gradient_checkpointing", m)])
         out.append(k)
@@ -294,12 +299,11 @@ def _kinds(ctx: _Context, s, max_batch: int | None, max_rank: int | None) -> lis
         opts = [o for o in _OPTIMIZERS if o != s.optimizer and _modelled(prof, "optimizer", o)]
         out.append(_discrete(ctx, "optimizer", [({"optimizer": o}, f"optimizer {o} instead of {s.optimizer}")
                                                 for o in opts]))
-    if training and s.loss in ("standard", "chunked"):
-        losses = [x for x in _LOSSES[_LOSSES.index(s.loss) + 1 if s.loss in _LOSSES else 0:]
-                  if _modelled(prof, "loss", x)]
+    if training:
+        losses = [x for x in _stronger(LOSS_SAVINGS, s.loss) if _modelled(prof, "loss", x)]
         out.append(_discrete(ctx, "loss", [({"loss": x}, f"{x} cross-entropy loss instead of {s.loss}")
                                            for x in losses]))
-    if method in _ADAPTERS:
+    if method in ADAPTER_METHODS:
         attention = _attention_targets(ctx.here)
         if attention and len(attention) < len(ctx.here.lora_targets):
             out.append(_discrete(ctx, "lora_targets", [({"target_modules": attention},

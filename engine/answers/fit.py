@@ -26,7 +26,8 @@ from vramwise.estimation.estimate import COMPONENTS, Estimate, estimate, load_mo
 from vramwise.models.model import ModelSpec
 from vramwise.estimation.recipe import unpack
 from vramwise.estimation.registry import Registry
-from vramwise.profiles.settings import DEFAULT_PROFILE, DEFAULTS, LIMITS, METHODS, SWEEPABLE
+from vramwise.profiles.settings import (ADAPTER_METHODS, COMPARED_METHODS, DEFAULT_PROFILE, DEFAULTS, LIMITS, METHODS,
+                                        SWEEPABLE)
 
 __all__ = ["fit", "Fit", "Advice", "MethodFit", "GpuTarget", "compare", "Comparison", "sweep", "Sweep", "DEFAULT_FRONTIER"]
 
@@ -225,7 +226,7 @@ def fit(
     max_batch = _largest(lambda b: _fits_on(est(batch_size=b), gpu_set, share), LIMITS["batch_size"])
     max_seq = _largest(lambda s: _fits_on(est(seq_len=s), gpu_set, share), LIMITS["seq_len"])
     max_rank = None
-    if here.settings.method in ("lora", "qlora"):
+    if here.settings.method in ADAPTER_METHODS:
         max_rank = _largest(lambda r: _fits_on(est(lora_rank=r), gpu_set, share), LIMITS["lora_rank"])
     if here.strategy is not None:  # per-rank bytes never grow with more ranks (tests/unit/profiles/test_strategies.py)
         min_gpus = _fewest(lambda k: _fits(here, k, usable, share), MAX_GPUS)
@@ -276,7 +277,7 @@ class Comparison:
         return {"gpu": self.gpu.to_dict() if self.gpu else None, "cells": out}
 
 
-def compare(model: Any, *, methods: Iterable[str] = ("qlora", "lora", "full"), profiles: Iterable[str] | None = None,
+def compare(model: Any, *, methods: Iterable[str] = COMPARED_METHODS, profiles: Iterable[str] | None = None,
             gpu: Any = None, gpus: int | None = None, registry: Registry | None = None, trust_remote_code: bool = False,
             **settings: Any) -> Comparison:
     """One estimate per (profile, method) at the same settings; with ``gpu``, whether each fits. ``model`` may

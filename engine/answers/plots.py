@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 from vramwise.errors import MissingDependencyError, SettingsError
 from vramwise.estimation.estimate import COMPONENTS
+from vramwise.profiles.settings import ADAPTER_METHODS
 
 __all__ = ["plot_estimate", "plot_compare", "plot_fit", "plot_sweep", "PLOT_FORMATS"]
 
@@ -118,7 +119,7 @@ def _settings_line(settings: dict, keys=("method", "batch_size", "seq_len", "lor
     for k in keys:
         if k not in settings or settings[k] is None:
             continue
-        if k == "lora_rank" and method not in ("lora", "qlora"):
+        if k == "lora_rank" and method not in ADAPTER_METHODS:
             continue
         v = settings[k]
         parts.append(f"{v}" if k == "method" else f"{short.get(k, k)} {v:,}" if isinstance(v, int) else f"{short.get(k, k)} {v}")

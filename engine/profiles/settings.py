@@ -19,8 +19,8 @@ from vramwise.errors import SettingsError
 from vramwise.models.stack_manifest import STACK_NAMES, LazyNames
 
 __all__ = [
-    "DEFAULT_PROFILE", "Setting", "strategy_manifest_names", "SETTINGS", "SETTING_NAMES", "PER_CALL", "TrainingSettings", "METHODS", "CHECKPOINTING_MODES",
-    "LOSS_MODES", "ATTENTION_KINDS", "ATTENTION_KERNELS", "EXPERTS_LAYOUTS", "METHOD_GROUPS", "ADAPTER_METHODS",
+    "DEFAULT_PROFILE", "Setting", "strategy_manifest_names", "SETTINGS", "SETTING_NAMES", "PER_CALL", "TrainingSettings", "METHODS", "COMPARED_METHODS", "CHECKPOINTING_MODES",
+    "CHECKPOINTING_SAVINGS", "LOSS_MODES", "LOSS_SAVINGS", "ATTENTION_KINDS", "ATTENTION_KERNELS", "EXPERTS_LAYOUTS", "METHOD_GROUPS", "ADAPTER_METHODS",
     "TRAINING_METHODS", "SERVING_METHODS", "settings_file", "check_vocabularies", "compile_settings_file", "STACKS", "STRATEGIES", "OFFLOAD_MODES", "LIMITS", "normalise_settings", "normalise_static", "positive_int", "DEFAULTS", "SWEEPABLE", "DERIVED_FROM", "DERIVED_NAMES", "RELEASE_SETTINGS", "release_key", "profile_vocabularies",
 ]
 
@@ -46,6 +46,9 @@ def settings_file():
 _VOCABULARIES = settings_file().data["vocabularies"]
 #: The methods (formulas/settings.yaml vocabularies.methods); the first is the default.
 METHODS = tuple(_VOCABULARIES["methods"]["names"])
+#: The methods compare puts side by side when it is given none, in the order of their columns
+#: (vocabularies.methods.compared).
+COMPARED_METHODS = tuple(_VOCABULARIES["methods"]["compared"]["names"])
 #: The methods each kind of setting applies to (vocabularies.method_groups): adapters, training, serving.
 METHOD_GROUPS = {group: tuple(methods) for group, methods in _VOCABULARIES["method_groups"]["groups"].items()}
 #: The methods that train LoRA adapters (the LoRA settings apply to them).
@@ -58,8 +61,14 @@ SERVING_METHODS = METHOD_GROUPS["serving"]
 SWEEPABLE = tuple(_VOCABULARIES["sweepable"]["names"])
 #: Gradient checkpointing modes (vocabularies.gradient_checkpointing).
 CHECKPOINTING_MODES = tuple(_VOCABULARIES["gradient_checkpointing"]["names"])
+#: The checkpointing modes that save memory, mildest first (vocabularies.gradient_checkpointing.saves_memory_in_order):
+#: fit's advice tries those after the current mode, in this order.
+CHECKPOINTING_SAVINGS = tuple(_VOCABULARIES["gradient_checkpointing"]["saves_memory_in_order"]["names"])
 #: How the loss is computed: from the full logits tensor, or chunked / fused so that it never exists whole.
 LOSS_MODES = tuple(_VOCABULARIES["loss"]["names"])
+#: The losses that save memory, mildest first (vocabularies.loss.saves_memory_in_order): fit's advice tries
+#: those after the current loss, in this order.
+LOSS_SAVINGS = tuple(_VOCABULARIES["loss"]["saves_memory_in_order"]["names"])
 #: Attention implementations (transformers' attn_implementation names); others are rejected, since
 #: each profile must know whether a kernel keeps the score matrix.
 ATTENTION_KINDS = tuple(_VOCABULARIES["attention"]["names"])
@@ -485,8 +494,8 @@ def compile_derive_rules(df) -> tuple:
 
 def check_vocabularies(df) -> list[str]:
     """The problems of a loaded settings file's vocabularies that its schema cannot see, one
-    ``path:line:col: $.json.path: message`` each: a group or an alias naming a value its vocabulary
-    lacks, an attention kernel without its entry in ``kernels`` (or one there that is not a kernel), a
+    ``path:line:col: $.json.path: message`` each: a group, an alias, compare's methods or an order of
+    the modes that save memory naming a value its vocabulary lacks, an attention kernel without its entry in ``kernels`` (or one there that is not a kernel), a
     sweepable or limited name that is no setting, a ``setting`` that is none."""
     from vramwise.rules.datafiles import json_path
 
@@ -503,6 +512,16 @@ def check_vocabularies(df) -> list[str]:
         if "setting" in body and body["setting"] not in settings:
             problems.append(df.problem(("vocabularies", entry, "setting"), f"{body['setting']!r} is not a setting"))
     methods = vocab["methods"]["names"]
+    for i, method in enumerate(vocab["methods"]["compared"]["names"]):
+        if method not in methods:
+            problems.append(df.problem(("vocabularies", "methods", "compared", "names", i),
+                                       f"{method!r} is not a method ({', '.join(methods)})"))
+    for entry in ("gradient_checkpointing", "loss"):
+        names = vocab[entry]["names"]
+        for i, name in enumerate(vocab[entry]["saves_memory_in_order"]["names"]):
+            if name not in names:
+                problems.append(df.problem(("vocabularies", entry, "saves_memory_in_order", "names", i),
+                                           f"{name!r} is not one of {entry}'s names ({', '.join(names)})"))
     for group, members in vocab["method_groups"]["groups"].items():
         for i, method in enumerate(members):
             if method not in methods:

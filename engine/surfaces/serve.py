@@ -54,7 +54,7 @@ from importlib import resources
 from typing import Any, Callable
 
 from vramwise.errors import ConfigError, InternalError, MissingDependencyError, SettingsError, VramwiseError
-from vramwise.profiles.settings import DEFAULT_PROFILE
+from vramwise.profiles.settings import COMPARED_METHODS, DEFAULT_PROFILE
 from vramwise.surfaces import request as _request
 from vramwise.surfaces import serve_address as _address
 
@@ -225,7 +225,7 @@ def api_compare(body: dict) -> dict:
     settings = req.settings_dict(("method",))  # a recipe's: compare sets each column's
     if body.get("method") is not None:  # as on the command line: never dropped unsaid
         raise SettingsError("compare's methods are methods (a column each): send methods, not method")
-    methods = _str_list(body, "methods", ["qlora", "lora", "full"])
+    methods = _str_list(body, "methods", list(COMPARED_METHODS))
     profiles = _str_list(body, "profiles", [req.profile])
     if body.get("profiles") is not None and body.get("profile") is not None and body["profile"] not in profiles:
         raise SettingsError(f"compare's profiles are profiles (a column each): profile {str(body['profile'])[:60]!r} is "

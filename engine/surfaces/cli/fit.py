@@ -7,6 +7,7 @@ import textwrap
 
 from vramwise.answers.fit import MAX_GPUS, fit
 from vramwise.answers.placement import GpuSet, pooled_bytes, spare_per_gpu
+from vramwise.profiles.settings import ADAPTER_METHODS
 from vramwise.surfaces.cli.common import plot, request_of, show_recipe, with_recipe
 from vramwise.surfaces.cli.format import WRAP, bar, dash, family_line, fits_word, gib, gpus_word, print_json, summary, write_wrapped
 from vramwise.surfaces.cli.parser import BadValue, int_list
@@ -112,7 +113,7 @@ def print_fit(f, label: str, out) -> None:
                   + (f"{f.max_batch_size:,}" if f.max_batch_size else "none (batch 1 does not fit)") + "\n")
         out.write(f"largest sequence length at batch {s.batch_size:,}: "
                   + (f"{f.max_seq_len:,}" if f.max_seq_len else "none (1 token does not fit)") + "\n")
-        if s.method in ("lora", "qlora"):
+        if s.method in ADAPTER_METHODS:
             out.write("largest LoRA rank: " + (f"{f.max_lora_rank:,}" if f.max_lora_rank else "none (rank 1 does not fit)") + "\n")
         else:
             out.write(f"largest LoRA rank: {no} ({s.method} trains no adapters)\n")

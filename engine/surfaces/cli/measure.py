@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from vramwise.profiles.settings import ADAPTER_METHODS
 from vramwise.surfaces.cli.common import show_recipe, with_recipe
 from vramwise.surfaces.cli.format import count, print_json, write_wrapped
 
@@ -114,7 +115,7 @@ def run(args, out) -> int:
     s = m.settings
     out.write(f"{args.model}: {m.method} on {m.device}, {count(m.params_total)} parameters, {count(m.params_trainable)} trainable\n")
     ran = [s["method"], f"batch {s['batch_size']}", f"seq {s['seq_len']}"]
-    if s["method"] in ("lora", "qlora"):
+    if s["method"] in ADAPTER_METHODS:
         ran.append(f"rank {s['lora_rank']}")
     ran += [f"checkpointing {s['gradient_checkpointing']}", s["optimizer"], s["attention"]]
     if s.get("compile"):
