@@ -3,8 +3,9 @@
 One data file lists every stack: its name (the values of ``stack=``/``--stack``, in order), the
 module of :mod:`vramwise.measuring.stacks` that runs it, the profiles whose recipes it runs, and the
 prefix of the family facts that belong to it (those facts live in per-stack overlays,
-``families/stacks/<stack>/<family>.yaml``, that the family loader merges). It also says what
-``measure`` runs in place of a recipe's setting it cannot run here. Nothing in Python lists a stack.
+``families/stacks/<stack>/<family>.yaml``, that the family loader merges). It also says which values of
+a setting ``measure`` runs (its flags' choices) and what it runs in place of a recipe's setting it cannot
+run here. Nothing in Python lists a stack.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from types import MappingProxyType
 
 from vramwise.errors import FileFormatError
 
-__all__ = ["MANIFEST_PATH", "Stack", "Substitution", "StackManifest", "stack_manifest", "compile_manifest", "STACK_NAMES", "LazyNames"]
+__all__ = ["MANIFEST_PATH", "Stack", "Substitution", "StackManifest", "stack_manifest", "compile_manifest", "STACK_NAMES", "LazyNames",
+           "runnable_names"]
 
 #: The manifest as errors show it.
 MANIFEST_PATH = "formulas/stacks.yaml"
@@ -52,6 +54,7 @@ class StackManifest:
     stacks: Mapping[str, Stack]  # in the manifest's order
     default: str
     substitutions: Mapping[tuple, Substitution]  # (setting, value) -> substitution
+    runnable: Mapping[str, tuple]  # setting -> the values measure runs, in its flag's order
 
     @property
     def names(self) -> tuple:
@@ -106,7 +109,19 @@ def compile_manifest(df) -> StackManifest:
         raise FileFormatError(df.problem(("default",), f"unknown stack {data['default']!r} (known: {', '.join(stacks)})"))
     subs = {(setting, value): Substitution(setting, value, spec["runs"], spec["reason"])
             for setting, values in data["substitutions"].items() for value, spec in values.items()}
-    return StackManifest(stacks=MappingProxyType(stacks), default=data["default"], substitutions=MappingProxyType(subs))
+    runnable = {setting: tuple(entry["names"]) for setting, entry in data["runnable"].items()}
+    for (setting, value), sub in subs.items():  # a substitution runs a value measure runs, in place of one it does not
+        if setting not in runnable:
+            continue
+        if value in runnable[setting]:
+            raise FileFormatError(df.problem(("substitutions", setting, value),
+                                             f"{setting} {value} is runnable ($.runnable.{setting}): nothing to substitute"))
+        if sub.runs not in runnable[setting]:
+            raise FileFormatError(df.problem(("substitutions", setting, value, "runs"),
+                                             f"{setting} {sub.runs} is not runnable (runnable: "
+                                             f"{', '.join(runnable[setting])})"))
+    return StackManifest(stacks=MappingProxyType(stacks), default=data["default"], substitutions=MappingProxyType(subs),
+                         runnable=MappingProxyType(runnable))
 
 
 @lru_cache(maxsize=1)
@@ -161,3 +176,21 @@ class _StackNames(LazyNames):
 
 #: The names of the stacks, in the manifest's order (``stack=`` and ``--stack`` take one of them).
 STACK_NAMES: Sequence = _StackNames()
+
+
+class _RunnableNames(LazyNames):
+    """The values of one setting that measure runs (the manifest's ``runnable``), read when first used."""
+
+    __slots__ = ("_setting",)
+
+    def __init__(self, setting: str):
+        self._setting = setting
+
+    def _names(self) -> tuple:
+        return stack_manifest().runnable[self._setting]
+
+
+def runnable_names(setting: str) -> Sequence:
+    """The values of ``setting`` that measure runs, in the order its flag offers them (formulas/stacks.yaml
+    ``runnable``), read when first used: the choices of measure's flag."""
+    return _RunnableNames(setting)

@@ -10,7 +10,8 @@ import argparse
 import math
 
 from vramwise.errors import SettingsError
-from vramwise.profiles.settings import DEFAULT_PROFILE, SETTINGS, STACKS, SWEEPABLE
+from vramwise.models.stack_manifest import runnable_names
+from vramwise.profiles.settings import COMPARED_METHODS, DEFAULT_PROFILE, SETTINGS, STACKS, SWEEPABLE
 from vramwise.inputs.sizes import parse_size, split_number
 from vramwise.measuring.strategies import STRATEGIES as MEASURED_STRATEGIES
 
@@ -313,7 +314,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
              "the total and, with --gpu, whether each fits.",
              "vramwise compare examples/llama-3.1-8b.json --methods qlora,lora,full --profiles unsloth,hf --gpu H100")
     _training_args(p, skip=("method", "gpu"))
-    p.add_argument("--methods", default="qlora,lora,full", help="comma-separated methods (default: qlora,lora,full)")
+    p.add_argument("--methods", default=",".join(COMPARED_METHODS),
+                   help=f"comma-separated methods (default: {','.join(COMPARED_METHODS)})")
     p.add_argument("--profiles", default=None, help=f"comma-separated profiles (default: the --profile one, {DEFAULT_PROFILE})")
     p.add_argument("--gpu", default=None, help="also say whether each fits this GPU (a name, a size or local)")
     p.add_argument("--gpus", type=int, default=None, help="how many GPUs of that kind (default: 1)")
@@ -341,7 +343,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("model", nargs="?", default=None,
                    help="config.json, model folder, or hub id (optional with --recipe, where it replaces the recipe's model)")
     recipe_args(p)
-    p.add_argument("--method", default=None, choices=("qlora", "lora", "full"),
+    p.add_argument("--method", default=None, choices=runnable_names("method"),
                    help="fine-tuning method (default: qlora; lora with --fake)")
     p.add_argument("--batch-size", type=int, default=None, help="batch size (default: 4)")
     p.add_argument("--seq-len", type=int, default=None, help="sequence length (default: 2048)")
@@ -360,7 +362,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--stack", default="hf", action=_Given, choices=STACKS,
                    help="whose model, loss and optimizer step run: hf (transformers + PEFT), or torchtune / litgpt "
                         "(pip install 'vramwise[torchtune]' or '[litgpt]') (default: hf)")
-    p.add_argument("--loss", default="standard", action=_Given, choices=("standard", "chunked"),
+    p.add_argument("--loss", default="standard", action=_Given, choices=runnable_names("loss"),
                    help="the stack's cross-entropy: standard or chunked (torchtune, litgpt) (default: standard)")
     p.add_argument("--loss-chunks", type=int, action=_Given, default=8, help="chunks of a chunked loss (torchtune) (default: 8)")
     p.add_argument("--activation-offloading", type=bool_flag, action=_Given, default=False, metavar="{true,false}",
