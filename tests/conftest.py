@@ -39,7 +39,7 @@ atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 import vramwise
 # tests/ is on sys.path (pyproject.toml: pythonpath)
-from helpers import SHARED_MISSING, checkout_mismatch, deepspeed_missing, shared_present
+from helpers import SHARED_MISSING, checkout_mismatch, deepspeed_missing, shared_present, tier_deselected
 
 HERE = Path(__file__).resolve().parent
 
@@ -52,6 +52,15 @@ def pytest_configure(config):
         raise pytest.UsageError(mismatch)
     if os.environ.get("VRAMWISE_REQUIRE_SHARED") == "1" and not shared_present():
         raise pytest.UsageError(f"VRAMWISE_REQUIRE_SHARED=1 but {SHARED_MISSING}")
+
+
+def pytest_ignore_collect(collection_path, config):
+    """The folders of the tiers that ``-m`` deselects (by default measured and external) are not collected: their
+    modules import torch's distributed stacks, lightning and Playwright, seconds of every worker's collection,
+    for tests that are deselected anyway."""
+    if collection_path.parent == HERE and collection_path.name in ("measured", "external") and collection_path.is_dir():
+        return True if tier_deselected(config.getoption("markexpr", "") or "", collection_path.name) else None
+    return None
 
 
 def pytest_collection_modifyitems(config, items):

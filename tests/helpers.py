@@ -47,6 +47,32 @@ def require_installed(*modules: str) -> None:
             pytest.skip(f"could not import {name!r}: it is not installed", allow_module_level=True)
 
 
+def tier_deselected(markexpr: str, tier: str) -> bool:
+    """Whether the marker expression ``markexpr`` (``-m``) deselects every test of the folder ``tests/<tier>/``: each of
+    them is marked ``tier``, and the expression is false with ``tier`` true whatever the other markers it names are
+    (False when unsure)."""
+    import itertools
+    import re
+
+    text = markexpr
+    if not text.strip():
+        return False
+    try:
+        from _pytest.mark.expression import Expression
+
+        expression = Expression.compile(text)
+    except Exception:  # noqa: BLE001 - pytest reports a bad expression itself; collect as usual
+        return False
+    others = sorted(set(re.findall(r"[^\s()]+", text)) - {"and", "or", "not", "True", "False", tier})
+    if len(others) > 8 or any(not re.fullmatch(r"\w+", name) for name in others):
+        return False  # markers with arguments, or too many to enumerate
+    for values in itertools.product((False, True), repeat=len(others)):
+        truth = dict(zip(others, values), **{tier: True})
+        if expression.evaluate(lambda name, **kwargs: truth.get(name, False)):
+            return False
+    return True
+
+
 def shared_present() -> bool:
     return (CONFIGS / "INDEX.tsv").is_file()
 
