@@ -431,8 +431,8 @@ class StoredExpressions:
         if names is None:
             names = self._allowed[allowed] = "\0".join(sorted(allowed)).encode()
         per_layer = "\0".join(sorted(layer_valued)).encode() if layer_valued else b""
-        return hashlib.blake2b(b"\1".join((text.encode("utf-8", "surrogatepass"), names, per_layer)),
-                               digest_size=16).digest()
+        raw = text.encode("utf-8", "surrogatepass")  # length first: no text can run into the names
+        return hashlib.blake2b(b"%d\1%s\1%s\1%s" % (len(raw), raw, names, per_layer), digest_size=16).digest()
 
     def _entries(self, root: str) -> dict:
         if self._data is None or root != self._root:  # first use, or the cache was moved
@@ -488,7 +488,7 @@ def _source_key() -> bytes:
 
 
 #: The checked expressions kept between processes.
-STORED_EXPRESSIONS = StoredExpressions(1 << 14)
+STORED_EXPRESSIONS = StoredExpressions(1 << 12)  # about 1 MB: read whole by every process that compiles
 
 
 def compile_expression(
