@@ -32,12 +32,22 @@ def test_shipped_files_load(registry):
     assert prof.components["weights"] == "weights_bytes"
 
 
-def _families_copy(tmp_path: Path) -> Path:
+def _families_copy(tmp_path: Path, reached: str = "llama") -> Path:
+    """A families folder of the bundled family ``reached`` and the families it extends, with their stack overlays
+    (the facts the profiles read): where a test's file is checked, next to the family it extends. The whole
+    bundled tree is checked once, by test_shipped_files_load, not again around each broken file."""
     dst = tmp_path / "families"
     dst.mkdir()
-    for f in FAMILIES.glob("*.yaml"):
-        shutil.copy(f, dst / f.name)
-    shutil.copytree(FAMILIES / "stacks", dst / "stacks")  # the stack overlays the profiles read facts of
+    names = []
+    while reached is not None:
+        names.append(reached)
+        reached = yaml.safe_load((FAMILIES / f"{reached}.yaml").read_text(encoding="utf-8")).get("extends")
+    for name in names:
+        shutil.copy(FAMILIES / f"{name}.yaml", dst / f"{name}.yaml")
+        for overlay in (FAMILIES / "stacks").glob(f"*/{name}.yaml"):
+            (dst / "stacks" / overlay.parent.name).mkdir(parents=True, exist_ok=True)
+            shutil.copy(overlay, dst / "stacks" / overlay.parent.name / overlay.name)
+    assert len(names) > 1 and (dst / "stacks").is_dir()  # llama extends decoder; both have stack overlays
     return dst
 
 
