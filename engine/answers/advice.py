@@ -51,7 +51,8 @@ from typing import Any, Callable, Mapping
 from vramwise.answers.placement import GpuSet, fits as _fits_on
 from vramwise.answers.search import fewest_above, largest_below
 from vramwise.errors import VramwiseError
-from vramwise.profiles.settings import ADAPTER_METHODS, CHECKPOINTING_SAVINGS, LOSS_SAVINGS, TRAINING_METHODS
+from vramwise.profiles.settings import (ADAPTER_METHODS, CHECKPOINTING_MODES, CHECKPOINTING_SAVINGS, LOSS_MODES, LOSS_SAVINGS,
+                                        TRAINING_METHODS)
 
 __all__ = ["Advice", "advise", "KINDS", "MAX_ESTIMATES", "MAX_COMBINATION_ESTIMATES"]
 
@@ -272,10 +273,13 @@ def _discrete(ctx: _Context, kind: str, variants: list) -> _Kind | None:
     return _Kind(kind, kept, len(kept) - 1 if chosen is None else chosen)
 
 
-def _stronger(order: tuple, current: str) -> tuple:
-    """The values of ``order`` (those that save memory, mildest first) after ``current``: all of them when
-    ``current`` saves none (it is not in the order), none after the strongest."""
-    return order[order.index(current) + 1:] if current in order else order
+def _stronger(order: tuple, current: str, names: tuple) -> tuple:
+    """The values of ``order`` (those of the vocabulary ``names`` that save memory, mildest first) after
+    ``current``: all of them when ``current`` is a value that saves none, none after the strongest or for a
+    value the vocabulary lacks."""
+    if current in order:
+        return order[order.index(current) + 1:]
+    return order if current in names else ()
 
 
 def _kinds(ctx: _Context, s, max_batch: int | None, max_rank: int | None) -> list:
@@ -291,7 +295,7 @@ def _kinds(ctx: _Context, s, max_batch: int | None, max_rank: int | None) -> lis
         fitting = [i for i, d in enumerate(divisors) if max_batch is not None and d <= max_batch]
         out.append(_Kind("accumulation", variants, fitting[0] if fitting else len(variants) - 1))
     if training and "gradient_checkpointing" in prof.settings_read:
-        modes = _stronger(CHECKPOINTING_SAVINGS, s.gradient_checkpointing)
+        modes = _stronger(CHECKPOINTING_SAVINGS, s.gradient_checkpointing, CHECKPOINTING_MODES)
         k = _discrete(ctx, "checkpointing", [({"gradient_checkpointing": m}, f"gradient checkpointing {m}")
                                              for m in modes if _modelled(prof, "gradient_checkpointing", m)])
         out.append(k)
@@ -300,7 +304,7 @@ def _kinds(ctx: _Context, s, max_batch: int | None, max_rank: int | None) -> lis
         out.append(_discrete(ctx, "optimizer", [({"optimizer": o}, f"optimizer {o} instead of {s.optimizer}")
                                                 for o in opts]))
     if training:
-        losses = [x for x in _stronger(LOSS_SAVINGS, s.loss) if _modelled(prof, "loss", x)]
+        losses = [x for x in _stronger(LOSS_SAVINGS, s.loss, LOSS_MODES) if _modelled(prof, "loss", x)]
         out.append(_discrete(ctx, "loss", [({"loss": x}, f"{x} cross-entropy loss instead of {s.loss}")
                                            for x in losses]))
     if method in ADAPTER_METHODS:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
+import pytest
+
 from vramwise.answers.advice import advise
 
 USABLE = 100  # bytes each GPU may use: the needs below are small numbers of bytes
@@ -148,3 +150,23 @@ def test_a_kind_the_combination_does_not_need_is_dropped():
     assert combo.per_gpu == 95
     assert sorted((a.kinds, a.per_gpu) for a in advice if not a.fits) == [
         (("accumulation",), 125), (("checkpointing",), 115), (("optimizer",), 125)]
+
+
+@pytest.mark.parametrize("setting, current, tried", [
+    # docs/fit-advice.md: checkpointing `true`, then `unsloth`; a `chunked`, then a `fused` loss (formulas/settings.yaml
+    # saves_memory_in_order). After a value that saves nothing (none, standard) both are tried, mildest first; after
+    # the milder one the stronger; nothing after the strongest, nor after a value that is no loss mode
+    ("gradient_checkpointing", "none", ["true", "unsloth"]),
+    ("gradient_checkpointing", "true", ["unsloth"]),
+    ("gradient_checkpointing", "unsloth", []),
+    ("loss", "standard", ["chunked", "fused"]),
+    ("loss", "chunked", ["fused"]),
+    ("loss", "fused", []),
+    ("loss", "cross_entropy", []),
+])
+def test_the_modes_that_save_memory_are_tried_mildest_first_after_the_current_one(setting, current, tried):
+    # need 200 > 100 whatever the mode (per sample 0 each, batch 1: no accumulation), so every variant is
+    # estimated and none is kept: the estimates asked for are the variants tried, in order
+    here = Run(replace(Settings(batch_size=1), **{setting: current}), 200, {"none": 0, "true": 0, "unsloth": 0})
+    _, seen = _advise(here, {setting}, None)
+    assert list(dict.fromkeys(c[setting] for c in seen if setting in c)) == tried
