@@ -21,8 +21,9 @@ files):
 - for a given profile, every family it serves is estimated with the profile's defaults from
   that family's first example config, and the examples whose settings name the profile are run,
   and so are the profile's test cases (``cases.yaml``: figures derived by hand, with a tolerance);
-- the settings vocabularies and rules (``formulas/settings.yaml``) and checkpoint formats, given by path:
-  schema, the vocabularies' cross-references and expressions.
+- the settings vocabularies and rules (``formulas/settings.yaml``), the stacks manifest
+  (``formulas/stacks.yaml``) and checkpoint formats, given by path: schema, the vocabularies'
+  cross-references (the values a stack setting names are that setting's) and expressions.
 """
 
 from __future__ import annotations
@@ -209,7 +210,7 @@ def check(paths: Sequence[str | os.PathLike] | str | os.PathLike) -> list[str]:
         paths = [paths]
     if not paths:
         raise UsageError("nothing to check: give family files or profile folders")
-    formats = [p for p in paths if Path(os.fspath(p)).name in ("checkpoint_formats.yaml", "settings.yaml")]
+    formats = [p for p in paths if Path(os.fspath(p)).name in _FORMATS]
     problems: list[str] = [q for p in formats for q in _check_formats(Path(os.fspath(p)))]
     paths = [p for p in paths if p not in formats]
     if not paths:
@@ -219,7 +220,9 @@ def check(paths: Sequence[str | os.PathLike] | str | os.PathLike) -> list[str]:
         root = Path(tmp)
         shown, given = _stage(root, families, profiles, problems)
         try:
-            reg = Registry(root / "families", root / "formulas")
+            # no family file given: the bundled families themselves (validated, as a staged copy would be), so that
+            # the registry of each such check takes the families compiled by an earlier one (Registry's _COMPILED)
+            reg = Registry(root / "families" if given else None, root / "formulas", validate=True)
         except VramwiseError as e:
             return problems + _relocate(_problems_of(e), shown)
         except (OSError, UnicodeDecodeError) as e:  # pragma: no cover - the files were staged just now
@@ -229,18 +232,55 @@ def check(paths: Sequence[str | os.PathLike] | str | os.PathLike) -> list[str]:
     return [p for p in problems if not (p in seen or seen.add(p))]
 
 
+#: The data files checked by their own schema and compiler rather than through a registry: name -> schema.
+_FORMATS = {"checkpoint_formats.yaml": "checkpoint-formats-1.schema.json", "settings.yaml": "settings-1.schema.json",
+            "stacks.yaml": "stacks-1.schema.json"}
+
+
 def _check_formats(path: Path) -> list[str]:
-    """The problems of a checkpoint-formats file or a settings-rules file: its schema and its expressions."""
+    """The problems of a checkpoint-formats file, a settings-rules file or a stacks manifest: its schema,
+    its cross-references and its expressions."""
     from vramwise.models.checkpoint_formats import compile_formats
+    from vramwise.models.stack_manifest import compile_manifest
     from vramwise.profiles.settings import compile_settings_file
 
-    compile_file, schema = ((compile_settings_file, "settings-1.schema.json") if path.name == "settings.yaml"
-                            else (compile_formats, "checkpoint-formats-1.schema.json"))
+    compile_file = {"settings.yaml": compile_settings_file, "stacks.yaml": compile_manifest}.get(path.name, compile_formats)
     try:
-        compile_file(load_data_file(read_data_text(path, str(path)), str(path), schema))
+        df = load_data_file(read_data_text(path, str(path)), str(path), _FORMATS[path.name])
+        compile_file(df)
     except VramwiseError as e:
         return _problems_of(e)
-    return []
+    return _stack_values(df) if path.name == "stacks.yaml" else []
+
+
+def _stack_values(df) -> list[str]:
+    """The values a stacks manifest names that are not its setting's (runnable names, substitutions' values and
+    what they run), and the settings it names that have no closed vocabulary, one ``file:line:col`` each."""
+    from vramwise.profiles.settings import SETTINGS
+    from vramwise.rules.datafiles import json_path
+
+    choices = {s.name: tuple(s.choices) for s in SETTINGS if s.choices}
+    problems = []
+
+    def check(parts: tuple, value: str, known, what: str, key: bool = False) -> None:
+        if value not in known:
+            problems.append(f"{df.key_where(parts) if key else df.where(parts)}: {json_path(parts)}: {value!r} is not "
+                            f"{what} ({', '.join(known)})")
+
+    for section in ("runnable", "substitutions"):
+        for setting, body in df.data[section].items():
+            check((section, setting), setting, tuple(choices), "a setting with choices", key=True)
+            if setting not in choices:
+                continue
+            what = f"one of {setting}'s choices"
+            if section == "runnable":
+                for i, value in enumerate(body["names"]):
+                    check((section, setting, "names", i), value, choices[setting], what)
+                continue
+            for value, spec in body.items():
+                check((section, setting, value), value, choices[setting], what, key=True)
+                check((section, setting, value, "runs"), spec["runs"], choices[setting], what)
+    return problems
 
 
 def _check_registry(reg: Registry, given: dict[str, _GivenFile], user_profiles: set[str],

@@ -56,6 +56,40 @@ def test_an_unknown_stack_is_one_line_naming_the_choices():
     assert str(info.value) == "unknown stack 'axolotl' (choose one of: hf, torchtune, litgpt)"
 
 
+def test_measure_offers_the_values_the_manifest_says_it_runs():
+    from vramwise.profiles.settings import TRAINING_METHODS
+    from vramwise.surfaces.cli.parser import CommandLineError, build_parser
+
+    # measure runs training steps (vramwise.measuring.steps refuses inference: "choose qlora, lora or full"); the
+    # stacks' losses are their own standard one and the chunked ones of torchtune (CEWithChunkedOutputLoss) and
+    # LitGPT (chunked_cross_entropy), a fused one runs as standard (substitutions)
+    runnable = stack_manifest().runnable
+    assert runnable == {"method": ("qlora", "lora", "full"), "loss": ("standard", "chunked")}
+    assert runnable["method"] == TRAINING_METHODS
+    measure = build_parser()._subparsers._group_actions[0].choices["measure"]
+    flags = {a.option_strings[0]: a for a in measure._actions if a.option_strings}
+    assert list(flags["--method"].choices) == ["qlora", "lora", "full"]
+    assert list(flags["--loss"].choices) == ["standard", "chunked"] and flags["--loss"].default == "standard"
+    with pytest.raises(CommandLineError, match=r"^argument --loss: invalid choice: 'fused' \(choose from 'standard', 'chunked'\)$"):
+        measure.parse_args(["m.json", "--loss", "fused"])
+
+
+def test_vramwise_check_finds_a_value_of_the_manifest_its_setting_lacks(tmp_path):
+    assert vramwise.check([MANIFEST]) == []
+    folder = tmp_path / "formulas"
+    folder.mkdir()
+    p = folder / "stacks.yaml"
+    p.write_text(BASE.replace("    names: [qlora, lora, full]\n", "    names: [qlora, dora, full]\n", 1)
+                 .replace("      runs: sdpa\n", "      runs: spda\n", 1), encoding="utf-8")
+    lines = p.read_text(encoding="utf-8").splitlines()
+    dora = next(f"{i}:{line.index('dora') + 1}" for i, line in enumerate(lines, 1) if "dora" in line)
+    spda = next(f"{i}:{line.index('spda') + 1}" for i, line in enumerate(lines, 1) if "spda" in line)
+    assert vramwise.check([p]) == [
+        f"{p}:{dora}: $.runnable.method.names[1]: 'dora' is not one of method's choices (qlora, lora, full, inference)",
+        f"{p}:{spda}: $.substitutions.attention.flash_attention_2.runs: 'spda' is not one of attention's choices "
+        "(flash_attention_2, flash_attention_3, sdpa, flex_attention, eager)"]
+
+
 def test_a_recipe_runs_on_the_stack_of_its_profile():
     m = stack_manifest()
     assert m.stack_of_profile("torchtune") == "torchtune"
@@ -109,6 +143,10 @@ BASE = MANIFEST.read_text(encoding="utf-8")
     ("    profiles: [litgpt]\n", "    profiles: [torchtune]\n", "$.stacks.litgpt.profiles[0]: profile 'torchtune' is already run by stack 'torchtune'"),
     ("facts_prefix: litgpt_", "facts_prefix: torchtune_", "$.stacks.litgpt.facts_prefix: facts prefix 'torchtune_' overlaps stack 'torchtune'"),
     ("default: hf", "default: axolotl", "$.default: unknown stack 'axolotl' (known: hf, torchtune, litgpt)"),
+    ("    names: [standard, chunked]\n", "    names: [standard, chunked, fused]\n",
+     "$.substitutions.loss.fused: loss fused is runnable ($.runnable.loss): nothing to substitute"),
+    ("    names: [standard, chunked]\n", "    names: [chunked]\n",
+     "$.substitutions.loss.fused.runs: loss standard is not runnable (runnable: chunked)"),
 ])
 def test_a_broken_manifest_is_named_with_its_position(tmp_path, old, new, needle):
     assert old in BASE
