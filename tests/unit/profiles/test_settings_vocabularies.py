@@ -13,9 +13,9 @@ import pytest
 
 import vramwise
 from vramwise import FileFormatError, SettingsError
-from vramwise.profiles.settings import (ATTENTION_KERNELS, ATTENTION_KINDS, CHECKPOINTING_MODES, EXPERTS_LAYOUTS, LIMITS,
-                                        LOSS_MODES, METHODS, SETTINGS, SWEEPABLE, compile_settings_file,
-                                        normalise_settings, unused_settings)
+from vramwise.profiles.settings import (ATTENTION_KERNELS, ATTENTION_KINDS, CHECKPOINTING_MODES, CHECKPOINTING_SAVINGS,
+                                        COMPARED_METHODS, EXPERTS_LAYOUTS, LIMITS, LOSS_MODES, LOSS_SAVINGS, METHODS,
+                                        SETTINGS, SWEEPABLE, compile_settings_file, normalise_settings, unused_settings)
 from vramwise.rules.datafiles import load_data_file
 
 RULES = Path(str(resources.files("vramwise.formulas"))) / "settings.yaml"
@@ -32,6 +32,28 @@ def test_the_vocabularies_are_the_documented_names():
     assert EXPERTS_LAYOUTS == ("fused", "per_expert")
     assert SWEEPABLE == ("method", "batch_size", "seq_len", "lora_rank", "gradient_checkpointing", "optimizer",
                          "attention", "loss")
+
+
+def test_the_orders_of_the_advice_and_compares_methods_are_the_documented_ones():
+    # docs/fit-advice.md's table of kinds: "| 2 | `checkpointing` | gradient checkpointing `true`; `unsloth` ..." and
+    # "| 4 | `loss` | a `chunked`, then a `fused` cross-entropy |": the modes the change's column names, in the order
+    # of their first mention
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| \d+ \| `(\w+)` \| ([^|]*) \|",
+                                                         (DOCS / "fit-advice.md").read_text(encoding="utf-8"), re.M)}
+    assert tuple(dict.fromkeys(w for w in re.findall(r"`(\w+)`", rows["checkpointing"]) if w in CHECKPOINTING_MODES)) \
+        == CHECKPOINTING_SAVINGS == ("true", "unsloth")
+    assert tuple(w for w in re.findall(r"`(\w+)`", rows["loss"]) if w in LOSS_MODES) == LOSS_SAVINGS == ("chunked", "fused")
+    # docs/python-api.md: `compare(model, *, methods=("qlora", "lora", "full"), ...)`; the API, the command line and
+    # the server default to them
+    documented = re.search(r"`compare\(model, \*, methods=\(([^)]*)\)", (DOCS / "python-api.md").read_text(encoding="utf-8"))
+    assert tuple(re.findall(r'"(\w+)"', documented.group(1))) == COMPARED_METHODS == ("qlora", "lora", "full")
+    import inspect
+
+    from vramwise.surfaces.cli.parser import build_parser
+
+    assert inspect.signature(vramwise.compare).parameters["methods"].default == COMPARED_METHODS
+    compare = build_parser()._subparsers._group_actions[0].choices["compare"]
+    assert next(a for a in compare._actions if "--methods" in a.option_strings).default == "qlora,lora,full"
 
 
 def test_the_limits_are_the_ranges_docs_limits_states():
@@ -162,6 +184,13 @@ def test_a_kernel_facts_unknown_key_is_refused(tmp_path):
      r"\$\.vocabularies\.limits\.limits\.gpus_per_host: 'gpus_per_host' is not a setting"),
     ("    setting: loss\n", "    setting: losses\n", "setting: losses",
      r"\$\.vocabularies\.loss\.setting: 'losses' is not a setting"),
+    ("      names: [qlora, lora, full]\n", "      names: [qlora, dora, full]\n", "names: [qlora, dora, full]",
+     r"\$\.vocabularies\.methods\.compared\.names\[1\]: 'dora' is not a method"),
+    ('      names: ["true", unsloth]\n', '      names: ["true", offload]\n', 'names: ["true", offload]',
+     r"\$\.vocabularies\.gradient_checkpointing\.saves_memory_in_order\.names\[1\]: 'offload' is not one of "
+     r"gradient_checkpointing's names \(none, true, unsloth\)"),
+    ("      names: [chunked, fused]\n", "      names: [chunked, liger]\n", "names: [chunked, liger]",
+     r"\$\.vocabularies\.loss\.saves_memory_in_order\.names\[1\]: 'liger' is not one of loss's names"),
 ])
 def test_a_name_its_vocabulary_lacks_is_refused(tmp_path, old, new, needle, message):
     p = _rules(tmp_path, old, new)
@@ -176,3 +205,13 @@ def test_a_kernel_without_its_entry_is_refused(tmp_path):
     p = _rules(tmp_path, "      eager: {}\n", "")
     with pytest.raises(FileFormatError, match=r"\$\.vocabularies\.attention\.kernels: no entry for eager"):
         compile_settings_file(_load(p))
+
+
+def test_an_order_of_the_modes_that_save_memory_is_required_and_closed(tmp_path):
+    p = _rules(tmp_path, "      names: [chunked, fused]\n", "      names: [chunked, fused]\n      strongest: fused\n")
+    with pytest.raises(FileFormatError, match=rf"settings\.yaml:{_line(p, 'strongest: fused')}:7: "
+                                              r"\$\.vocabularies\.loss\.saves_memory_in_order\.strongest: unknown key"):
+        _load(p)
+    p = _rules(tmp_path, "    saves_memory_in_order:\n      names: [chunked, fused]\n", "    saves_memory:\n      names: [chunked, fused]\n")
+    with pytest.raises(FileFormatError, match=r"\$\.vocabularies\.loss: 'saves_memory_in_order' is a required property"):
+        _load(p)

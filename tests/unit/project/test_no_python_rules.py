@@ -1,11 +1,12 @@
 """Rules stay in data: no module of engine/ lists the training stacks, holds measure's substitutions
 or writes a settings vocabulary.
 
-The stacks, the profiles each runs and what measure runs in place of a recipe's setting it cannot run
-are formulas/stacks.yaml's (:mod:`vramwise.models.stack_manifest`); the facts a stack needs of a family
-are in families/stacks/<stack>/. The settings' vocabularies (the methods and their groups, the closed
-settings' values and spellings, what measure needs of each attention kernel, the sweepable settings,
-the integer limits) are formulas/settings.yaml's, and vLLM's are formulas/vllm/profile.yaml's. This
+The stacks, the profiles each runs, the values of a setting measure runs and what it runs in place of a
+recipe's setting it cannot run are formulas/stacks.yaml's (:mod:`vramwise.models.stack_manifest`); the
+facts a stack needs of a family are in families/stacks/<stack>/. The settings' vocabularies (the methods and their groups, the closed
+settings' values and spellings, the order in which the advice tries the modes that save memory,
+compare's default methods, what measure needs of each attention kernel, the sweepable settings, the
+integer limits) are formulas/settings.yaml's, and vLLM's are formulas/vllm/profile.yaml's. This
 scan of the package's source finds the Python shapes those rules had (a tuple of stack names, a map
 of profiles to stacks, a map of a setting's unrunnable values to runnable ones, a literal naming two
 values of one vocabulary, the limits' map, the sweepable settings' tuple) so that they cannot come
@@ -188,27 +189,8 @@ GRAD = {"true", "unsloth"}
                             '_GC_ALIASES = {**{m: m for m in MODES}, **ALIASES}\n') == []
 
 
-#: Literals found in packages that still write a method group or a vocabulary's values by hand (each should
-#: read settings.ADAPTER_METHODS, TRAINING_METHODS, LOSS_MODES, ...): path -> how many at most, so that a new
-#: one fails (and a file's number lowers as they move).
-NOT_YET_READ_FROM_DATA = {
-    "vramwise/answers/advice.py": 7,     # _CHECKPOINTING, _LOSSES, _TRAINING and _ADAPTERS (literal and name), the
-                                         # losses a chunked loss follows
-    "vramwise/answers/fit.py": 2,        # the adapter methods (largest rank), compare's default methods
-    "vramwise/answers/plots.py": 1,      # the adapter methods (rank shown)
-    "vramwise/estimation/estimate.py": 1,  # the methods without adapters
-    "vramwise/surfaces/cli/fit.py": 1,     # the adapter methods (largest rank printed)
-    "vramwise/surfaces/cli/measure.py": 1,  # the adapter methods (rank printed)
-    "vramwise/surfaces/cli/parser.py": 2,  # measure's --method and --loss choices
-    "vramwise/surfaces/serve.py": 1,       # compare's default methods
-}
-
-
 def test_no_engine_module_writes_a_settings_vocabulary():
     found = []
     for path in sorted(ENGINE.rglob("*.py")):
         found += vocabulary_rules(path.read_text(encoding="utf-8"), "vramwise/" + path.relative_to(ENGINE).as_posix())
-    counts: dict = {}
-    for f in found:
-        counts[f.split(":", 1)[0]] = counts.get(f.split(":", 1)[0], 0) + 1
-    assert {p: n for p, n in counts.items() if n > NOT_YET_READ_FROM_DATA.get(p, 0)} == {}, found
+    assert found == []
