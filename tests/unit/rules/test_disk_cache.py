@@ -231,3 +231,19 @@ def test_the_family_index_from_the_cache_is_the_one_built(cache, tmp_path):
     assert changed["llama_like_test_type"] == "llama"
     assert len(_entries(cache, "family-index")) == 2
     assert family_index.build_index(registry._files) == (changed, registry._fallback)  # the changed files' entry
+
+
+def test_the_folder_is_bounded(cache, monkeypatch):
+    """Beyond MAX_ENTRIES entries of a kind, the least recently written go, down to three quarters of the bound;
+    an entry larger than MAX_ENTRY_BYTES is not written."""
+    monkeypatch.setattr(diskcache, "MAX_ENTRIES", 8)
+    for k in range(9):
+        assert diskcache.put("datafiles", b"key %d" % k, {"k": k})
+        if k < 8:  # written k seconds after the epoch: the order of writing, whatever the clock's resolution
+            os.utime(cache / "datafiles" / diskcache._digest("datafiles", b"key %d" % k), ns=(k * 10**9, k * 10**9))
+    # the ninth write found 9 > 8 entries and kept the newest 8 * 3 // 4 = 6: keys 3..8
+    assert len(_entries(cache, "datafiles")) == 6
+    assert [k for k in range(9) if diskcache.get("datafiles", b"key %d" % k) is not None] == [3, 4, 5, 6, 7, 8]
+    monkeypatch.setattr(diskcache, "MAX_ENTRY_BYTES", 100)
+    assert not diskcache.put("datafiles", b"big", "x" * 200)
+    assert diskcache.get("datafiles", b"big") is None
