@@ -13,8 +13,8 @@ same bytes takes the entry instead of composing the YAML again. Nothing else is 
   format is ignored (and written again), never an error and never a figure.
 - Entries are :mod:`marshal` data (dicts, lists, strings, numbers), read only from a folder that belongs
   to the user and that no one else may write to; a folder that cannot be created or written is simply not
-  used. The folder holds at most :data:`MAX_ENTRIES` entries of at most :data:`MAX_ENTRY_BYTES` each (the
-  oldest go first), and is safe to delete at any time.
+  used. Each kind's folder holds at most :data:`MAX_ENTRIES` entries and :data:`MAX_KIND_BYTES` bytes, of at
+  most :data:`MAX_ENTRY_BYTES` each (the oldest go first), and the whole cache is safe to delete at any time.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from importlib.util import MAGIC_NUMBER
 
 from vramwise.version import VERSION
 
-__all__ = ["cache_dir", "get", "put", "source_digest", "MAX_ENTRIES", "MAX_ENTRY_BYTES", "FORMAT"]
+__all__ = ["cache_dir", "get", "put", "source_digest", "MAX_ENTRIES", "MAX_ENTRY_BYTES", "MAX_KIND_BYTES", "FORMAT"]
 
 #: The entries' format: a new one makes every older entry a miss.
 FORMAT = b"vramwise-cache-1"
@@ -35,6 +35,10 @@ FORMAT = b"vramwise-cache-1"
 MAX_ENTRIES = 2048
 #: Largest entry stored (a larger value is not cached).
 MAX_ENTRY_BYTES = 8 << 20
+#: Most bytes of one kind's entries kept on disk; beyond it the oldest are removed.
+MAX_KIND_BYTES = 64 << 20
+#: A process looks over a kind's folder (count and bytes) at its first write there and then every this many writes.
+PRUNE_EVERY = 256
 _OFF = ("", "off", "0", "none", "false")
 _SALT = FORMAT + b"\0" + VERSION.encode() + b"\0" + MAGIC_NUMBER + b"\0" + str(sys.version_info[:2]).encode()
 _CHECK = 16  # bytes of the entry's checksum
@@ -127,27 +131,39 @@ def put(kind: str, key: bytes, value, *, root: str | None = None) -> bool:
         except OSError:
             pass
         return False
-    _prune(folder)
+    writes = _WRITES[folder] = _WRITES.get(folder, -1) + 1
+    if writes % PRUNE_EVERY == 0:
+        _prune(folder)
     return True
 
 
+#: Writes of this process by folder (the folder is looked over at the first and every PRUNE_EVERY-th).
+_WRITES: dict[str, int] = {}
+
+
 def _prune(folder: str) -> None:
-    """Keep at most MAX_ENTRIES entries in ``folder``: the least recently written go."""
+    """Keep at most MAX_ENTRIES entries and MAX_KIND_BYTES bytes in ``folder``: beyond either, the least recently
+    written go, down to three quarters of the bound."""
     try:
-        names = os.listdir(folder)
-        if len(names) <= MAX_ENTRIES:
-            return
         aged = []
-        for name in names:
+        for name in os.listdir(folder):
             try:
-                aged.append((os.stat(os.path.join(folder, name)).st_mtime, name))
+                st = os.stat(os.path.join(folder, name))
             except OSError:
                 continue
-        aged.sort()
-        for _, name in aged[: len(aged) - MAX_ENTRIES * 3 // 4]:
-            try:
-                os.unlink(os.path.join(folder, name))
-            except OSError:
-                pass
+            aged.append((st.st_mtime, st.st_size, name))
     except OSError:
-        pass
+        return
+    total = sum(size for _, size, _ in aged)
+    if len(aged) <= MAX_ENTRIES and total <= MAX_KIND_BYTES:
+        return
+    aged.sort()
+    count = len(aged)
+    for _, size, name in aged:
+        if count <= MAX_ENTRIES * 3 // 4 and total <= MAX_KIND_BYTES * 3 // 4:
+            break
+        try:
+            os.unlink(os.path.join(folder, name))
+        except OSError:
+            continue
+        count, total = count - 1, total - size

@@ -240,6 +240,7 @@ def test_the_folder_is_bounded(cache, monkeypatch):
     """Beyond MAX_ENTRIES entries of a kind, the least recently written go, down to three quarters of the bound;
     an entry larger than MAX_ENTRY_BYTES is not written."""
     monkeypatch.setattr(diskcache, "MAX_ENTRIES", 8)
+    monkeypatch.setattr(diskcache, "PRUNE_EVERY", 1)  # the folder looked over at every write
     for k in range(9):
         assert diskcache.put("datafiles", b"key %d" % k, {"k": k})
         if k < 8:  # written k seconds after the epoch: the order of writing, whatever the clock's resolution
@@ -250,3 +251,18 @@ def test_the_folder_is_bounded(cache, monkeypatch):
     monkeypatch.setattr(diskcache, "MAX_ENTRY_BYTES", 100)
     assert not diskcache.put("datafiles", b"big", "x" * 200)
     assert diskcache.get("datafiles", b"big") is None
+
+
+def test_the_folder_is_bounded_in_bytes(cache, monkeypatch):
+    """Beyond MAX_KIND_BYTES bytes of a kind (entries of other code's keys that no one reads again, say), the
+    least recently written go down to three quarters of the bound; the first write of a process looks."""
+    monkeypatch.setattr(diskcache, "_WRITES", {})
+    for k in range(6):  # 16 bytes of checksum + marshal's 5-byte header + 1,000 bytes each: 1,021 bytes
+        assert diskcache.put("expressions", b"key %d" % k, "x" * 1000)
+        os.utime(cache / "expressions" / diskcache._digest("expressions", b"key %d" % k), ns=(k * 10**9, k * 10**9))
+    assert len(_entries(cache, "expressions")) == 6
+    monkeypatch.setattr(diskcache, "MAX_KIND_BYTES", 4000)
+    monkeypatch.setattr(diskcache, "_WRITES", {})  # a new process
+    assert diskcache.put("expressions", b"key 6", "x" * 1000)
+    # 7 x 1,021 = 7,147 bytes > 4,000: the oldest go until at most 3,000 bytes are left, the newest 2 entries
+    assert [k for k in range(7) if diskcache.get("expressions", b"key %d" % k) is not None] == [5, 6]
