@@ -12,6 +12,7 @@ test suite does.
 from __future__ import annotations
 
 import copy
+import hashlib
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -27,6 +28,23 @@ from vramwise.profiles.profile_files import read_profile
 from vramwise.profiles.strategies import StrategyFolder
 
 __all__ = ["Registry"]
+
+#: The bundled families compiled, across registries, by what compiles them: (digest of every family file's and stack
+#: overlay's display path and text, validated or not, family name) -> Family. A family's compile reads nothing
+#: else, so a registry of the bundled families (``vramwise check`` of a profile folder builds one for each check,
+#: Registry.reset_default another) takes the families compiled already instead of compiling the 151 again.
+#: Families from a folder given are compiled by their registry (what Registry.check_all of such a folder checks).
+_COMPILED = BoundedCache(1024)
+
+
+def _files_digest(texts: dict, overlays: dict) -> bytes:
+    h = hashlib.blake2b(digest_size=20)
+    for part in (sorted(texts.items()), sorted(overlays.items())):
+        h.update(b"\2")
+        for key, (shown, text) in part:
+            for item in ((key,) if isinstance(key, str) else key) + (shown, text):
+                h.update(item.encode("utf-8", "surrogatepass") + b"\0" + str(len(item)).encode() + b"\1")
+    return h.digest()
 
 
 def _stack_overlays(fam_loc, fam_disp: str | None) -> dict:
@@ -70,7 +88,10 @@ class Registry:
         texts = {shown.rsplit("/", 1)[-1].removesuffix(".yaml"): (shown, text) for shown, text in read_folder(fam_loc, fam_disp)}
         if not texts:
             raise FileFormatError(f"{fam_disp or families_dir}: no family files found")
-        self._files = FamilyFiles(texts, self.validate, _stack_overlays(fam_loc, fam_disp))
+        overlays = _stack_overlays(fam_loc, fam_disp)
+        self._files = FamilyFiles(texts, self.validate, overlays)
+        # (keys _COMPILED)
+        self._files_key = (_files_digest(texts, overlays), self.validate) if families_dir is None else None
         self._compiled: dict[str, Family] = {}
         self._profiles: dict[str, Profile] = {}
         self._profile_parts: dict[str, tuple] = {}  # profile -> (manifest, formula files), to add a strategy's
@@ -134,12 +155,17 @@ class Registry:
         if name not in self._compiled:
             if name not in self._files:
                 raise UnknownFamilyError(f"unknown family {name!r} (known: {', '.join(sorted(self._files))})")
-            fam = compile_family(name, self._files, self._files.overlays)
-            indexed = sorted(t for t, owner in self._by_type.items() if owner == name)
-            if sorted(set(fam.model_types)) != indexed or fam.fallback != (self._fallback == name):
-                raise FileFormatError(self._files[name].problem(
-                    ("model_types",), "model_types or fallback differ between the file and the model-type index "
-                    "(a line at column 0 inside a multi-line value?)"))
+            key = self._files_key + (name,) if self._files_key is not None else None
+            fam = _COMPILED.get(key) if key is not None else None
+            if fam is None:  # (one compiled from the same files passed the index check below)
+                fam = compile_family(name, self._files, self._files.overlays)
+                indexed = sorted(t for t, owner in self._by_type.items() if owner == name)
+                if sorted(set(fam.model_types)) != indexed or fam.fallback != (self._fallback == name):
+                    raise FileFormatError(self._files[name].problem(
+                        ("model_types",), "model_types or fallback differ between the file and the model-type index "
+                        "(a line at column 0 inside a multi-line value?)"))
+                if key is not None:
+                    _COMPILED.put(key, fam)
             self._compiled[name] = fam
         return self._compiled[name]
 
