@@ -181,19 +181,22 @@ def test_a_null_head_dim_is_read_as_transformers_reads_it():
 
 
 def _family_configs():
-    """One config per concrete family: its minimal reference config, else its first example's."""
+    """One config per concrete family: its minimal reference config, else its first example's (from the files' own
+    entries, the compiled families' values: Registry.family_entries, no family compiled at collection)."""
     reg = Registry.default()
-    for name, fam in sorted(reg.families.items()):
-        if fam.abstract:
+    for name in reg.family_names():
+        fam = reg.family_entries(name, "abstract", "reference", "model_types", "examples")
+        if fam.get("abstract"):
             continue
-        ref = fam.reference or {}
+        ref = fam.get("reference") or {}
+        model_types = fam.get("model_types") or ()
         if ref.get("minimal"):
             cfg = dict(ref["minimal"])
-            model_type = ref.get("model_type") or (fam.model_types[0] if fam.model_types else None)
+            model_type = ref.get("model_type") or (model_types[0] if model_types else None)
             if model_type:
                 cfg.setdefault("model_type", model_type)
-        elif fam.examples:
-            cfg = copy.deepcopy(fam.examples[0]["config"])
+        elif fam.get("examples"):
+            cfg = copy.deepcopy(fam["examples"][0]["config"])
         else:
             continue
         yield pytest.param(name, cfg, id=name)
