@@ -3,6 +3,8 @@ written out as arithmetic). Its agreement with measured steps is tests/measured/
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 import vramwise
@@ -151,7 +153,17 @@ def test_unsloth_profile_unchanged_by_loss_setting():
 
 
 _REG = vramwise.Registry.default()
-_EXAMPLES = [(f.name, f.examples[0]) for f in _REG.families.values() if f.examples and _REG.profile("hf").serves(f)]
+
+
+def _own(name: str) -> SimpleNamespace:
+    """A family file's own entries (Registry.family_entries: the compiled family's values, no family compiled at
+    collection), with the compiled family's attribute names, as Profile.serves reads them."""
+    own = _REG.family_entries(name, "model_types", "fallback", "abstract", "examples")
+    return SimpleNamespace(name=name, model_types=tuple(own.get("model_types") or ()), fallback=bool(own.get("fallback")),
+                           abstract=bool(own.get("abstract")), examples=tuple(own.get("examples") or ()))
+
+
+_EXAMPLES = [(f.name, f.examples[0]) for f in map(_own, _REG.family_names()) if f.examples and _REG.profile("hf").serves(f)]
 
 
 @pytest.mark.parametrize("family,example", _EXAMPLES, ids=[f for f, _ in _EXAMPLES])
