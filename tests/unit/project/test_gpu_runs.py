@@ -83,21 +83,38 @@ def test_model_is_a_hub_id():
     assert not bad, bad
 
 
-def test_settings_are_vramwise_settings_with_accepted_values():
+def _setting_problems(run: dict) -> list[str]:
+    """What is wrong with a run's settings by vramwise's rules: names it does not know, values its settings refuse."""
     problems = []
-    for name, index, run in _runs():
-        settings = run["settings"]
-        for part in ("stated", "from_defaults"):
-            for key, value in (settings.get(part) or {}).items():
-                where = f"{name}[{index}] {run['id']}: settings.{part}.{key}"
-                if key not in SETTING_NAMES:
-                    problems.append(f"{where}: not a vramwise setting")
-                    continue
-                try:
-                    PARSE[key](key, value)
-                except SettingsError as e:
-                    problems.append(f"{where}: {e}")
+    for part in ("stated", "from_defaults"):
+        for key, value in (run["settings"].get(part) or {}).items():
+            where = f"{run['id']}: settings.{part}.{key}"
+            if key not in SETTING_NAMES:
+                problems.append(f"{where}: not a vramwise setting")
+                continue
+            try:
+                PARSE[key](key, value)
+            except SettingsError as e:
+                problems.append(f"{where}: {e}")
+    return problems
+
+
+def test_settings_are_vramwise_settings_with_accepted_values():
+    problems = [f"{name}[{index}] {p}" for name, index, run in _runs() for p in _setting_problems(run)]
     assert not problems, problems
+
+
+def test_setting_check_refuses_what_the_schema_lets_through():
+    # the schema types these loosely (a string, an integer); vramwise's settings refuse them: an attention kernel
+    # it does not know, and a rank above its limit (vocabularies.limits: lora_rank at most 65,536)
+    run = {"id": "x", "settings": {"stated": {"attention": "flash_attn", "lora_rank": 65537, "lora_r": 8},
+                                   "from_defaults": {"gradient_checkpointing": "offload"}}}
+    problems = _setting_problems(run)
+    assert len(problems) == 4, problems
+    assert any("settings.stated.lora_r: not a vramwise setting" in p for p in problems)
+    assert any(p.startswith("x: settings.stated.attention: unknown attention") for p in problems)
+    assert any(p.startswith("x: settings.stated.lora_rank: lora_rank must be a positive integer of at most 65,536") for p in problems)
+    assert any(p.startswith("x: settings.from_defaults.gradient_checkpointing: unknown gradient checkpointing mode") for p in problems)
 
 
 def test_stated_and_defaulted_settings_do_not_overlap():
