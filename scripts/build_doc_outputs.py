@@ -1,13 +1,14 @@
 #!/usr/bin/env python
 """The command outputs shown in README.md and docs/*.md, regenerated from the commands themselves.
 
-A *console block* is a fenced code block whose first line is ``$ vramwise ...``: each ``$ `` line
-of the block is a command (a line ending in `` \\`` continues on the next), and the lines after it,
-up to the next ``$ `` line, are that command's output. This script runs every command (the repo
-root as the working directory, in this process, through ``vramwise.surfaces.cli.main.main``, with
-standard output and standard error captured together, as a terminal shows them) and rewrites the
-output lines of the block. The output does not depend on the terminal: the CLI wraps at a fixed
-100 columns.
+A *console block* is a fenced code block whose first line is ``$ vramwise ...`` or
+``$ python benchmarks/NAME.py ...``: each ``$ `` line of the block is a command (a line ending in
+`` \\`` continues on the next), and the lines after it, up to the next ``$ `` line, are that
+command's output. This script runs every command (the repo root as the working directory, in this
+process, through ``vramwise.surfaces.cli.main.main`` or the benchmark script's ``main(argv)``, which
+returns the exit status, with standard output and standard error captured together, as a terminal
+shows them) and rewrites the output lines of the block. The output does not depend on the terminal:
+the CLI wraps at a fixed 100 columns.
 
 A comment on the last non-blank line before the fence (a blank line between the comment and the
 fence keeps Markdown renderers from swallowing the fence into the comment) says how the block
@@ -63,6 +64,9 @@ from unittest import mock
 REPO = Path(__file__).resolve().parents[1]
 REGENERATE = "python scripts/build_doc_outputs.py"
 MARKER = re.compile(r"^<!--\s*vramwise-output:\s*(.*?)\s*-->\s*$")
+#: a command of a console block: ``vramwise ...`` or a benchmark script run by its ``main(argv)``
+COMMAND = re.compile(r"^\$ (?:vramwise\b|python benchmarks/[\w-]+\.py\b)")
+SCRIPT = re.compile(r"^benchmarks/[\w-]+\.py$")
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})(.*)$")
 ELISION = "..."
 
@@ -110,10 +114,10 @@ def find_blocks(path: Path, lines: list[str]) -> list[Block]:
                       if lines[j].strip().startswith(m.group(2)) and not lines[j].strip().strip(m.group(2)[0])),
                      len(lines))
         body = lines[i + 1:close]
-        if body and body[0].startswith(" ") and body[0].lstrip().startswith("$ vramwise"):
+        if body and body[0].startswith(" ") and COMMAND.match(body[0].lstrip()):
             raise BlockError(f"{path.name}:{i + 2}: an indented console block (in a list item?) is not "
                              f"generated: put it at the start of the line")
-        if body and body[0].startswith("$ vramwise"):
+        if body and COMMAND.match(body[0]):
             block = Block(path, i + 1, close)
             prev = next((lines[k] for k in range(i - 1, -1, -1) if lines[k].strip()), "")
             marker = MARKER.match(prev.strip())
@@ -263,8 +267,34 @@ def _environment(root: Path):
                 os.environ[k] = v
 
 
+def _script_main(path: str):
+    """The ``main`` of a benchmark script (``benchmarks/NAME.py`` under the working directory), loaded afresh."""
+    import importlib.util
+
+    name = f"_doc_output_{Path(path).stem}"
+    spec = importlib.util.spec_from_file_location(name, Path.cwd() / path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up by name
+    try:
+        spec.loader.exec_module(module)
+    except FileNotFoundError:
+        raise BlockError(f"no script {path}") from None
+    if not callable(getattr(module, "main", None)):
+        raise BlockError(f"{path} has no main(argv)")
+    return module.main
+
+
+def _run_main(main, args: list[str]) -> int:
+    try:
+        status = main(args)
+    except SystemExit as e:  # argparse's errors and --help
+        status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return status or 0
+
+
 def run_command(text: str) -> tuple[int, str]:
-    """Run ``vramwise ARGS [| PROGRAM ARGS]`` in this process; (exit status, stdout and stderr)."""
+    """Run ``vramwise ARGS [| PROGRAM ARGS]`` or ``python benchmarks/NAME.py ARGS [| ...]`` in this process;
+    (exit status, stdout and stderr)."""
     from vramwise.surfaces.cli.main import main
 
     lex = shlex.shlex(text, posix=True, punctuation_chars="|")
@@ -278,13 +308,19 @@ def run_command(text: str) -> tuple[int, str]:
         else:
             cur.append(t)
     stages.append(cur)
-    if stages[0][:1] != ["vramwise"] or any(not s for s in stages):
+    if any(not s for s in stages):
+        raise BlockError(f"not a vramwise command: {text!r}")
+    if stages[0][0] == "vramwise":
+        args = stages[0][1:]
+    elif stages[0][0] == "python" and len(stages[0]) > 1 and SCRIPT.match(stages[0][1]):
+        main, args = _script_main(stages[0][1]), stages[0][2:]
+    else:
         raise BlockError(f"not a vramwise command: {text!r}")
     buf = io.StringIO()
     with warnings.catch_warnings():
         warnings.simplefilter("default")  # a warning shown by an earlier command is shown again
         with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
-            status = main(stages[0][1:])
+            status = _run_main(main, args)
     output = buf.getvalue()
     for stage in stages[1:]:
         done = subprocess.run(stage, input=output, capture_output=True, text=True, check=False)

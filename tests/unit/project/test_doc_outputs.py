@@ -163,6 +163,26 @@ def test_an_unexpected_exit_status_is_an_error(tmp_path):
     assert page.read_text(encoding="utf-8") == "```\n$ vramwise estimate --batch-size x\n```\n"
 
 
+def test_a_benchmark_script_block_runs_its_main(tmp_path):
+    # `$ python benchmarks/NAME.py ARGS` runs the script's main(ARGS) in this process; its return value is the
+    # exit status, and an argparse error (SystemExit 2) is one too
+    b = _script()
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "echo.py").write_text(
+        "import sys\n\ndef main(argv=None):\n    print('args:', *argv)\n    if argv == ['bad']:\n"
+        "        raise SystemExit(2)\n    return 0\n", encoding="utf-8")
+    page = _page(tmp_path, "```\n$ python benchmarks/echo.py a b\nold\n```\n\n"
+                           "<!-- vramwise-output: exit=2 -->\n\n```\n$ python benchmarks/echo.py bad\n```\n")
+    stale, errors = b.process([page], root=tmp_path, write=True)
+    assert errors == [] and [s.where for s in stale] == ["docs/page.md:2", "docs/page.md:9"]
+    assert page.read_text(encoding="utf-8") == ("```\n$ python benchmarks/echo.py a b\nargs: a b\n```\n\n"
+                                                "<!-- vramwise-output: exit=2 -->\n\n"
+                                                "```\n$ python benchmarks/echo.py bad\nargs: bad\n```\n")
+    # only scripts of benchmarks/ are run
+    with pytest.raises(b.BlockError, match="not a vramwise command"):
+        b.run_command("python scripts/build_doc_outputs.py")
+
+
 def test_a_pipe_feeds_the_next_program(tmp_path):
     if shutil.which("grep") is None:
         pytest.skip("no grep")
