@@ -303,6 +303,19 @@ class Estimate:
             got = self._memo["warnings"] = self._stage.warnings + tuple(prof.warnings_for(self._env()[0], dynamic=True))
         return got
 
+    @property
+    def blocking(self) -> tuple:
+        """The warnings (among :attr:`warnings`) that say the stack cannot run these settings: those of
+        the formula files' warnings marked ``blocks: true``; empty when the run can happen."""
+        got = self._memo.get("blocking")
+        if got is None:
+            prof = self._stage.profile
+            got = tuple(prof.blocking_for(self._stage.env, dynamic=False))
+            if any(w.blocks and w.dynamic for w in prof.warning_rules):
+                got += tuple(prof.blocking_for(self._env()[0], dynamic=True))
+            self._memo["blocking"] = got
+        return got
+
     # -- multi-GPU strategies ---------------------------------------------------------------
     @property
     def strategy(self) -> str | None:

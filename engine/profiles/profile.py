@@ -84,6 +84,7 @@ class WarningRule:
     message: str
     shown: frozenset  # names of the message's placeholders
     dynamic: bool  # reads something that batch or sequence changes (evaluated per estimate, when asked)
+    blocks: bool = False  # the stack refuses or fails the run when the condition holds (``blocks: true``)
 
     def render(self, env: Mapping[str, Any], units: Mapping[str, str]) -> str:
         values = {}
@@ -265,6 +266,12 @@ class Profile:
         """The warnings whose condition holds over ``env`` (the static ones, or those batch and sequence reach)."""
         units = self.units
         return [w.render(env, units) for w in self.warning_rules if w.dynamic == dynamic and w.when.evaluate(env)]
+
+    def blocking_for(self, env: Mapping[str, Any], *, dynamic: bool) -> list[str]:
+        """The warnings of :meth:`warnings_for` whose rule says the stack cannot run the settings (``blocks``)."""
+        units = self.units
+        return [w.render(env, units) for w in self.warning_rules
+                if w.blocks and w.dynamic == dynamic and w.when.evaluate(env)]
 
     @property
     def units(self) -> dict:
@@ -507,7 +514,7 @@ def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | 
             shown = frozenset(_FIELD.findall(w["message"]))
             reads = when.names | shown
             warning_rules.append(WarningRule(when, w["message"], shown,
-                                             bool(reads & (dynamic | {"batch_size", "seq_len"}))))
+                                             bool(reads & (dynamic | {"batch_size", "seq_len"})), bool(w.get("blocks"))))
     refs = {"total": m["total"], "min_per_gpu": m["min_per_gpu"], "trainable_params": m["trainable_params"]}
     if "compiled" in m:
         refs["compiled"] = m["compiled"]
