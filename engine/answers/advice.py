@@ -5,8 +5,10 @@ judged by the one placement rule (:func:`vramwise.answers.placement.fits`); noth
 memory. The changes come in kinds, listed in :data:`KINDS` from the one that changes the training
 least to the one that changes it most:
 
-1. ``accumulation``: a smaller micro-batch and more gradient accumulation steps, the same effective
-   batch (batch 8 -> 4 x 2, 2 x 4, 1 x 8: the divisors of the batch, so the product stays the same);
+1. ``accumulation``: a smaller micro-batch and more gradient accumulation steps, exactly the same
+   effective batch (micro-batch x accumulation steps x data-parallel GPUs): batch 8 -> 4 x 2, 2 x 4,
+   1 x 8, the micro-batches that divide the effective batch per GPU; the largest batch that fits, when
+   it does not divide it, is stepped down to the largest one that does (batch 8 x 3 steps: 6 x 4);
 2. ``checkpointing``: gradient checkpointing (``true``; ``unsloth`` where the profile gives it a
    smaller figure than ``true``);
 3. ``optimizer``: an 8-bit optimizer, or a paged one (``adamw_8bit``, ``paged_adamw_8bit``: those the
@@ -20,7 +22,13 @@ least to the one that changes it most:
 9. ``offload``: the current strategy moves the optimizer, then the parameters too, to host memory;
 10. ``strategy``: a sharding strategy on the same GPUs (fsdp, zero3, then zero3 with offload; on one
     GPU only the offloading ones);
-11. ``gpus``: the fewest GPUs of the kind (``fit``'s ``min_gpus``).
+11. ``gpus``: the fewest GPUs of the kind in a count machines come in (:func:`machine_counts`: 1, 2,
+    4, then whole machines of ``gpus_per_node`` GPUs, 8 by default: 8, 16, 24...) at or above ``fit``'s
+    ``min_gpus``.
+
+Only changes that can run are advice: a change whose estimate carries a warning the formula files mark
+``blocks: true`` (the stack refuses or fails the run: an 8-bit optimizer under FSDP2, a kernel the model
+class does not run...) is not ranked; :func:`consider` lists it under ``blocked`` with that warning.
 
 The checkpointing modes and the losses are tried in the order formulas/settings.yaml gives them
 (``saves_memory_in_order``: settings.CHECKPOINTING_SAVINGS, LOSS_SAVINGS), those after the current one.
@@ -54,7 +62,8 @@ from vramwise.errors import VramwiseError
 from vramwise.profiles.settings import (ADAPTER_METHODS, CHECKPOINTING_MODES, CHECKPOINTING_SAVINGS, LOSS_MODES, LOSS_SAVINGS,
                                         TRAINING_METHODS)
 
-__all__ = ["Advice", "advise", "KINDS", "MAX_ESTIMATES", "MAX_COMBINATION_ESTIMATES"]
+__all__ = ["Advice", "Considered", "advise", "consider", "machine_counts", "KINDS", "MAX_ESTIMATES",
+           "MAX_COMBINATION_ESTIMATES"]
 
 #: The kinds of change, from the one that changes the training least to the one that changes it most.
 KINDS = ("accumulation", "checkpointing", "optimizer", "loss", "lora_targets", "lora_rank", "qlora", "seq_len",
@@ -74,6 +83,9 @@ _OPTIMIZERS = ("adamw_8bit", "paged_adamw_8bit")
 _OFFLOADS = ("optimizer", "parameters")
 #: Sharding strategies tried on the GPUs asked about, with their offload, mildest first.
 _SHARDING = (("fsdp", "none"), ("zero3", "none"), ("zero3", "optimizer"), ("zero3", "parameters"))
+#: Strategies whose GPUs hold consecutive layers of one replica, driven by one process: their GPUs do not
+#: multiply the batch (every other strategy runs one micro-batch per GPU).
+_ONE_REPLICA = ("none", "device_map")
 
 
 @dataclass(frozen=True)
@@ -102,6 +114,26 @@ class Advice:
                 "changes": _plain(self.changes), "total": self.total, "per_gpu": self.per_gpu, "gpus": self.gpus,
                 "fits": self.fits, "cost": self.cost,
                 "recipe_changes": None if self.recipe_changes is None else _plain(self.recipe_changes)}
+
+
+@dataclass(frozen=True)
+class Considered:
+    """The advice (ranked :class:`Advice`) and the changes left out because the stack cannot run them:
+    ``blocked``, ((description, why), ...) with why the blocking warnings of the change's estimate."""
+
+    advice: tuple = ()
+    blocked: tuple = ()
+
+
+def machine_counts(per_node: int, most: int) -> tuple:
+    """The GPU counts machines come in, up to ``most``: the powers of two below ``per_node`` (GPUs per
+    machine), then whole machines (per_node, 2 x per_node, ...)."""
+    out, k = [], 1
+    while k < per_node and k <= most:
+        out.append(k)
+        k *= 2
+    out.extend(range(per_node, most + 1, per_node))
+    return tuple(out)
 
 
 def _plain(m: Mapping) -> dict:
@@ -142,17 +174,24 @@ class _Budget:
         return got
 
 
-def advise(here: Any, estimate_at: Callable[[Mapping[str, Any]], Any], *, gpus: int, usable: int, share: float,
-           profile: Any, registry: Any, max_batch_size: int | None, max_seq_len: int | None,
-           max_lora_rank: int | None, min_gpus: int | None, max_gpus: int, accumulation: int = 1, recipe: Any = None,
-           limit: int = MAX_ESTIMATES, combination_limit: int = MAX_COMBINATION_ESTIMATES) -> tuple:
+def advise(here: Any, estimate_at: Callable[[Mapping[str, Any]], Any], **kw: Any) -> tuple:
+    """The ranked advice of :func:`consider` (the changes it blocks left out)."""
+    return consider(here, estimate_at, **kw).advice
+
+
+def consider(here: Any, estimate_at: Callable[[Mapping[str, Any]], Any], *, gpus: int, usable: int, share: float,
+             profile: Any, registry: Any, max_batch_size: int | None, max_seq_len: int | None,
+             max_lora_rank: int | None, min_gpus: int | None, max_gpus: int, accumulation: int = 1,
+             recipe: Any = None, limit: int = MAX_ESTIMATES,
+             combination_limit: int = MAX_COMBINATION_ESTIMATES) -> Considered:
     """The advice for a run that does not fit (empty when ``here`` fits on ``gpus`` GPUs of ``usable``
     bytes): ``estimate_at(changes)`` estimates the run with ``changes`` to its settings; ``profile``
     is the (single-GPU) profile, the ``max_*``/``min_gpus`` figures are those ``fit`` found;
-    ``max_gpus`` the most GPUs considered; ``accumulation`` the current gradient accumulation steps; ``recipe`` writes each change in its
-    own keys (``recipe.write``)."""
+    ``max_gpus`` the most GPUs considered; ``accumulation`` the current gradient accumulation steps;
+    ``recipe`` writes each change in its own keys (``recipe.write``). The changes whose estimate carries a
+    blocking warning are in ``blocked``, not in ``advice``."""
     if _fits_on(here, GpuSet.alike(usable, gpus), share):
-        return ()
+        return Considered()
     budget = _Budget(estimate_at, limit)
     s = here.settings
     ctx = _Context(here, budget, gpus, usable, share, profile, registry, accumulation, max_gpus)
@@ -171,7 +210,7 @@ def advise(here: Any, estimate_at: Callable[[Mapping[str, Any]], Any], *, gpus: 
         if entry is not None:
             entries.append(entry)
     if min_gpus is not None and min_gpus > gpus:
-        entry = ctx.entry([], [], k_gpus=min_gpus)
+        entry = ctx.more_gpus(min_gpus)
         if entry is not None:
             entries.append(entry)
     if not any(e.fits and not set(e.kinds) & set(_UNCOMBINED) for e in entries):
@@ -188,7 +227,7 @@ def advise(here: Any, estimate_at: Callable[[Mapping[str, Any]], Any], *, gpus: 
             except VramwiseError:
                 rc = None
         out.append(replace(e, rank=i, recipe_changes=rc))
-    return tuple(out)
+    return Considered(tuple(out), tuple(ctx.blocked.items()))
 
 
 class _Context:
@@ -198,11 +237,46 @@ class _Context:
         self.here, self.budget, self.gpus, self.usable, self.share = here, budget, gpus, usable, share
         self.profile, self.registry, self.accumulation, self.max_gpus = profile, registry, accumulation, max_gpus
         self.base_per_gpu = here.min_per_gpu(gpus)
+        s = here.settings
+        #: the effective batch: micro-batch x accumulation steps x the GPUs that each run a micro-batch
+        self.effective = s.batch_size * accumulation * _replicas(s.strategy, gpus)
+        self.counts = machine_counts(s.gpus_per_node, max_gpus)
+        self.blocked: dict = {}  # description -> why (the blocking warnings), in the order found
+
+    def block(self, words: str, est) -> bool:
+        """Whether ``est`` carries a blocking warning; if so, the change ``words`` is listed as blocked."""
+        if not est.blocking:
+            return False
+        self.blocked.setdefault(words, "; ".join(est.blocking))
+        return True
+
+    def keep_batch(self, changes: dict, k: int) -> dict | None:
+        """``changes`` with the gradient accumulation steps that keep the effective batch on ``k`` GPUs, when
+        they change the micro-batch (None: no whole number of steps keeps it)."""
+        if "batch_size" not in changes:
+            return changes
+        per_step = changes["batch_size"] * _replicas(changes.get("strategy", self.here.settings.strategy), k)
+        if self.effective % per_step:
+            return None
+        return {**changes, "gradient_accumulation_steps": self.effective // per_step}
+
+    def more_gpus(self, fewest: int) -> Advice | None:
+        """The entry for more GPUs: the first count machines come in, at or above ``fewest``, that fits
+        (the next ones tried where a count does not)."""
+        first = None
+        for k in [c for c in self.counts if c >= fewest][:4]:
+            entry = self.entry([], [], k_gpus=k)
+            if entry is not None and entry.fits:
+                return entry
+            first = first or entry
+        return first
 
     def judge(self, changes: Mapping[str, Any], k_gpus: int | None = None):
         """(estimate, per_gpu, fits) of the run with ``changes`` on ``k_gpus`` GPUs (None: invalid or
         over the budget)."""
         k = k_gpus or self.gpus
+        if self.keep_batch(changes, k) is None:
+            return None
         changes = {n: v for n, v in changes.items() if n != "gradient_accumulation_steps"}
         strategy = changes.get("strategy", self.here.settings.strategy)
         if strategy != "none" and k != self.gpus:
@@ -219,9 +293,14 @@ class _Context:
     def entry(self, kinds: list, picks: list, k_gpus: int | None = None) -> Advice | None:
         changes, words = {}, []
         for kind, i in zip(kinds, picks):
-            c, w = kind.variants[i]
-            changes.update(c)
-            words.append(w)
+            changes.update(kind.variants[i][0])
+        changes = self.keep_batch(changes, k_gpus or self.gpus)
+        if changes is None:
+            return None
+        for kind, i in zip(kinds, picks):
+            w = kind.variants[i][1]
+            words.append(_batch_words(changes["batch_size"], changes["gradient_accumulation_steps"], self.effective)
+                         if kind.kind == "accumulation" else w)
         names = [k.kind for k in kinds]
         if k_gpus is not None:
             strategy = changes.get("strategy", self.here.settings.strategy)
@@ -234,6 +313,8 @@ class _Context:
         if got is None:
             return None
         est, per, ok = got
+        if self.block("; ".join(words), est):
+            return None
         return Advice(changes=changes, kinds=tuple(names), description="; ".join(words), total=est.total, per_gpu=per,
                       gpus=k_gpus or self.gpus, fits=ok, cost=sum(_COST[n] for n in names))
 
@@ -262,7 +343,7 @@ def _discrete(ctx: _Context, kind: str, variants: list) -> _Kind | None:
         if got is None:
             continue
         est, per, ok = got
-        if not _smaller((per, est.total), last):
+        if ctx.block(words, est) or not _smaller((per, est.total), last):
             continue
         kept.append((changes, words))
         last = (per, est.total)
@@ -288,10 +369,11 @@ def _kinds(ctx: _Context, s, max_batch: int | None, max_rank: int | None) -> lis
     out = []
     training = method in TRAINING_METHODS
     if training and s.batch_size > 1:
-        divisors = [d for d in range(s.batch_size - 1, 0, -1) if s.batch_size % d == 0]
-        variants = [({"batch_size": d, "gradient_accumulation_steps": ctx.accumulation * s.batch_size // d},
-                     f"batch {d} with {ctx.accumulation * s.batch_size // d} gradient accumulation steps "
-                     f"(the same effective batch of {ctx.accumulation * s.batch_size})") for d in divisors]
+        per_gpu = ctx.accumulation * s.batch_size  # the effective batch of each GPU's process
+        divisors = [d for d in range(s.batch_size - 1, 0, -1) if per_gpu % d == 0]
+        variants = [({"batch_size": d, "gradient_accumulation_steps": per_gpu // d},
+                     _batch_words(d, per_gpu // d, ctx.effective)) for d in divisors]
+        # the largest batch that fits, stepped down to the largest that divides the effective batch
         fitting = [i for i, d in enumerate(divisors) if max_batch is not None and d <= max_batch]
         out.append(_Kind("accumulation", variants, fitting[0] if fitting else len(variants) - 1))
     if training and "gradient_checkpointing" in prof.settings_read:
@@ -359,6 +441,16 @@ def _attention_targets(here) -> tuple:
     return tuple(t for t in here.lora_targets if t in names)
 
 
+def _replicas(strategy: str, k: int) -> int:
+    """The GPUs that each run a micro-batch: all ``k`` under a data-parallel strategy, else one."""
+    return 1 if strategy in _ONE_REPLICA else k
+
+
+def _batch_words(batch: int, steps: int, effective: int) -> str:
+    return (f"batch {batch} with {steps} gradient accumulation step{'s' if steps != 1 else ''} "
+            f"(the same effective batch of {effective})")
+
+
 def _seq_words(new: int, old: int, longest: bool = True) -> str:
     return f"sequences of at most {new:,} tokens instead of {old:,}" + (" (the longest that fits)" if longest else "")
 
@@ -378,7 +470,7 @@ def _combinations(ctx: _Context, kinds: list, s) -> list:
         got = ctx.judge(_merge(chosen))
         if got is None:
             return out
-        if got[2]:
+        if got[2] and not got[0].blocking:
             found = True
             break
     if found:
@@ -390,15 +482,19 @@ def _combinations(ctx: _Context, kinds: list, s) -> list:
         return out
     everything = chosen
     if s.seq_len > 1:  # the longest sequence with every change
-        fits_at = lambda q: (lambda g: g is not None and g[2])(ctx.judge({**_merge(everything), "seq_len": q}))
+        fits_at = lambda q: _runs_and_fits(ctx.judge({**_merge(everything), "seq_len": q}))
         longest = largest_below(fits_at, s.seq_len - 1)
         if longest is not None:
             seq = _Kind("seq_len", [({"seq_len": longest}, _seq_words(longest, s.seq_len, False))], 0)
             entry = ctx.entry([k for k, _ in everything] + [seq], [i for _, i in everything] + [0])
             if entry is not None and entry.fits:
                 out.append(entry)
-    fits_on = lambda n: (lambda g: g is not None and g[2])(ctx.judge(_merge(everything), n))
-    fewest = fewest_above(fits_on, ctx.gpus, ctx.max_gpus)
+    # the GPU counts machines come in on which the effective batch can be kept (a micro-batch per GPU needs
+    # at most as many GPUs as the effective batch, and one that divides it): bisected by position
+    counts = [c for c in ctx.counts if ctx.keep_batch(_merge(everything), c) is not None]
+    fits_on = lambda i: _runs_and_fits(ctx.judge(_merge(everything), counts[i - 1]))
+    at = fewest_above(fits_on, sum(1 for c in counts if c <= ctx.gpus), len(counts))
+    fewest = None if at is None else counts[at - 1]
     if fewest is not None:
         best = _minimal(ctx, everything, fewest)
         if not best:  # the GPUs alone are enough: the single entry for more GPUs says so
@@ -407,6 +503,11 @@ def _combinations(ctx: _Context, kinds: list, s) -> list:
         if entry is not None and entry.fits:
             out.append(entry)
     return out
+
+
+def _runs_and_fits(got) -> bool:
+    """A judged change fits and carries no blocking warning."""
+    return got is not None and got[2] and not got[0].blocking
 
 
 def _merge(chosen: list) -> dict:
@@ -421,8 +522,7 @@ def _minimal(ctx: _Context, chosen: list, k_gpus: int | None = None) -> list:
     kind relaxed to its mildest variant that still fits (bisected over its variants). On ``k_gpus``
     GPUs every kind may go (an empty list: the GPUs alone are enough)."""
     def ok(c: list) -> bool:
-        got = ctx.judge(_merge(c), k_gpus)
-        return got is not None and got[2]
+        return _runs_and_fits(ctx.judge(_merge(c), k_gpus))
 
     keep = list(chosen)
     for item in sorted(chosen, key=lambda ki: -_COST[ki[0].kind]):

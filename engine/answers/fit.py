@@ -18,7 +18,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from vramwise.answers.advice import Advice, advise
+from vramwise.answers.advice import Advice, consider
 from vramwise.answers.placement import GpuSet, fits as _fits_on, rule_text
 from vramwise.answers.search import fewest as _fewest, largest as _largest
 from vramwise.errors import SettingsError, VramwiseError
@@ -119,6 +119,7 @@ class Fit:
     frontier: tuple  # ((seq_len, largest batch or None), ...)
     rule: str = field(default="")
     advice: tuple = ()  # of Advice (vramwise.answers.advice): what to change so it fits; empty when it fits
+    blocked: tuple = ()  # ((change, why), ...): changes left out of the advice, the stack cannot run them (why: the warning)
 
     def to_dict(self) -> dict:
         return {
@@ -131,6 +132,7 @@ class Fit:
             "max_lora_rank": self.max_lora_rank, "min_gpus": self.min_gpus,
             "frontier": [{"seq_len": s, "max_batch_size": b} for s, b in self.frontier], "rule": self.rule,
             "advice": [a.to_dict() for a in self.advice],
+            "blocked": [{"description": d, "why": why} for d, why in self.blocked],
             "error_band": self.estimate.error_band.to_dict() if self.estimate else None,
         }
 
@@ -165,7 +167,8 @@ def fit(
     batch size at the given sequence length, the largest sequence length at the given batch size, the
     largest LoRA rank, the fewest GPUs, and for each sequence length of ``seq_lens`` the largest batch.
     When the settings do not fit, ``advice`` lists what to change so they do
-    (:mod:`vramwise.answers.advice`).
+    (:mod:`vramwise.answers.advice`), and ``blocked`` the changes left out because the stack cannot run
+    them (their estimate carries a warning marked ``blocks: true``), each with that warning.
 
     ``model`` may be a recipe (:func:`vramwise.read_recipe`): its model, profile and settings, under
     those given here; its gradient accumulation steps and its strategy's world size (when ``gpus`` is
@@ -242,19 +245,20 @@ def fit(
     )
     rule = rule_text(here.strategy, n, usable, share)
     fits_here = _fits_on(here, gpu_set, share)
-    advice = ()
+    advice = blocked = ()
     if not fits_here:
         steps = recipe.extras.get("gradient_accumulation_steps") if recipe is not None else None
         accumulation = steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else 1
         layout = here.settings.experts_layout  # resolved once, not again for every new combination of settings
-        advice = advise(here, lambda changes: est(experts_layout=layout, **changes), gpus=n, usable=usable, share=share, profile=prof,
-                        registry=reg, max_batch_size=max_batch, max_seq_len=max_seq, max_lora_rank=max_rank,
-                        min_gpus=min_gpus, max_gpus=MAX_GPUS, accumulation=accumulation, recipe=recipe)
+        got = consider(here, lambda changes: est(experts_layout=layout, **changes), gpus=n, usable=usable, share=share,
+                       profile=prof, registry=reg, max_batch_size=max_batch, max_seq_len=max_seq, max_lora_rank=max_rank,
+                       min_gpus=min_gpus, max_gpus=MAX_GPUS, accumulation=accumulation, recipe=recipe)
+        advice, blocked = got.advice, got.blocked
     return Fit(
         gpu=target, gpus=n, headroom=float(headroom), usable_bytes=usable, further_gpu_share=share, profile=prof.name,
         settings=here.settings.to_dict(), estimate=here, fits=fits_here, methods=tuple(methods),
         max_batch_size=max_batch, max_seq_len=max_seq, max_lora_rank=max_rank, min_gpus=min_gpus,
-        frontier=frontier, rule=rule, advice=advice,
+        frontier=frontier, rule=rule, advice=advice, blocked=blocked,
     )
 
 

@@ -172,6 +172,7 @@ def _print_advice(f, out) -> None:
     """What to change so it fits: each change, the per-GPU figure after it and whether it fits."""
     if not f.advice:
         out.write("advice: no change vramwise models makes it fit\n")
+        _print_blocked(f, out)
         return
     write_wrapped(out, f"advice: what to change so it fits on {f.gpus} x {f.gpu.name} ({gib(f.usable_bytes)} GiB usable "
                   "each), the least change to the training first")
@@ -185,6 +186,13 @@ def _print_advice(f, out) -> None:
         if a.recipe_changes:
             _wrap(out, "in the recipe: " + ", ".join(f"{k}: {_recipe_value(v)}" for k, v in a.recipe_changes.items()),
                   "       ", "       ")
+    _print_blocked(f, out)
+
+
+def _print_blocked(f, out) -> None:
+    """The changes left out of the advice because the stack cannot run them, each with its warning."""
+    for change, why in f.blocked:
+        _wrap(out, f"blocked: {change} ({why})", "    ")
 
 
 def _wrap(out, text: str, rest: str, first: str = "") -> None:

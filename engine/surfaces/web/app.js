@@ -441,7 +441,9 @@
     const advice = fit.advice || [];
     box.hidden = fit.fits;
     if (fit.fits) return;
-    if (!advice.length) { list.appendChild(h("li", "no change vramwise models makes it fit")); return; }
+    // changes the stack cannot run (a warning marked blocks: true): listed apart, never ranked
+    const blocked = () => { for (const b of fit.blocked || []) list.appendChild(h("li", "blocked: " + b.description + " (" + b.why + ")", "muted")); };
+    if (!advice.length) { list.appendChild(h("li", "no change vramwise models makes it fit")); blocked(); return; }
     const text = (v) => Array.isArray(v) ? v.join(",") : String(v);
     for (const a of advice) {
       const li = h("li");
@@ -454,6 +456,7 @@
         Object.entries(a.recipe_changes).map(([k, v]) => k + ": " + text(v)).join(", "), "muted"));
       list.appendChild(li);
     }
+    blocked();
   }
 
   // -- fit and frontier ---------------------------------------------------------------------

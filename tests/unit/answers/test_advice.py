@@ -329,15 +329,19 @@ def test_a_combination_with_more_gpus_needs_fewer_than_the_gpus_alone():
     # on the fewest GPUs for all of them none is needed, so no combination is listed beside "3 GPUs"
     f = fit(LLAMA, gpu=4 * GIB, method="qlora", batch_size=1, seq_lens=())
     assert [a.kinds for a in f.advice if a.fits] == [("gpus",)]
-    # a 70B model known by its size, batch 4 on 24 GiB GPUs: batch 1 x 4 steps on fewer GPUs than
-    # more GPUs alone need; without the smaller batch it does not fit on those GPUs
+    # a 70B model known by its size, batch 4 on 24 GiB GPUs: a smaller batch with more steps on fewer
+    # GPUs than more GPUs alone need; without the smaller batch it does not fit on those GPUs. Without a
+    # strategy the GPUs split one replica, so the effective batch is batch x steps = 4, and the GPU
+    # counts are those machines come in (1, 2, 4, 8, 16...)
     spec = size_only_model(params=70e9)
     f = fit(spec, gpu=24 * GIB, profile="size_only", batch_size=4, target_modules=None, seq_lens=())
     alone = next(a for a in f.advice if a.kinds == ("gpus",))
     combo = next(a for a in f.advice if a.kinds == ("accumulation", "gpus"))
-    assert combo.fits and combo.gpus < alone.gpus
-    assert dict(combo.changes) == {"batch_size": 1, "gradient_accumulation_steps": 4, "gpus": combo.gpus}
-    e = vramwise.estimate(spec, profile="size_only", target_modules=None, batch_size=1)
+    assert combo.fits and combo.gpus < alone.gpus and {combo.gpus, alone.gpus} <= {1, 2, 4, 8, 16, 24, 32}
+    b = combo.changes["batch_size"]
+    assert dict(combo.changes) == {"batch_size": b, "gradient_accumulation_steps": 4 // b, "gpus": combo.gpus}
+    assert b < 4 and 4 % b == 0
+    e = vramwise.estimate(spec, profile="size_only", target_modules=None, batch_size=b)
     assert combo.per_gpu == e.min_per_gpu(combo.gpus) and _rule(e, combo.gpus, f.usable_bytes, f.further_gpu_share)
     e4 = vramwise.estimate(spec, profile="size_only", target_modules=None, batch_size=4)
     assert not _rule(e4, combo.gpus, f.usable_bytes, f.further_gpu_share)

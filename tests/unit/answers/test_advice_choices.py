@@ -26,6 +26,7 @@ class Settings:
     offload: str = "none"
     lora_rank: int = 16
     seq_len: int = 1024
+    gpus_per_node: int = 8
 
 
 class Run:
@@ -35,6 +36,7 @@ class Run:
     def __init__(self, settings: Settings, base: int, per_sample: dict, optimizer: dict | None = None):
         self.settings, self._base, self._per, self._opt = settings, base, per_sample, optimizer
         self.strategy = None  # the placement rule without a strategy: one GPU holds the total
+        self.blocking = ()  # no warning says the stack cannot run it
         self.total = base + per_sample[settings.gradient_checkpointing] * settings.batch_size \
             + (optimizer[settings.optimizer] if optimizer else 0)
 
