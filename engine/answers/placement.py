@@ -21,6 +21,16 @@ own GPU, and condition 1 alone decides.
 Example, by hand: two GPUs of 40 and 30 GiB (the first counted in full) pool
 40 + 0.85 x 30 = 65.5 GiB; a run of 60 GiB in all and 31 GiB per GPU on two fits only if the
 smaller GPU holds 31 GiB, which 30 GiB does not.
+
+Per GPU means a strategy. :func:`per_gpu_by_strategy` answers "what does each of n GPUs hold" for an
+estimate made without one: the same run under each multi-GPU strategy the profile models (the
+strategies manifest, ``formulas/strategies/strategies.yaml``), on each of n GPUs, estimated again
+through :func:`vramwise.estimate` with ``strategy`` and ``world_size`` set, and the best (least per
+GPU; a tie goes to the strategy listed first in the manifest). The profile's own split rule
+(``min_per_gpu(n)``) is kept beside them only where it is the profile's placement rule: a profile
+that models no strategy, or whose strategies are all the manifest's variants for it (their own
+totals, not the rank's step of the profile), as the unsloth profile's documented split
+(docs/unsloth-profile.md#multi-gpu) beside its DDP.
 """
 
 from __future__ import annotations
@@ -28,7 +38,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-__all__ = ["GpuSet", "pooled_bytes", "fits", "spare_per_gpu", "rule_text", "InferenceSplit", "inference_split", "per_gpu_bytes"]
+from vramwise.errors import SettingsError
+
+__all__ = ["GpuSet", "pooled_bytes", "fits", "spare_per_gpu", "rule_text", "InferenceSplit", "inference_split", "per_gpu_bytes",
+           "StrategyPerGpu", "PerGpuByStrategy", "per_gpu_by_strategy"]
 
 
 @dataclass(frozen=True)
@@ -128,3 +141,114 @@ def per_gpu_bytes(est: Any, counts: Iterable[int]) -> dict[int, int]:
     if est.strategy is not None:
         return {est.world_size: est.total}
     return {n: est.min_per_gpu(n) for n in counts}
+
+
+@dataclass(frozen=True)
+class StrategyPerGpu:
+    """One strategy on ``count`` GPUs: the bytes each GPU (the busiest rank) needs, or why the strategy
+    refuses the run's settings there (``per_gpu`` None)."""
+
+    strategy: str
+    count: int
+    per_gpu: int | None
+    refused: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"strategy": self.strategy, "per_gpu": self.per_gpu, "refused": self.refused}
+
+
+@dataclass(frozen=True)
+class PerGpuByStrategy:
+    """What each GPU holds for each GPU count (``counts``) under each multi-GPU strategy the profile
+    models (``strategies``, in the manifest's order; ``cells``: one per strategy and count, strategy by
+    strategy), the best of each count (``best``: ``(count, strategy or None)``, None where every strategy
+    refuses), and the profile's split rule where it is kept (``split_rule``: ``(count, bytes)``;
+    ``split_rule_text``: what the profile's ``min_per_gpu`` formula says it is)."""
+
+    counts: tuple[int, ...]
+    strategies: tuple[str, ...]
+    cells: tuple[StrategyPerGpu, ...]
+    best: tuple[tuple[int, str | None], ...]
+    split_rule: tuple[tuple[int, int], ...] = ()
+    split_rule_text: str = ""
+
+    def cell(self, strategy: str, count: int) -> StrategyPerGpu:
+        """The figure of ``strategy`` on ``count`` GPUs."""
+        for c in self.cells:
+            if c.strategy == strategy and c.count == count:
+                return c
+        raise KeyError((strategy, count))
+
+    def best_of(self, count: int) -> StrategyPerGpu | None:
+        """The best strategy's figure on ``count`` GPUs (None: every strategy refuses, or there are none)."""
+        name = dict(self.best)[count]
+        return None if name is None else self.cell(name, count)
+
+    def to_dict(self) -> dict:
+        """Plain data: for each count (as a string key) the best strategy and each strategy's bytes or refusal,
+        and the split rule's bytes by count where it is kept (else None)."""
+        return {
+            "strategies": list(self.strategies),
+            "counts": {str(n): {"best": dict(self.best)[n],
+                                "per_gpu": {c.strategy: c.per_gpu for c in self.cells if c.count == n and c.refused is None},
+                                "refused": {c.strategy: c.refused for c in self.cells if c.count == n and c.refused is not None}}
+                       for n in self.counts},
+            "split_rule": {str(n): b for n, b in self.split_rule} if self.split_rule else None,
+            "split_rule_text": self.split_rule_text or None,
+        }
+
+
+def _registry(registry: Any) -> Any:
+    if registry is not None:
+        return registry
+    from vramwise.estimation.registry import Registry
+
+    return Registry.default()
+
+
+def per_gpu_by_strategy(est: Any, counts: Iterable[int], *, registry: Any = None) -> PerGpuByStrategy:
+    """What each of n GPUs holds, for each n of ``counts``, under each multi-GPU strategy the profile of
+    ``est`` models, and the best of each count (least per GPU; a tie goes to the strategy listed first in
+    the strategies manifest).
+
+    Each figure is ``vramwise.estimate(model, profile, **est's settings, strategy=s, world_size=n).total``
+    (the estimate's offload, gpus_per_node and the rest unchanged), so at most strategies x counts
+    estimates are made; a strategy that refuses the settings on n GPUs (a
+    :class:`~vramwise.errors.SettingsError`: fewer GPUs than it spreads over, a method its stack does not
+    run on several GPUs) is kept with its refusal. ``est`` made under a strategy: that strategy only.
+    Inference is not trained, so it has no strategies. The profile's split rule (``min_per_gpu(n)``) is
+    kept where the profile models no strategy, or only the manifest's variants for it (module docstring).
+    ``registry``: the one ``est`` was made with (default: :meth:`Registry.default`)."""
+    from vramwise.estimation.estimate import estimate
+
+    counts = tuple(dict.fromkeys(counts))
+    for n in counts:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise SettingsError(f"the number of GPUs must be a positive integer, got {n!r}")
+    reg = _registry(registry)
+    settings = est.settings.to_dict()
+    if est.strategy is not None:
+        strategies = (est.strategy,)
+    elif settings["method"] == "inference" or est.serving is not None:
+        strategies = ()
+    else:
+        strategies = tuple(reg.strategies_of(est.profile))
+    cells, best = [], []
+    for s in strategies:
+        for n in counts:
+            try:
+                got = estimate(est.model, profile=est.profile, registry=reg, **{**settings, "strategy": s, "world_size": n})
+            except SettingsError as e:
+                cells.append(StrategyPerGpu(s, n, None, str(e)))
+            else:
+                cells.append(StrategyPerGpu(s, n, got.total))
+    for n in counts:
+        ran = [c for c in cells if c.count == n and c.per_gpu is not None]
+        best.append((n, min(ran, key=lambda c: c.per_gpu).strategy if ran else None))  # min keeps the first of a tie
+    own = [s for s in strategies if est.profile not in (reg.strategy_info(s).get("variants") or {})]
+    split, text = (), ""
+    if est.strategy is None and not own:
+        prof = est.profile_data
+        split = tuple((n, est.min_per_gpu(n)) for n in counts)
+        text = " ".join(prof.formula(prof.min_per_gpu).description.split())
+    return PerGpuByStrategy(counts, strategies, tuple(cells), tuple(best), split, text)

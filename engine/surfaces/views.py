@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from vramwise.answers.placement import inference_split, per_gpu_bytes
+from vramwise.answers.placement import inference_split, per_gpu_bytes, per_gpu_by_strategy
 from vramwise.estimation.estimate import Estimate
 from vramwise.estimation.registry import Registry
 from vramwise.rules.expr.language import render
@@ -64,9 +64,15 @@ def estimate_view(est: Estimate, gpus: Sequence[int]) -> dict:
     """``estimate --json``: the estimate, and ``min_per_gpu`` for each GPU count of ``gpus`` (a
     strategy: its own world size only). Inference with a KV cache also carries the profile's
     per-GPU rule (``min_per_gpu_rule``), the total with the KV cache (``inference_total``) and the
-    overhead inside that total (``inference_overhead``)."""
+    overhead inside that total (``inference_overhead``). A training estimate carries
+    ``per_gpu_by_strategy``: for the same GPU counts, each multi-GPU strategy's bytes per GPU or its
+    refusal, the best of each count, and the profile's split rule where it is kept
+    (:meth:`~vramwise.answers.placement.PerGpuByStrategy.to_dict`)."""
     data = est.to_dict()
-    data["min_per_gpu"] = {str(n): b for n, b in per_gpu_bytes(est, gpus).items()}
+    per_gpu = per_gpu_bytes(est, gpus)
+    data["min_per_gpu"] = {str(n): b for n, b in per_gpu.items()}
+    if est.serving is None:
+        data["per_gpu_by_strategy"] = per_gpu_by_strategy(est, per_gpu).to_dict()
     split = inference_split(est)
     if split is not None:  # min_per_gpu holds the KV cache; the profile's own per-GPU rule beside it
         data["min_per_gpu_rule"] = {str(n): est.min_per_gpu(n) for n in gpus}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
-from vramwise.answers.placement import inference_split
+from vramwise.answers.placement import inference_split, per_gpu_by_strategy
 from vramwise.estimation.estimate import COMPONENTS, Estimate
 from vramwise.answers.profile_note import other_profile
 from vramwise.errors import SettingsError
@@ -106,12 +106,62 @@ def print_table(est: Estimate, model: str, gpus: Sequence[int], out, note: str |
         if est.strategy is not None:
             _strategy_lines(est, out)
         else:
-            out.write("minimum per GPU: " + ", ".join(f"{n} x {gib(est.min_per_gpu(n))} GiB" for n in gpus) + "\n")
+            _per_gpu_lines(est, gpus, out)
     write_wrapped(out, est.error_band.line())
     if note:
         write_wrapped(out, note)
     for w in est.warnings:
         write_wrapped(out, f"warning: {w}")
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU{'s' if n > 1 else ''}"
+
+
+def _per_gpu_lines(est: Estimate, gpus: Sequence[int], out) -> None:
+    """Without a strategy: what each GPU holds under each strategy the profile models, one row per
+    strategy and a column per GPU count (``*`` the least of the count), the refusals, and the profile's
+    split rule where it is kept (:func:`~vramwise.answers.placement.per_gpu_by_strategy`)."""
+    answer = per_gpu_by_strategy(est, gpus)
+    s = est.settings
+    if answer.strategies:
+        write_wrapped(out, f"per GPU by strategy, GiB (batch {s.batch_size} x {s.seq_len} per rank; * the least, a tie "
+                           "to the first listed):")
+        names = ["strategy", *answer.strategies]
+        width = max(map(len, names))
+        best = dict(answer.best)
+        cols = []
+        for n in answer.counts:
+            cells = [_gpus(n) + " "] + [("refused " if c.per_gpu is None else gib(c.per_gpu) + ("*" if best[n] == c.strategy else " "))
+                                        for c in (answer.cell(st, n) for st in answer.strategies)]
+            w = max(map(len, cells))
+            cols.append([x.rjust(w) for x in cells])
+        for i, name in enumerate(names):
+            out.write(f"{name:<{width}}" + "".join("  " + col[i] for col in cols).rstrip() + "\n")
+        refusals: dict = {}
+        for c in answer.cells:
+            if c.refused is not None:
+                refusals.setdefault((c.strategy, c.refused), []).append(c.count)
+        for (strategy, why), counts in refusals.items():
+            write_wrapped(out, f"refused: {strategy} on {_counts(counts)}: {why}")
+        bests: dict = {}
+        for n, name in answer.best:
+            if name is not None:
+                bests.setdefault(name, []).append(n)
+        write_wrapped(out, "best (least per GPU): " + ("; ".join(f"{name} on {_counts(ns)}" for name, ns in bests.items())
+                                                       or "none, every strategy refuses these settings"))
+    if answer.split_rule:
+        text = answer.split_rule_text.rstrip(".")
+        text = text[:1].lower() + text[1:] if text[1:2].islower() else text
+        write_wrapped(out, "per GPU by the profile's split rule (no strategy): "
+                      + ", ".join(f"{n} x {gib(b)} GiB" for n, b in answer.split_rule) + (f"; the rule: {text}" if text else ""))
+
+
+def _counts(counts: Sequence[int]) -> str:
+    """``1 GPU``, ``2, 4 and 8 GPUs``."""
+    words = [str(n) for n in counts]
+    listed = words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+    return listed + (" GPU" if list(counts) == [1] else " GPUs")
 
 
 def _strategy_lines(est: Estimate, out) -> None:

@@ -424,7 +424,7 @@
       ? "strategy " + est.strategy + " on " + est.world_size + " GPU(s), the chart is one GPU: " +
         est.per_rank.map((r) => r.count + " x " + gib(r.total) + " GiB (" + r.role + ")").join(", ") +
         "; host memory per machine " + gib(est.host_bytes) + " GiB"
-      : "minimum per GPU: " + Object.entries(est.min_per_gpu).map(([n, b]) => n + " x " + gib(b) + " GiB").join(", ");
+      : perGpuText(est);
     // how far this profile x method x strategy was from measured peaks (accuracy/bands.yaml)
     const band = $("error-band");
     band.textContent = est.error_band.summary;
@@ -432,6 +432,21 @@
     const warn = $("warnings");
     clear(warn);
     for (const w of est.warnings) warn.appendChild(h("li", w));
+  }
+
+  // the per-GPU line without a strategy: the best strategy of each GPU count (per_gpu_by_strategy, the
+  // server's figures), the profile's split rule where it is kept, the KV-cache split for inference
+  function perGpuText(est) {
+    const p = est.per_gpu_by_strategy;
+    const counts = (f) => Object.entries(f).map(([n, b]) => n + " x " + gib(b) + " GiB").join(", ");
+    if (!p || (est.settings.method === "inference" && est.inference_total)) return "minimum per GPU: " + counts(est.min_per_gpu);
+    const parts = [];
+    if (p.strategies.length) {
+      parts.push("per GPU, the best strategy: " + Object.entries(p.counts).map(([n, c]) =>
+        n + " x " + (c.best ? gib(c.per_gpu[c.best]) + " GiB (" + c.best + ")" : "none (every strategy refuses)")).join(", "));
+    }
+    if (p.split_rule) parts.push("per GPU by the profile's split rule (no strategy): " + counts(p.split_rule));
+    return parts.join("; ");
   }
 
   // -- what to change so it fits (fit.advice: each change estimated again by the server) -----------
