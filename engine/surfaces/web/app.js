@@ -441,7 +441,9 @@
     const counts = (f) => Object.entries(f).map(([n, b]) => n + " x " + gib(b) + " GiB").join(", ");
     if (!p || (est.settings.method === "inference" && est.inference_total)) return "minimum per GPU: " + counts(est.min_per_gpu);
     const parts = [];
-    if (p.strategies.length) {
+    if (p.strategies.length && !Object.values(p.counts).some((c) => c.best)) {
+      parts.push("per GPU: every strategy (" + p.strategies.join(", ") + ") refuses these settings");
+    } else if (p.strategies.length) {
       parts.push("per GPU, the best strategy: " + Object.entries(p.counts).map(([n, c]) =>
         n + " x " + (c.best ? gib(c.per_gpu[c.best]) + " GiB (" + c.best + ")" : "none (every strategy refuses)")).join(", "));
     }
