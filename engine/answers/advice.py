@@ -20,8 +20,8 @@ least to the one that changes it most:
 7. ``qlora``: the base model in 4 bit (LoRA only);
 8. ``seq_len``: the longest sequence that fits (the search ``fit`` already made);
 9. ``offload``: the current strategy moves the optimizer, then the parameters too, to host memory;
-10. ``strategy``: a sharding strategy on the same GPUs (fsdp, zero3, then zero3 with offload; on one
-    GPU only the offloading ones);
+10. ``strategy``: a sharding strategy on the same GPUs, in the order of the strategies manifest's
+    ``advice.shards_in_order`` (fsdp, zero3, then zero3 with offload; on one GPU only the offloading ones);
 11. ``gpus``: the fewest GPUs of the kind in a count machines come in (:func:`machine_counts`: 1, 2,
     4, then whole machines of ``gpus_per_node`` GPUs, 8 by default: 8, 16, 24...) at or above ``fit``'s
     ``min_gpus``.
@@ -59,7 +59,8 @@ from typing import Any, Callable, Mapping
 from vramwise.answers.placement import GpuSet, fits as _fits_on
 from vramwise.answers.search import fewest_above, largest_below
 from vramwise.errors import VramwiseError
-from vramwise.profiles.settings import (ADAPTER_METHODS, CHECKPOINTING_MODES, CHECKPOINTING_SAVINGS, LOSS_MODES, LOSS_SAVINGS,
+from vramwise.profiles.settings import (ADAPTER_METHODS, CHECKPOINTING_MODES, CHECKPOINTING_SAVINGS,
+                                        DATA_PARALLEL_STRATEGIES, LOSS_MODES, LOSS_SAVINGS, SHARDS_IN_ORDER,
                                         TRAINING_METHODS)
 
 __all__ = ["Advice", "Considered", "advise", "consider", "machine_counts", "KINDS", "MAX_ESTIMATES",
@@ -81,11 +82,6 @@ _UNCOMBINED = ("seq_len", "strategy", "gpus")
 
 _OPTIMIZERS = ("adamw_8bit", "paged_adamw_8bit")
 _OFFLOADS = ("optimizer", "parameters")
-#: Sharding strategies tried on the GPUs asked about, with their offload, mildest first.
-_SHARDING = (("fsdp", "none"), ("zero3", "none"), ("zero3", "optimizer"), ("zero3", "parameters"))
-#: Strategies whose GPUs hold consecutive layers of one replica, driven by one process: their GPUs do not
-#: multiply the batch (every other strategy runs one micro-batch per GPU).
-_ONE_REPLICA = ("none", "device_map")
 
 
 @dataclass(frozen=True)
@@ -413,9 +409,9 @@ def _kinds(ctx: _Context, s, max_batch: int | None, max_rank: int | None) -> lis
         later = _OFFLOADS[_OFFLOADS.index(s.offload) + 1:] if s.offload in _OFFLOADS else _OFFLOADS
         out.append(_discrete(ctx, "offload", [({"offload": o}, f"{s.strategy} offloads the {o} to host memory")
                                               for o in later if o in offloads]))
-    if training and s.strategy not in ("fsdp", "zero3"):
+    if training and s.strategy not in {strategy for strategy, _ in SHARDS_IN_ORDER}:
         variants = []
-        for strategy, offload in _SHARDING:
+        for strategy, offload in SHARDS_IN_ORDER:
             if ctx.gpus == 1 and offload == "none":
                 continue  # sharding over one GPU shards nothing: only the offload can help
             info = ctx.registry.strategy_info(strategy)
@@ -442,8 +438,9 @@ def _attention_targets(here) -> tuple:
 
 
 def _replicas(strategy: str, k: int) -> int:
-    """The GPUs that each run a micro-batch: all ``k`` under a data-parallel strategy, else one."""
-    return 1 if strategy in _ONE_REPLICA else k
+    """The GPUs that each run a micro-batch: all ``k`` under a data-parallel strategy (the strategies manifest's
+    ``data_parallel``), else one (one GPU, or one process driving one replica over the GPUs: device_map)."""
+    return k if strategy in DATA_PARALLEL_STRATEGIES else 1
 
 
 def _batch_words(batch: int, steps: int, effective: int) -> str:

@@ -293,6 +293,11 @@ class Registry:
         serves (read-only, built once)."""
         return self._strategies.info(strategy)
 
+    def strategy_shards_in_order(self) -> tuple[tuple[str, str], ...]:
+        """The (strategy, offload) changes fit's advice proposes to shard the model states, mildest first (the
+        manifest's ``advice.shards_in_order``, each checked against the strategies and their offloads)."""
+        return self._strategies.shards_in_order()
+
     def strategies_of(self, profile: str) -> list[str]:
         """The strategies modelled on ``profile``."""
         return [s for s in self.strategy_names() if profile in self.strategy_info(s)["profiles"]]
@@ -338,6 +343,7 @@ class Registry:
         for sname in self.strategy_names():
             for pname in self.strategy_info(sname)["profiles"]:
                 self.profile(pname, sname)
+        self.strategy_shards_in_order()
         if problems:
             raise FileFormatError(problems)
         if folder_digest(self._families_location, self._formulas) == digest:  # not edited while checked

@@ -21,7 +21,7 @@ from vramwise.models.stack_manifest import STACK_NAMES, LazyNames
 __all__ = [
     "DEFAULT_PROFILE", "Setting", "strategy_manifest_names", "SETTINGS", "SETTING_NAMES", "PER_CALL", "TrainingSettings", "METHODS", "COMPARED_METHODS", "CHECKPOINTING_MODES",
     "CHECKPOINTING_SAVINGS", "LOSS_MODES", "LOSS_SAVINGS", "ATTENTION_KINDS", "ATTENTION_KERNELS", "EXPERTS_LAYOUTS", "METHOD_GROUPS", "ADAPTER_METHODS",
-    "TRAINING_METHODS", "SERVING_METHODS", "settings_file", "check_vocabularies", "compile_settings_file", "STACKS", "STRATEGIES", "OFFLOAD_MODES", "LIMITS", "normalise_settings", "normalise_static", "positive_int", "DEFAULTS", "SWEEPABLE", "DERIVED_FROM", "DERIVED_NAMES", "RELEASE_SETTINGS", "release_key", "profile_vocabularies",
+    "TRAINING_METHODS", "SERVING_METHODS", "settings_file", "check_vocabularies", "compile_settings_file", "STACKS", "STRATEGIES", "OFFLOAD_MODES", "DATA_PARALLEL_STRATEGIES", "SHARDS_IN_ORDER", "strategy_manifest_advice", "LIMITS", "normalise_settings", "normalise_static", "positive_int", "DEFAULTS", "SWEEPABLE", "DERIVED_FROM", "DERIVED_NAMES", "RELEASE_SETTINGS", "release_key", "profile_vocabularies",
 ]
 
 #: The profile an estimate uses when none is named.
@@ -83,35 +83,53 @@ STACKS = STACK_NAMES
 EXPERTS_LAYOUTS = tuple(_VOCABULARIES["experts_layout"]["names"])
 
 
-@lru_cache(maxsize=1)
-def strategy_manifest_names() -> tuple[tuple, tuple]:
-    """(the strategies, the offload modes) of the bundled strategies manifest
-    (formulas/strategies/strategies.yaml), each with "none" first; read once, through the data-file
-    reader (``strategy_manifest_names.cache_clear()`` forgets them)."""
+def _bundled_strategies() -> dict:
+    """The bundled strategies manifest (formulas/strategies/strategies.yaml), through the data-file reader;
+    not validated here (the test suite and ``vramwise check`` validate it and cross-check its names)."""
     from importlib import resources
 
     from vramwise.rules.datafiles import load_data_file, read_data_text
 
     shown = "formulas/strategies/strategies.yaml"
     item = resources.files("vramwise.formulas").joinpath("strategies", "strategies.yaml")
-    data = load_data_file(read_data_text(item, shown), shown, "strategies-1.schema.json", validate=False).data
+    return load_data_file(read_data_text(item, shown), shown, "strategies-1.schema.json", validate=False).data
+
+
+@lru_cache(maxsize=1)
+def strategy_manifest_names() -> tuple[tuple, tuple]:
+    """(the strategies, the offload modes) of the bundled strategies manifest
+    (formulas/strategies/strategies.yaml), each with "none" first; read once, through the data-file
+    reader (``strategy_manifest_names.cache_clear()`` forgets them)."""
+    data = _bundled_strategies()
     offload = ["none"]
     for entry in data["strategies"].values():
         offload += [mode for mode in entry.get("offload", ()) if mode not in offload]
     return ("none",) + tuple(data["strategies"]), tuple(offload)
 
 
+@lru_cache(maxsize=1)
+def strategy_manifest_advice() -> tuple[tuple, tuple]:
+    """(the strategies whose GPUs each run a micro-batch, in the manifest's order: those marked
+    ``data_parallel``; the (strategy, offload) changes fit's advice proposes to shard the model states,
+    mildest first: ``advice.shards_in_order``) of the bundled strategies manifest; read once
+    (``strategy_manifest_advice.cache_clear()`` forgets them)."""
+    data = _bundled_strategies()
+    parallel = tuple(name for name, entry in data["strategies"].items() if entry["data_parallel"])
+    shards = tuple((e["strategy"], e["offload"]) for e in (data.get("advice") or {}).get("shards_in_order", ()))
+    return parallel, shards
+
+
 class _ManifestNames(LazyNames):
-    """A tuple of names from the strategies manifest, read when first used (importing the settings
-    reads no file, and an estimate without a strategy never needs them)."""
+    """A tuple of names from the strategies manifest (item ``index`` of what ``read`` returns), read when
+    first used (importing the settings reads no file, and an estimate without a strategy never needs them)."""
 
-    __slots__ = ("_index",)
+    __slots__ = ("_read", "_index")
 
-    def __init__(self, index: int):
-        self._index = index
+    def __init__(self, index: int, read: Callable[[], tuple] = strategy_manifest_names):
+        self._read, self._index = read, index
 
     def _names(self) -> tuple:
-        return strategy_manifest_names()[self._index]
+        return self._read()[self._index]
 
 
 #: Multi-GPU strategies (their formulas: formulas/strategies, read from its strategies.yaml); "none" is one GPU.
@@ -119,6 +137,12 @@ STRATEGIES = _ManifestNames(0)
 #: What a strategy moves to host memory (every offload setting of strategies.yaml): nothing, the optimizer
 #: states (and their step), or the parameters too.
 OFFLOAD_MODES = _ManifestNames(1)
+#: The strategies whose GPUs each run a micro-batch, so that they multiply the batch (strategies.yaml
+#: ``data_parallel``); the others (device_map) and one GPU ("none") run one replica, a micro-batch at a time.
+DATA_PARALLEL_STRATEGIES = _ManifestNames(0, strategy_manifest_advice)
+#: The (strategy, offload) changes fit's advice proposes to shard the model states, mildest first
+#: (strategies.yaml ``advice.shards_in_order``).
+SHARDS_IN_ORDER = _ManifestNames(1, strategy_manifest_advice)
 #: Every accepted spelling of a gradient checkpointing mode -> the mode (the modes themselves and their aliases).
 _GC_ALIASES = {**{mode: mode for mode in CHECKPOINTING_MODES}, **_VOCABULARIES["gradient_checkpointing"].get("aliases", {})}
 

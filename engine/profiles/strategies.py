@@ -1,8 +1,9 @@
 """The multi-GPU strategies folder (``formulas/strategies``): its manifest and formula files.
 
 ``strategies.yaml`` names each strategy with its summary, source, formula files and offload
-settings, the profiles the strategies are modelled on, and the formulas that become the
-reported figures. A strategy's files are evaluated on top of a profile's formulas
+settings, whether its GPUs each run a micro-batch (``data_parallel``), the profiles the strategies are
+modelled on, the formulas that become the reported figures, and the strategy changes fit's advice
+proposes (``advice.shards_in_order``, checked against the strategies and their offloads). A strategy's files are evaluated on top of a profile's formulas
 (:class:`~vramwise.profiles.profile.Overlay`). Everything is read once, through the data-file
 reader (its size and UTF-8 limits), and kept.
 """
@@ -30,6 +31,7 @@ class StrategyFolder:
         self._texts: dict[str, str] = {}  # display path -> text of each file of the folder
         self._files: dict[str, DataFile] = {}
         self._infos: dict[str, Mapping] = {}
+        self._shards: tuple | None = None
 
     def _shown(self, fname: str) -> str:
         return f"{self.display}/{fname}" if self.display else str(self.folder.joinpath(fname))
@@ -74,6 +76,35 @@ class StrategyFolder:
                     f"variant(s) for {', '.join(stray)}, which the strategy does not serve ({', '.join(served)})"))
             got = self._infos[strategy] = MappingProxyType(dict(entry, profiles=served))
         return got
+
+    def shards_in_order(self) -> tuple[tuple[str, str], ...]:
+        """The (strategy, offload) changes fit's advice proposes to shard the model states, mildest first
+        (``advice.shards_in_order``; none without a manifest or without that list). Each names a strategy
+        of the manifest and one of its offload settings, once; else FileFormatError at the entry."""
+        if self._shards is None:
+            if not self.present():
+                self._shards = ()
+                return self._shards
+            man = self.manifest()
+            strategies = man.data["strategies"]
+            pairs, problems = [], []
+            for i, entry in enumerate((man.data.get("advice") or {}).get("shards_in_order") or ()):
+                strategy, offload = entry.get("strategy"), entry.get("offload")
+                at = ("advice", "shards_in_order", i)
+                if strategy not in strategies:
+                    problems.append(man.problem(at + ("strategy",), f"{strategy!r} is not a strategy of the manifest "
+                                                                   f"({', '.join(strategies)})"))
+                elif offload not in strategies[strategy].get("offload", ()):
+                    problems.append(man.problem(at + ("offload",), f"{strategy} does not offload {offload!r} (its "
+                                                                  f"offload: {', '.join(strategies[strategy]['offload'])})"))
+                elif (strategy, offload) in pairs:
+                    problems.append(man.problem(at, f"{strategy} with offload {offload} is listed twice"))
+                else:
+                    pairs.append((strategy, offload))
+            if problems:
+                raise FileFormatError(problems)
+            self._shards = tuple(pairs)
+        return self._shards
 
     def step(self, profile: str) -> Mapping[str, Any]:
         """The manifest's ``steps`` entry of ``profile`` (its step files, the methods its stack runs on

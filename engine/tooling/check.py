@@ -315,6 +315,7 @@ def _check_registry(reg: Registry, given: dict[str, _GivenFile], user_profiles: 
             for pname in reg.strategy_info(sname)["profiles"]:
                 if pname in prof_objs:
                     reg.profile(pname, sname)
+        reg.strategy_shards_in_order()  # the advice's strategy changes name strategies and offloads of the manifest
     except VramwiseError as e:
         problems.extend(_problems_of(e))
     for pname, prof in prof_objs.items():
