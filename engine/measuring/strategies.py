@@ -4,8 +4,24 @@ and reads no file."""
 
 from __future__ import annotations
 
-#: The strategies measure can run: names of formulas/strategies/strategies.yaml (a test holds them to it),
-#: each with a wrapper in the distributed runner.
-STRATEGIES = ("ddp", "fsdp", "fsdp_shard_grad_op", "zero1", "zero2", "zero3")
+from vramwise.models.stack_manifest import LazyNames, stack_manifest
+
+
+class _MeasuredStrategies(LazyNames):
+    """Every strategy a stack of formulas/stacks.yaml is measured under (its ``strategies``), each once, in
+    the order the stacks list them; read when first used."""
+
+    __slots__ = ()
+
+    def _names(self) -> tuple:
+        out: list = []
+        for stack in stack_manifest().stacks.values():
+            out += [s for s in stack.strategies if s not in out]
+        return tuple(out)
+
+
+#: The strategies measure can run: those formulas/stacks.yaml lists for its stacks, names of
+#: formulas/strategies/strategies.yaml (a test holds them to it), each with a wrapper in the distributed runner.
+STRATEGIES = _MeasuredStrategies()
 #: Process counts measure can start (each is a CPU process of this machine).
 WORLD_SIZES = range(2, 9)

@@ -6,11 +6,13 @@ recipe's setting it cannot run are formulas/stacks.yaml's (:mod:`vramwise.models
 facts a stack needs of a family are in families/stacks/<stack>/. The settings' vocabularies (the methods and their groups, the closed
 settings' values and spellings, the order in which the advice tries the modes that save memory,
 compare's default methods, what measure needs of each attention kernel, the sweepable settings, the
-integer limits) are formulas/settings.yaml's, and vLLM's are formulas/vllm/profile.yaml's. This
-scan of the package's source finds the Python shapes those rules had (a tuple of stack names, a map
-of profiles to stacks, a map of a setting's unrunnable values to runnable ones, a literal naming two
-values of one vocabulary, the limits' map, the sweepable settings' tuple) so that they cannot come
-back; the detector is tried on those shapes first.
+integer limits) are formulas/settings.yaml's, and vLLM's are formulas/vllm/profile.yaml's. What each
+multi-GPU strategy does (whether its GPUs each run a micro-batch) and the strategy changes fit's advice
+proposes are formulas/strategies/strategies.yaml's. This scan of the package's source finds the Python
+shapes those rules had (a tuple of stack names, a map of profiles to stacks, a map of a setting's
+unrunnable values to runnable ones, a literal naming two values of one vocabulary, the limits' map, the
+sweepable settings' tuple, a tuple naming two strategies) so that they cannot come back; the detector
+is tried on those shapes first.
 """
 
 from __future__ import annotations
@@ -193,4 +195,68 @@ def test_no_engine_module_writes_a_settings_vocabulary():
     found = []
     for path in sorted(ENGINE.rglob("*.py")):
         found += vocabulary_rules(path.read_text(encoding="utf-8"), "vramwise/" + path.relative_to(ENGINE).as_posix())
+    assert found == []
+
+
+# The strategy setting's values, read from the strategies manifest itself: one GPU ("none") and its strategies.
+_STRATEGY_MANIFEST = yaml.safe_load((FORMULAS / "strategies" / "strategies.yaml").read_text(encoding="utf-8"))
+STRATEGY_VALUES = {"none"} | set(_STRATEGY_MANIFEST["strategies"])
+_SEQUENCES = (ast.Tuple, ast.List, ast.Set)
+
+
+def _strings_within(node) -> list[str]:
+    """The strings of a tuple, list or set and of those nested in it (pairs of a strategy and an offload)."""
+    out = []
+    for e in node.elts:
+        if isinstance(e, _SEQUENCES):
+            out += _strings_within(e)
+        elif isinstance(e, ast.Constant) and isinstance(e.value, str):
+            out.append(e.value)
+    return out
+
+
+def strategy_rules(source: str, name: str = "<source>") -> list[str]:
+    """``name:line: what`` for each tuple, list or set in ``source`` (with those nested in it, found once at
+    the outermost) that names two or more values of the strategy setting: strategies of the manifest, or one
+    of them and "none" (one GPU)."""
+    tree = ast.parse(source)
+    nested = {id(e) for node in ast.walk(tree) if isinstance(node, _SEQUENCES) for e in node.elts
+              if isinstance(e, _SEQUENCES)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, _SEQUENCES) and id(node) not in nested:
+            named = set(_strings_within(node)) & STRATEGY_VALUES
+            if len(named) >= 2:
+                found.append(f"{name}:{node.lineno}: strategies {sorted(named)} (formulas/strategies/strategies.yaml "
+                             "says what each strategy does and which the advice proposes)")
+    return found
+
+
+def test_the_detector_finds_the_shapes_the_strategy_rules_had():
+    # advice.py's sharding changes and one-replica strategies, and its test of the current strategy, as they
+    # were written before strategies.yaml held them; measure's strategies as a literal
+    old = '''
+_SHARDING = (("fsdp", "none"), ("zero3", "none"), ("zero3", "optimizer"), ("zero3", "parameters"))
+_ONE_REPLICA = ("none", "device_map")
+if training and s.strategy not in ("fsdp", "zero3"):
+    pass
+STRATEGIES = ["ddp", "fsdp", "fsdp_shard_grad_op", "zero1", "zero2", "zero3"]
+PARALLEL = {"ddp", "fsdp_hybrid"}
+'''
+    found = sorted(strategy_rules(old), key=lambda f: int(f.split(":", 2)[1]))
+    # line 2: the pairs (fsdp, zero3 and "none", found once, at the outer tuple); 3: one replica; 4: the two
+    # sharding strategies; 6: measure's list; 7: a set of two
+    assert [int(f.split(":", 2)[1]) for f in found] == [2, 3, 4, 6, 7], found
+    assert "['fsdp', 'none', 'zero3']" in found[0] and "['device_map', 'none']" in found[1]
+    # what is not such a rule: one strategy compared; a strategy beside an offload that is not one;
+    # "none" beside other settings' values; a strategy's name in a message
+    assert strategy_rules('if strategy == "device_map" or strategy in ("fsdp",):\n    pass\n'
+                          'PAIR = ("fsdp", "optimizer")\nMODES = ("none", "true", "unsloth")\n'
+                          'WHY = ("world_size needs a strategy: ddp or fsdp",)\n') == []
+
+
+def test_no_engine_module_names_two_strategies():
+    found = []
+    for path in sorted(ENGINE.rglob("*.py")):
+        found += strategy_rules(path.read_text(encoding="utf-8"), "vramwise/" + path.relative_to(ENGINE).as_posix())
     assert found == []
