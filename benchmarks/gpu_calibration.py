@@ -570,7 +570,11 @@ def phase_boundary(emit, dry_run: bool, deadline: float, **_) -> None:
         finally:
             _release(dry_run)
 
-    lo, hi, cut_short, probes = boundary_search(fits, start, step, cap, deadline)
+    def told(seq: int, ok: bool) -> None:  # each probe as it ends: a run killed mid-search keeps them
+        emit(fig("boundary", f"{name}.probe[s{seq}]", seq if ok else None, unit="tokens",
+                 status="measured" if ok else "oom", reason=None if ok else "out of memory"))
+
+    lo, hi, cut_short, probes = boundary_search(fits, start, step, cap, deadline, told)
     est_lo = _estimated_boundary(vramwise, model["config"], settings, limit, start, step, cap, dry_run)
     emit(fig("boundary", name, lo, unit="tokens", status="measured" if lo else "oom",
              estimated_value=est_lo, model=_public_model(model), stack="hf", settings=settings,
@@ -579,11 +583,13 @@ def phase_boundary(emit, dry_run: bool, deadline: float, **_) -> None:
              estimated={"largest_seq_len": est_lo, "figure": "tensor_peak" if dry_run else "device"}))
 
 
-def boundary_search(fits: Callable[[int], bool], start: int, step: int, cap: int, deadline: float):
+def boundary_search(fits: Callable[[int], bool], start: int, step: int, cap: int, deadline: float,
+                    told: Callable[[int, bool], None] = lambda seq, ok: None):
     """(largest that fits, smallest that did not or None, stopped by time, probes): doubling from ``start``
     until a probe fails or ``cap`` is passed, then bisection to ``step``; a probe that would end past
     ``deadline`` is not started (its time foreseen as 1.5 times the last one's, scaled by the ratio of their
-    lengths to the power 1.5: between the linear layers' time and attention's quadratic one)."""
+    lengths to the power 1.5: between the linear layers' time and attention's quadratic one). ``told(seq,
+    fitted)`` hears each probe as it ends."""
     lo, hi, probes, last = 0, None, [], (0.0, 1)
 
     def in_time(seq: int) -> bool:
@@ -598,6 +604,7 @@ def boundary_search(fits: Callable[[int], bool], start: int, step: int, cap: int
         ok = fits(seq)
         last = (time.monotonic() - t0, seq)
         probes.append([seq, ok])
+        told(seq, ok)
         if not ok:
             hi = seq
             break
@@ -612,6 +619,7 @@ def boundary_search(fits: Callable[[int], bool], start: int, step: int, cap: int
         ok = fits(mid)
         last = (time.monotonic() - t0, mid)
         probes.append([mid, ok])
+        told(mid, ok)
         lo, hi = (mid, hi) if ok else (lo, mid)
     return lo, hi, False, probes
 
@@ -649,7 +657,8 @@ def run_child(phase: str, recorder: Recorder, deadline: float, alloc_conf: str |
     cmd += ["--alloc-conf", alloc_conf] if alloc_conf else []
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     err: list[str] = []
-    threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True).start()
+    drain = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
+    drain.start()
     timer = threading.Timer(max(1.0, deadline - time.monotonic() + 10), proc.kill)
     timer.start()
     try:
@@ -663,8 +672,10 @@ def run_child(phase: str, recorder: Recorder, deadline: float, alloc_conf: str |
         rc = proc.wait()
     finally:
         timer.cancel()
+    drain.join(timeout=5)
     if rc != 0:
-        what = "killed when its time was up" if rc < 0 else f"exited {rc}: {' '.join(''.join(err[-5:]).split())[-300:]}"
+        said = [x.strip() for x in err if x.strip()]  # its last line: the exception, for a traceback
+        what = "killed when its time was up" if rc < 0 else f"exited {rc}: {said[-1][:300] if said else 'nothing said'}"
         recorder.add(fig(phase, f"{phase}{'[' + alloc_conf + ']' if alloc_conf else ''}.process", status="error",
                          reason=what))
 

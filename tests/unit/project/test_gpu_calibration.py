@@ -88,8 +88,11 @@ def test_dry_run_training_rows_pair_measured_and_estimated(dry_run):
 
 def test_dry_run_boundary_brackets_its_limit(dry_run):
     _, _, result, _ = dry_run
-    (b,) = [f for f in result["figures"] if f["phase"] == "boundary"]
+    probes = [f for f in result["figures"] if f["phase"] == "boundary" and ".probe[" in f["name"]]
+    (b,) = [f for f in result["figures"] if f["phase"] == "boundary" and f["name"].endswith(".largest_seq_len")]
     m = b["measured"]
+    # each probe was recorded as it ended, before the answer, fitted or out of memory
+    assert [[int(f["name"].rsplit("[s", 1)[1].rstrip("]")), f["status"] == "measured"] for f in probes] == m["probes"]
     assert b["unit"] == "tokens" and b["value"] == m["largest_seq_len"] >= 32
     assert m["first_oom_seq_len"] is None or m["first_oom_seq_len"] - m["largest_seq_len"] <= m["resolution"]
     # every probe that fitted is at most the answer, every one that did not above it
@@ -211,3 +214,20 @@ def test_the_record_is_written_after_each_figure(tmp_path):
     assert on_disk["complete"] is False and on_disk["figures"][0]["line"] == "context: cuda_context = 512.0 MiB"
     rec.finish()
     assert json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))["complete"] is True
+
+
+def test_a_phase_process_that_fails_is_recorded_and_the_run_goes_on(tmp_path):
+    """The GPU phases run in child processes; here (no CUDA) the context phase's child fails at torch.cuda.init():
+    its failure is a figure of status error with the end of its standard error, and the parent carries on."""
+    import time
+
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device here: the context phase's child succeeds")
+    gc = _script()
+    rec = gc.Recorder(tmp_path / "r.json", dry_run=False, budget_s=60.0, echo=lambda line: None)
+    gc.run_child("context", rec, time.monotonic() + 60)
+    last = rec.data["figures"][-1]
+    assert (last["phase"], last["name"], last["status"]) == ("context", "context.process", "error")
+    assert last["reason"].startswith("exited 1: ") and "Error" in last["reason"]
+    assert json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))["figures"][-1] == last
