@@ -25,14 +25,16 @@ What it measures, one phase after the other, each within its share of ``--budget
    ``scaled_dot_product_attention`` (flash, memory-efficient, cuDNN, math) take beyond their inputs and
    outputs in the forward and the backward, at sequence lengths 1,024, 4,096 and 16,384;
 4. ``training``: real steps (``vramwise.measure`` on CUDA: torch's allocated and reserved peaks and NVML's
-   figure for the process) of transformers + PEFT (LoRA, full, and QLoRA when bitsandbytes imports) at three
-   shapes, the last a long context, on examples/llama-3.1-8b.json cut to 4 decoder layers (every width,
-   the vocabulary and the rotary settings kept: the kernels are the 8B model's; 1.9B parameters), then LoRA
-   and QLoRA on TinyLlama/TinyLlama-1.1B-Chat-v1.0 unchanged (the catalog's config: these rows can join the
-   corpus), then torchtune's and LitGPT's LoRA steps when they import (Unsloth: vramwise measures no Unsloth
-   step); each row carries ``vramwise.estimate(..., profile=<the stack's>)``'s figures for the same settings;
+   figure for the process) of transformers + PEFT at three shapes, the last a long context: LoRA on
+   TinyLlama/TinyLlama-1.1B-Chat-v1.0 unchanged first (the catalog's config: these rows can join the corpus),
+   then LoRA and full on examples/llama-3.1-8b.json cut to 4 decoder layers (every width, the vocabulary and
+   the rotary settings kept: the kernels are the 8B model's; 1.9B parameters), then QLoRA of both when
+   bitsandbytes imports; torchtune's and LitGPT's LoRA steps when they import (``vramwise measure`` runs those
+   two stacks on the CPU only: on a GPU their rows are skipped with its reason; Unsloth: vramwise measures no
+   Unsloth step). Each row carries ``vramwise.estimate(..., profile=<the stack's>)``'s figures for the same
+   settings (LoRA rank 16, the profile's default targets, AdamW (foreach), sdpa attention);
 5. ``boundary``: the longest sequence a LoRA step of TinyLlama-1.1B-Chat (batch 1, checkpointing) fits,
-   by doubling from 8,192 tokens and then bisecting to 1,024, stopped when the next probe would overrun the
+   by doubling from 16,384 tokens and then bisecting to 4,096, stopped when the next probe would overrun the
    phase's time; an out-of-memory error is the upper bound. Beside it the longest that vramwise's device
    figure fits in the GPU's memory (the same search over estimates).
 
@@ -84,7 +86,7 @@ MIB = 2**20
 STATUSES = ("measured", "dry-run", "skipped", "oom", "error")
 PHASES = ("context", "allocator", "workspaces", "training", "boundary")
 #: each phase's share of the budget (what one leaves unused goes to the next ones)
-SHARES = {"context": 0.05, "allocator": 0.12, "workspaces": 0.10, "training": 0.48, "boundary": 0.25}
+SHARES = {"context": 0.04, "allocator": 0.10, "workspaces": 0.08, "training": 0.53, "boundary": 0.25}
 STACKS = ("hf", "torchtune", "litgpt", "unsloth")
 ALLOC_CONFS = (None, "expandable_segments:True")
 CUT_MODEL = "examples/llama-3.1-8b.json"
@@ -458,9 +460,8 @@ def model_spec(which: str, dry_run: bool) -> dict:
 def _stack_rows(dry_run: bool) -> list[tuple[str, str, str]]:
     """(model, stack, method) in the order they run (the most telling first: a run cut short keeps those)."""
     has_bnb = importlib.util.find_spec("bitsandbytes") is not None and not dry_run
-    rows = [("cut", "hf", "lora"), ("cut", "hf", "full")]
-    rows += [("cut", "hf", "qlora")] if has_bnb else []
-    rows += [("corpus", "hf", "lora")] + ([("corpus", "hf", "qlora")] if has_bnb else [])
+    rows = [("corpus", "hf", "lora"), ("cut", "hf", "lora"), ("cut", "hf", "full")]
+    rows += [("corpus", "hf", "qlora"), ("cut", "hf", "qlora")] if has_bnb else []
     rows += [("cut", "torchtune", "lora"), ("cut", "litgpt", "lora"), ("cut", "unsloth", "lora")]
     return rows
 
@@ -556,7 +557,7 @@ def phase_boundary(emit, dry_run: bool, deadline: float, **_) -> None:
         import torch
 
         limit = int(torch.cuda.get_device_properties(0).total_memory)
-        start, step, cap = 8192, 1024, 2**21
+        start, step, cap = 16384, 4096, 2**21
 
     def fits(seq: int) -> bool:
         try:
