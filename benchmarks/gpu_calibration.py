@@ -742,6 +742,10 @@ def _gpu_slug() -> str:
 READINGS = (("torch_max_allocated", "torch_max_allocated"), ("torch_max_reserved", "torch_max_reserved"),
             ("nvml_process", "nvidia_smi"))
 FRAMEWORK = {"hf": "hf", "torchtune": "torchtune", "litgpt": "litgpt"}
+READ_AS = {"torch_max_allocated": "torch.cuda.max_memory_allocated over the steps, the model's load included.",
+           "torch_max_reserved": "torch.cuda.max_memory_reserved over the steps.",
+           "nvidia_smi": "NVML's memory of the process after the last step: the allocator's cache and the CUDA "
+                         "context included (the cache is emptied before each row)."}
 
 
 def to_corpus(result: dict, source_url: str, *, allow_dry_run: bool = False) -> dict:
@@ -788,8 +792,9 @@ def to_corpus(result: dict, source_url: str, *, allow_dry_run: bool = False) -> 
             for key, statistic in READINGS:
                 value = f["measured"].get(key)
                 if value:
+                    read = READ_AS[statistic]
                     runs.append({"id": f"{base}-{statistic.replace('_', '-')}", **common, "statistic": statistic,
-                                 "value": round(value / MIB, 1), "unit": "MiB", "notes": note})
+                                 "value": round(value / MIB, 1), "unit": "MiB", "notes": f"{note} {read}"})
         elif f["phase"] == "boundary" and f.get("value"):
             runs.append({"id": f"{base}-largest-seq-len", **common, "statistic": "largest_seq_len",
                          "value": int(f["value"]), "unit": "tokens",
