@@ -113,13 +113,16 @@ class Fit:
     fits: bool
     methods: tuple  # of MethodFit
     max_batch_size: int | None
-    max_seq_len: int | None
+    max_seq_len: int | None  # capped at the model's context window (context_window), where one is known
     max_lora_rank: int | None  # None for full fine-tuning and inference, or when rank 1 does not fit
     min_gpus: int | None  # fewest GPUs of this kind (None: more than MAX_GPUS)
     frontier: tuple  # ((seq_len, largest batch or None), ...)
     rule: str = field(default="")
     advice: tuple = ()  # of Advice (vramwise.answers.advice): what to change so it fits; empty when it fits
     blocked: tuple = ()  # ((change, why), ...): changes left out of the advice, the stack cannot run them (why: the warning)
+    max_seq_len_memory: int | None = None  # the largest sequence memory alone allows (above max_seq_len when capped)
+    context_window: int | None = None  # the config's max_position_embeddings (None: the config gives none)
+    notes: tuple = ()  # of str: what the answers above leave out (the cap at the context window)
 
     def to_dict(self) -> dict:
         return {
@@ -129,12 +132,50 @@ class Fit:
             "per_gpu": self.estimate.min_per_gpu(self.gpus) if self.estimate else None,
             "fits": self.fits, "methods": [m.to_dict() for m in self.methods],
             "max_batch_size": self.max_batch_size, "max_seq_len": self.max_seq_len,
+            "max_seq_len_memory": self.max_seq_len_memory, "context_window": self.context_window,
             "max_lora_rank": self.max_lora_rank, "min_gpus": self.min_gpus,
             "frontier": [{"seq_len": s, "max_batch_size": b} for s, b in self.frontier], "rule": self.rule,
             "advice": [a.to_dict() for a in self.advice],
             "blocked": [{"description": d, "why": why} for d, why in self.blocked],
             "error_band": self.estimate.error_band.to_dict() if self.estimate else None,
+            "notes": list(self.notes),
         }
+
+
+def context_window(spec: ModelSpec) -> tuple[int | None, str]:
+    """The model's context window, the config's ``max_position_embeddings`` (None where the config gives
+    none), and the words that name it: the fact, and the config's RoPE scaling type and factor where it has
+    one.
+
+    The window is the number the config states, never multiplied by the RoPE factor: under transformers
+    (modeling_rope_utils.py, 5.x) ``max_position_embeddings`` is already the extended window for llama3
+    (``_compute_llama3_parameters``: ``original_max_position_embeddings`` is the pretraining context, 8,192
+    for Llama 3.1, beside a max_position_embeddings of 131,072), for yarn and longrope
+    (``_compute_yarn_parameters`` / ``_compute_longrope_parameters``: where the config gives
+    ``original_max_position_embeddings``, max_position_embeddings / original is the factor, so
+    max_position_embeddings is the extended one), while dynamic NTK (``_compute_dynamic_ntk_parameters``)
+    rescales the frequencies at run time past max_position_embeddings and linear interpolation
+    (``_compute_linear_scaling_rope_parameters``) divides the positions by the factor: neither config states
+    a longer window than max_position_embeddings, so none is assumed."""
+    facts = spec.facts
+    window = facts.get("max_position_embeddings")
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        return None, ""
+    words = "max_position_embeddings"
+    kind, factor = facts.get("rope_scaling_type"), facts.get("rope_scaling_factor")
+    if kind not in (None, "default") and factor is not None:
+        words += f"; rope scaling {kind}, factor {factor:g}"
+    return window, words
+
+
+def _capped_grid(grid: tuple, window: int) -> tuple:
+    """The frontier's sequence lengths with those past ``window`` replaced by it (once, in order)."""
+    out: list = []
+    for s in grid:
+        s = min(s, window)
+        if s not in out:
+            out.append(s)
+    return tuple(out)
 
 
 def _fits(est: Estimate, n: int, usable: int, share: float) -> bool:
@@ -227,7 +268,9 @@ def fit(
         except VramwiseError as exc:
             methods.append(MethodFit(m, None, None, False, str(exc)))
     max_batch = _largest(lambda b: _fits_on(est(batch_size=b), gpu_set, share), LIMITS["batch_size"])
-    max_seq = _largest(lambda s: _fits_on(est(seq_len=s), gpu_set, share), LIMITS["seq_len"])
+    max_seq_memory = _largest(lambda s: _fits_on(est(seq_len=s), gpu_set, share), LIMITS["seq_len"])
+    window, window_words = context_window(spec)
+    max_seq, notes = max_seq_memory, ()
     max_rank = None
     if here.settings.method in ADAPTER_METHODS:
         max_rank = _largest(lambda r: _fits_on(est(lora_rank=r), gpu_set, share), LIMITS["lora_rank"])
@@ -239,6 +282,15 @@ def fit(
     for s in grid:
         if isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= LIMITS["seq_len"]:
             raise SettingsError(f"frontier sequence lengths must be whole numbers from 1 to {LIMITS['seq_len']:,}, got {s!r}")
+    if window is not None and max_seq_memory is not None and max_seq_memory > window:
+        # memory allows more tokens than the model has positions: the sequence answers, the frontier's
+        # lengths and the advice that shortens a sequence stop at its window
+        max_seq = window
+        capped = _capped_grid(grid, window)
+        notes = (f"largest sequence length capped at the model's context window of {window:,} tokens "
+                 f"({window_words}); memory alone allows {max_seq_memory:,}"
+                 + (", and the frontier stops there" if capped != grid else ""),)
+        grid = capped
     frontier = tuple(
         (s, _largest(lambda b, s=s: _fits_on(est(seq_len=s, batch_size=b), gpu_set, share), LIMITS["batch_size"]))
         for s in grid
@@ -258,7 +310,8 @@ def fit(
         gpu=target, gpus=n, headroom=float(headroom), usable_bytes=usable, further_gpu_share=share, profile=prof.name,
         settings=here.settings.to_dict(), estimate=here, fits=fits_here, methods=tuple(methods),
         max_batch_size=max_batch, max_seq_len=max_seq, max_lora_rank=max_rank, min_gpus=min_gpus,
-        frontier=frontier, rule=rule, advice=advice, blocked=blocked,
+        frontier=frontier, rule=rule, advice=advice, blocked=blocked, max_seq_len_memory=max_seq_memory,
+        context_window=window, notes=notes,
     )
 
 

@@ -113,6 +113,8 @@ def print_fit(f, label: str, out) -> None:
                   + (f"{f.max_batch_size:,}" if f.max_batch_size else "none (batch 1 does not fit)") + "\n")
         out.write(f"largest sequence length at batch {s.batch_size:,}: "
                   + (f"{f.max_seq_len:,}" if f.max_seq_len else "none (1 token does not fit)") + "\n")
+        for note in f.notes:
+            write_wrapped(out, f"note: {note}")
         if s.method in ADAPTER_METHODS:
             out.write("largest LoRA rank: " + (f"{f.max_lora_rank:,}" if f.max_lora_rank else "none (rank 1 does not fit)") + "\n")
         else:

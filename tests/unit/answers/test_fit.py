@@ -38,8 +38,12 @@ def _check(model, gpu, method, profile="unsloth", **s):
         assert ok(batch_size=f.max_batch_size) and not ok(batch_size=f.max_batch_size + 1)
     else:
         assert not ok(batch_size=1)
-    if f.max_seq_len is not None:
-        assert ok(seq_len=f.max_seq_len) and not ok(seq_len=f.max_seq_len + 1)
+    if f.max_seq_len_memory is not None:  # what memory allows; the answer stops at the context window
+        assert ok(seq_len=f.max_seq_len_memory) and not ok(seq_len=f.max_seq_len_memory + 1)
+        cap = f.context_window if f.context_window is not None else f.max_seq_len_memory
+        assert f.max_seq_len == min(f.max_seq_len_memory, cap)
+    else:
+        assert f.max_seq_len is None
     if f.max_lora_rank is not None:
         assert ok(lora_rank=f.max_lora_rank) and (f.max_lora_rank == 65536 or not ok(lora_rank=f.max_lora_rank + 1))
     if f.min_gpus is not None:
