@@ -215,10 +215,12 @@ def score_run(run: dict, *, shared: Path | None = SHARED_CONFIGS, registry=None)
             method = fit.to_dict()["settings"]["method"]
             if statistic in BOUNDARY_STATISTICS:
                 seq = statistic == "largest_seq_len"
-                estimated = fit.max_seq_len if seq else fit.max_batch_size
+                # the sequence memory alone allows: a published boundary is a memory boundary (several run past
+                # the config's context window with rope scaling), and fit's capped figure would score the cap
+                estimated = fit.max_seq_len_memory if seq else fit.max_batch_size
                 error = None if estimated is None else signed_error(estimated, run["value"])
                 return Scored(run["id"], framework, profile, method, statistic, run["value"], estimated,
-                              "fit.max_seq_len" if seq else "fit.max_batch_size", error, None)
+                              "fit.max_seq_len_memory" if seq else "fit.max_batch_size", error, None)
             if statistic in VERDICT_STATISTICS:
                 fitted = bool(run["value"]) if statistic == "fits" else not run["value"]
                 return Scored(run["id"], framework, profile, method, statistic, fitted, bool(fit.fits),

@@ -194,8 +194,9 @@ def test_boundaries_and_verdicts_use_fit():
     result = s.score_run(run)
     fit = vramwise.fit("catalog:meta-llama/Llama-2-7b-hf", gpu="RTX 4090", profile="hf", method="qlora",
                        batch_size=1)
-    assert (result.estimated, result.compared_with) == (fit.max_seq_len, "fit.max_seq_len")
-    assert result.error == pytest.approx(fit.max_seq_len / 4096 - 1)
+    # a published largest length is a memory boundary: compared with what memory alone allows, not the capped figure
+    assert (result.estimated, result.compared_with) == (fit.max_seq_len_memory, "fit.max_seq_len_memory")
+    assert result.error == pytest.approx(fit.max_seq_len_memory / 4096 - 1)
     # Llama 2 70B in 4 bits: about 69e9 parameters x 0.5 byte = 34.5e9 bytes of weights alone, above an
     # 8 GB (8e9 bytes) GPU: an oom run agrees with fit, a fits run does not
     big = dict(model="meta-llama/Llama-2-70b-hf", gpu={"name": "8 GB", "count": 1}, unit="bool", value=True,
