@@ -268,3 +268,16 @@ def test_no_internal_words_reach_the_page(site, open_page):
     page.wait_for_function("() => document.getElementById('total').dataset.tokens !== ''", timeout=20_000)
     text = page.inner_text("body")
     assert not [w for w in INTERNAL if w in text]
+
+
+def test_the_largest_sequence_says_when_the_context_window_caps_it(site, open_page):
+    # Llama-3.1-8B QLoRA at batch 1 on an H100: memory alone allows more than the config's max_position_embeddings
+    # (131,072); fit caps its answer there and says so (Fit.notes), and the page shows the note under the row
+    fit = _api(site, "/api/fit", {"model": MODEL, "gpu": "h100-sxm", "batch_size": 1})
+    assert fit["max_seq_len"] == fit["context_window"] == 131_072 < fit["max_seq_len_memory"], fit
+    assert fit["notes"], fit
+    page = open_page(f"?model={MODEL}&gpu=h100-sxm&batch_size=1")
+    page.wait_for_selector("#fit-card:not([hidden])", timeout=20_000)
+    table = page.text_content("#fit-table")
+    assert f"{fit['max_seq_len']:,}" in table
+    assert fit["notes"][0] in table

@@ -487,6 +487,13 @@
     for (const m of fit.methods) row(m.method, m.total === null ? "—" : gib(m.per_gpu) + " GiB per GPU: " + (m.fits ? "fits" : "does not fit"));
     row("largest batch at seq " + int(fit.settings.seq_len), int(fit.max_batch_size));
     row("largest sequence at batch " + fit.settings.batch_size, int(fit.max_seq_len));
+    // fit's notes (the cap at the model's context window, with what memory alone allows), under the row they qualify
+    for (const n of fit.notes || []) {
+      const tr = h("tr"), td = h("td", n, "muted");
+      td.colSpan = 2;
+      tr.appendChild(td);
+      t.appendChild(tr);
+    }
     if (fit.max_lora_rank !== null || ["lora", "qlora"].includes(fit.settings.method)) row("largest LoRA rank", int(fit.max_lora_rank));
     row("fewest GPUs", fit.min_gpus === null ? "more than 1,024" : String(fit.min_gpus));
     drawAdvice(fit);
