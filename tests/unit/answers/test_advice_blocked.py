@@ -8,7 +8,7 @@ off its ``when:`` condition; the expected texts are the formula files' messages.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,6 +18,7 @@ import vramwise
 from vramwise.answers.advice import advise, machine_counts
 from vramwise.answers.fit import fit
 from vramwise.estimation.registry import Registry
+from unit.answers.advice_fakes import Settings as _Settings  # the fakes beside this file, by their folder
 
 GIB = 2**30
 LLAMA = str(Path(__file__).resolve().parents[3] / "examples" / "llama-3.1-8b.json")
@@ -185,20 +186,6 @@ def test_no_advice_when_the_run_itself_cannot_run():
 
 
 # -- the effective batch, exactly --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Settings:
-    method: str = "full"
-    batch_size: int = 8
-    gradient_checkpointing: str = "none"
-    optimizer: str = "adamw_torch"
-    loss: str = "cross_entropy"
-    strategy: str = "fsdp"
-    offload: str = "none"
-    lora_rank: int = 16
-    seq_len: int = 1024
-    gpus_per_node: int = 8
 
 
 class _Run:

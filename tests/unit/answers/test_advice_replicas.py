@@ -4,26 +4,13 @@ a batch change on more GPUs keeps the steps of one replica (docs/fit-advice.md, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 
 from vramwise.answers.advice import advise
-
-
-@dataclass(frozen=True)
-class _Settings:
-    method: str = "full"
-    batch_size: int = 8
-    gradient_checkpointing: str = "none"
-    optimizer: str = "adamw_torch"
-    loss: str = "cross_entropy"
-    strategy: str = "device_map"
-    offload: str = "none"
-    lora_rank: int = 16
-    seq_len: int = 1024
-    gpus_per_node: int = 8
+from unit.answers.advice_fakes import Settings as _Settings  # the fakes beside this file, by their folder
 
 
 class _Split:
