@@ -2,7 +2,8 @@
 
 ``measure(..., strategy="ddp"|"fsdp"|"fsdp_shard_grad_op", world_size=N)`` lands here. The parent writes a job of plain
 data (the config dict, the normalised settings as a dict, the step count) to a temporary folder and
-starts ``world_size`` Python processes on it. Each one builds the model exactly as the single-process
+starts ``world_size`` processes on it, each forked from a server process that has imported torch,
+transformers and PEFT once (:func:`_rank_processes`). Each one builds the model exactly as the single-process
 CPU path does (:mod:`vramwise.measuring.stacks.hf`: ``random_model``, ``apply_lora``,
 ``apply_checkpointing``), wraps it as a training stack would, and runs the same steps under the same
 tracker (:mod:`vramwise.measuring.tracker`):
@@ -31,7 +32,6 @@ import gc
 import os
 import pickle
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -154,7 +154,37 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-_CHILD = "import sys; from vramwise.measuring.distributed import child_main; child_main(sys.argv[1], int(sys.argv[2]))"
+#: What the fork server imports once, before it forks a process per rank: torch, its distributed package and
+#: PEFT (which brings transformers and bitsandbytes) are most of a rank's start-up (about 6 s of CPU each), so
+#: one import serves every rank of every run of the calling process instead of one per rank. A module that is
+#: not installed is skipped (multiprocessing's fork server ignores its ImportError).
+PRELOAD = ("torch", "torch.distributed", "torch.distributed.fsdp", "transformers", "peft",
+           "vramwise.measuring.distributed")
+
+
+def _rank_processes():
+    """The multiprocessing context the ranks start from: a fork server that has imported :data:`PRELOAD`.
+
+    The server is one process per calling process, started on the first distributed run and kept until that
+    process exits. It imports and runs nothing else, so it has no threads to fork (the calling process may:
+    torch's thread pools, a test runner's), and each rank starts as a copy of it with nothing computed."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(list(PRELOAD))  # read when the server starts; a no-op once it runs
+    return ctx
+
+
+def _rank_entry(folder: str, rank: int, env: dict, log_path: str) -> None:
+    """A rank's first step in its forked process: its output to its log, the caller's environment as it is now
+    (the server's is as it was when it started), then :func:`child_main`."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.environ.clear()
+    os.environ.update(env)
+    child_main(folder, rank)
 
 
 def _run_ranks(folder: str, world_size: int, timeout: float) -> list[dict]:
@@ -163,14 +193,14 @@ def _run_ranks(folder: str, world_size: int, timeout: float) -> list[dict]:
     env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, PYTHONUNBUFFERED="1")
     if "GLOO_SOCKET_IFNAME" not in env and os.path.exists("/sys/class/net/lo"):
         env["GLOO_SOCKET_IFNAME"] = "lo"  # keep gloo on loopback whatever the host name resolves to
-    procs: list[subprocess.Popen] = []
-    logs = []
+    ctx = _rank_processes()
+    procs: list = []
     try:
         for rank in range(world_size):
-            log = open(os.path.join(folder, f"rank{rank}.log"), "wb")
-            logs.append(log)
-            procs.append(subprocess.Popen([sys.executable, "-c", _CHILD, folder, str(rank)], env=env,
-                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
+            p = ctx.Process(target=_rank_entry, args=(folder, rank, env, os.path.join(folder, f"rank{rank}.log")),
+                            name=f"vramwise-rank{rank}", daemon=True)
+            p.start()
+            procs.append(p)
         deadline = time.monotonic() + timeout
         results: dict[int, dict] = {}
         while len(results) < world_size:
@@ -179,8 +209,8 @@ def _run_ranks(folder: str, world_size: int, timeout: float) -> list[dict]:
                     continue
                 if os.path.exists(os.path.join(folder, f"rank{rank}.pkl")):  # written whole (os.replace)
                     results[rank] = _read_result(folder, rank, None)
-                elif p.poll() is not None:
-                    results[rank] = _read_result(folder, rank, p.returncode)
+                elif p.exitcode is not None:
+                    results[rank] = _read_result(folder, rank, p.exitcode)
                 else:
                     continue
                 if "error" in results[rank]:
@@ -194,22 +224,20 @@ def _run_ranks(folder: str, world_size: int, timeout: float) -> list[dict]:
         return [results[r] for r in range(world_size)]
     finally:
         _stop(procs)
-        for log in logs:
-            log.close()
 
 
 def _stop(procs) -> None:
-    """Terminate the children still running, then kill those that ignore it."""
-    alive = [p for p in procs if p.poll() is None]
+    """Terminate the ranks still running, then kill those that ignore it; reap every one."""
+    alive = [p for p in procs if p.exitcode is None]
     for p in alive:
         p.terminate()
     end = time.monotonic() + 5
     for p in alive:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            p.wait(max(0.0, end - time.monotonic()))
-        if p.poll() is None:
+        p.join(max(0.0, end - time.monotonic()))
+        if p.exitcode is None:
             p.kill()
-            p.wait()
+    for p in procs:
+        p.join()
 
 
 def _read_result(folder: str, rank: int, returncode: int | None) -> dict:
