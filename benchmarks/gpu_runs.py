@@ -3,6 +3,7 @@
     python benchmarks/gpu_runs.py            # the summary table and the runs not scored
     python benchmarks/gpu_runs.py --list     # each run: id, published, estimated, error
     python benchmarks/gpu_runs.py --json     # the same as data (summary, runs, not scored)
+    python benchmarks/gpu_runs.py --device-bands   # rewrite accuracy/device_bands.yaml from the scores
 
 Offline and in seconds. Each run is read through vramwise's data-file reader, its model's config found in the
 offline model catalog (``catalog/models.json``) or, failing that, in ``../shared/configs/<owner>__<name>.json``;
@@ -22,7 +23,14 @@ What is compared:
   MB = 10**6 bytes, unless the run's notes say its GB / MB are GiB / MiB. Signed error = estimated / published - 1.
 - ``largest_seq_len`` / ``largest_batch`` with ``vramwise.fit``'s largest sequence length / batch on that GPU (a
   catalog name, else the run's ``memory_gib``, else the one size its name gives, read as the GPU catalog reads
-  sizes: "80 GB" is 80 x 10**9 bytes); ``fits`` / ``oom`` with fit's verdict (agree / disagree).
+  sizes: "80 GB" is 80 x 10**9 bytes); ``fits`` / ``oom`` with fit's verdict (agree / disagree). fit runs
+  with headroom 0: the boundary and the verdict score the memory model, not a margin kept on top of it.
+
+The device bands (``--device-bands``, ``accuracy/device_bands.yaml``, read by ``vramwise.profiles.bands``):
+the scored runs whose statistic is a device total (``DEVICE_STATISTICS``: torch's reserved peak, nvidia-smi, a
+total of unstated reading), pooled by profile x method (every framework of the profile together), with the
+number of runs, the median and p90 of |error|, the signed median and the p90 of the shortfall
+max(0, -error), fit's default headroom. tests/unit/project/test_device_bands.py fails when the file is stale.
 """
 
 from __future__ import annotations
@@ -211,7 +219,8 @@ def score_run(run: dict, *, shared: Path | None = SHARED_CONFIGS, registry=None)
                 return Scored(run["id"], framework, profile, est.settings.method, statistic, published, estimated,
                               figure, signed_error(estimated, published), None)
             gpu = gpu_query(run)
-            fit = vramwise.fit(model, gpu=gpu, gpus=count, profile=profile, registry=registry, **settings)
+            fit = vramwise.fit(model, gpu=gpu, gpus=count, headroom=0, profile=profile, registry=registry,
+                               **settings)
             method = fit.to_dict()["settings"]["method"]
             if statistic in BOUNDARY_STATISTICS:
                 seq = statistic == "largest_seq_len"
@@ -277,6 +286,59 @@ def summarise(results: Iterable) -> dict:
             "not_scored_reasons": {reason: dict(sorted(models.items(), key=lambda kv: (-kv[1], kv[0])))
                                    for reason, models in sorted(reasons.items(),
                                                                 key=lambda kv: (-sum(kv[1].values()), kv[0]))}}
+
+
+DEVICE_BANDS = ROOT / "accuracy" / "device_bands.yaml"
+
+
+def device_bands(results: Iterable) -> list[dict]:
+    """The device bands of scored runs: one entry per (profile, method) with a run whose statistic is a device
+    total, in that order."""
+    from vramwise.profiles.bands import DEVICE_STATISTICS
+
+    groups: dict[tuple, list[Scored]] = {}
+    for r in results:
+        if isinstance(r, Scored) and r.statistic in DEVICE_STATISTICS:
+            groups.setdefault((r.profile, r.method), []).append(r)
+    out = []
+    for (profile, method), rows in sorted(groups.items()):
+        errors = [r.error for r in rows]
+        frameworks: dict[str, int] = {}
+        stats: dict[str, int] = {}
+        for r in rows:
+            frameworks[r.framework] = frameworks.get(r.framework, 0) + 1
+            stats[r.statistic] = stats.get(r.statistic, 0) + 1
+        out.append({"profile": profile, "method": method, "runs": len(rows),
+                    "median_abs_error": round(statistics.median(abs(e) for e in errors), 6),
+                    "p90_abs_error": round(p90([abs(e) for e in errors]), 6),
+                    "signed_median": round(statistics.median(errors), 6),
+                    "p90_shortfall": round(p90([max(0.0, -e) for e in errors]), 6),
+                    "frameworks": dict(sorted(frameworks.items(), key=lambda kv: (-kv[1], kv[0]))),
+                    "statistics": dict(sorted(stats.items(), key=lambda kv: (-kv[1], kv[0])))})
+    return out
+
+
+def render_device_bands(bands: list[dict]) -> str:
+    """The text of accuracy/device_bands.yaml."""
+    from vramwise.profiles.bands import DEVICE_STATISTICS
+
+    def mapping(d: dict) -> str:
+        return "{" + ", ".join(f"{k}: {v}" for k, v in d.items()) + "}"
+
+    lines = ["# How far vramwise's device totals are from published GPU runs, by profile x method.",
+             "#",
+             "# Written by `python benchmarks/gpu_runs.py --device-bands` from the corpus benchmarks/gpu_runs/*.yaml",
+             "# scored against the estimates (docs/gpu-runs.md): error = estimate / published - 1 of the runs whose",
+             "# statistic is a device total. Do not edit by hand; tests/unit/project/test_device_bands.py fails when",
+             "# it is stale. Schema: schemas/device-bands-1.schema.json; what the figures mean: docs/error-bands.md.",
+             "schema_version: 1",
+             f"statistics: [{', '.join(DEVICE_STATISTICS)}]",
+             "bands:" + ("" if bands else " []")]
+    for b in bands:
+        lines += [f"  - profile: {b['profile']}", f"    method: {b['method']}", f"    runs: {b['runs']}"]
+        lines += [f"    {k}: {b[k]:.6f}" for k in ("median_abs_error", "p90_abs_error", "signed_median", "p90_shortfall")]
+        lines += [f"    frameworks: {mapping(b['frameworks'])}", f"    statistics: {mapping(b['statistics'])}"]
+    return "\n".join(lines) + "\n"
 
 
 # ---- printing ---------------------------------------------------------------------------------------
@@ -353,9 +415,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gpu_runs.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="the summary, every run and the runs not scored as JSON")
     parser.add_argument("--list", action="store_true", help="each run: id, published, estimated, error")
+    parser.add_argument("--device-bands", action="store_true",
+                        help=f"rewrite {DEVICE_BANDS.relative_to(ROOT)} (fit's default headroom) from the scores")
     args = parser.parse_args(argv)
     results = score_runs(load_runs())
-    if args.json:
+    if args.device_bands:
+        DEVICE_BANDS.write_text(render_device_bands(device_bands(results)), encoding="utf-8")
+        print(f"wrote {DEVICE_BANDS.relative_to(ROOT)}")
+    elif args.json:
         summary = summarise(results)
         summary["scored_runs"] = [asdict(r) for r in results if isinstance(r, Scored)]
         print(json.dumps(summary, indent=1))

@@ -3,7 +3,7 @@
 Public surface::
 
     vramwise.estimate(model, *, method="qlora", ...) -> Estimate
-    Estimate.error_band -> ErrorBand                 # the measured error of its profile x method x strategy
+    Estimate.error_band -> ErrorBands                # .tensors (CPU-measured steps), .device (published GPU runs)
     vramwise.load_model(model) -> ModelSpec          # resolve once, estimate many times
     vramwise.estimate_from_size(params=8e9) -> Estimate   # no config: the size-only fallback
     vramwise.measure(model, *, method="lora", ..., fake=False) -> Measurement   # needs the [measure] extra
@@ -17,7 +17,7 @@ Public surface::
 Errors all derive from :class:`VramwiseError` (see ``vramwise.errors`` for the tree).
 """
 
-from vramwise.profiles.bands import ErrorBand
+from vramwise.profiles.bands import DeviceBand, ErrorBand, ErrorBands
 from vramwise.errors import (
     ConfigError,
     EvaluationError,
@@ -108,6 +108,8 @@ __all__ = [
     "Estimate",
     "RankEstimate",
     "ErrorBand",
+    "ErrorBands",
+    "DeviceBand",
     "TraceEntry",
     "ModelSpec",
     "LayerClass",

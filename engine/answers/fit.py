@@ -6,6 +6,13 @@ rule of :mod:`vramwise.answers.placement` (the per-GPU minimum for ``n`` is at m
 several GPUs without a strategy, the first GPU in full plus the profile's share of each further
 one covers the total), the rule ``select_gpus`` applies too.
 
+The answers keep a headroom free on each GPU: the one given, or else the p90 shortfall of the estimate's device
+band (:class:`~vramwise.profiles.bands.DeviceBand`: how far estimates of this profile and method fell short of
+published GPU runs, nine runs in ten), or none where no published run covers the profile and method. The
+verdict (:class:`Verdict`) is ``fits`` at that headroom, ``tight`` where the total fits the GPU but not with
+the headroom, ``does not fit`` where it does not fit the GPU at all; the largest batch, sequence and rank, the
+fewest GPUs, the frontier and the advice are all answered at the headroom, so none of them is ``tight``.
+
 The searches assume that more batch, sequence, rank or GPUs never need less memory
 (monotone), and check the answer: the largest value found fits and the next one does not
 (the next GPU count does fit), so an answer is exact even where that assumption fails
@@ -19,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from vramwise.answers.advice import Advice, consider
-from vramwise.answers.placement import GpuSet, fits as _fits_on, rule_text
+from vramwise.answers.placement import GpuSet, fits as _fits_on, rule_text, spare_per_gpu
 from vramwise.answers.search import fewest as _fewest, largest as _largest
 from vramwise.errors import SettingsError, VramwiseError
 from vramwise.estimation.estimate import COMPONENTS, Estimate, estimate, load_model
@@ -29,12 +36,87 @@ from vramwise.estimation.registry import Registry
 from vramwise.profiles.settings import (ADAPTER_METHODS, COMPARED_METHODS, DEFAULT_PROFILE, DEFAULTS, LIMITS, METHODS,
                                         SWEEPABLE)
 
-__all__ = ["fit", "Fit", "Advice", "MethodFit", "GpuTarget", "compare", "Comparison", "sweep", "Sweep", "DEFAULT_FRONTIER"]
+__all__ = ["fit", "Fit", "Verdict", "VERDICTS", "Advice", "MethodFit", "GpuTarget", "compare", "Comparison", "sweep", "Sweep", "DEFAULT_FRONTIER"]
 
 #: Sequence lengths of the default frontier: 16 powers of two from 128 to 4,194,304 tokens.
 DEFAULT_FRONTIER = tuple(128 * 2**k for k in range(16))
 #: The most GPUs ``fit`` considers.
 MAX_GPUS = 1024
+#: The verdicts, from the best: fits with the headroom, fits the GPU but not with the headroom, does not fit.
+VERDICTS = ("fits", "tight", "does not fit")
+
+
+def _gib(n: int | float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether the settings fit, with the margin: ``label`` is ``fits`` (the per-GPU need fits with the
+    headroom kept free), ``tight`` (it fits the GPU, not with the headroom) or ``does not fit``.
+
+    ``margin_bytes`` is what each GPU has left after the per-GPU need (the GPU's memory less
+    ``min_per_gpu`` on the GPUs asked about; negative: short by that much); ``headroom`` the share of each
+    GPU kept free and ``headroom_source`` where it comes from: ``given``, ``device band`` (the device
+    band's p90 shortfall) or ``none`` (none given and no published run covers the profile and method)."""
+
+    label: str
+    margin_bytes: int
+    memory_bytes: int  # per GPU
+    headroom: float
+    headroom_source: str
+    headroom_why: str  # the headroom in words: its figure and where it comes from
+
+    @property
+    def margin_gib(self) -> float:
+        return self.margin_bytes / 2**30
+
+    @property
+    def headroom_bytes(self) -> int:
+        return int(self.memory_bytes * self.headroom)
+
+    def head(self) -> str:
+        """The verdict and its margin: ``tight, 2.10 GiB left of 24.00 GiB per GPU, less than the 3.75 GiB
+        headroom``."""
+        if self.label == "does not fit":
+            if self.margin_bytes >= 0:  # several GPUs without a strategy: each holds its share, together not the total
+                return "does not fit, the GPUs together do not cover the total"
+            return f"does not fit, {_gib(-self.margin_bytes)} short of {_gib(self.memory_bytes)} per GPU"
+        head = f"{self.label}, {_gib(self.margin_bytes)} left of {_gib(self.memory_bytes)} per GPU"
+        if self.headroom_bytes:
+            head += f", {'at least' if self.label == 'fits' else 'less than'} the {_gib(self.headroom_bytes)} headroom"
+        return head
+
+    def line(self) -> str:
+        """The verdict, its margin and the headroom in words: ``tight, 2.10 GiB left of ... (headroom ...)``."""
+        return f"{self.head()} ({self.headroom_why})"
+
+    def to_dict(self) -> dict:
+        return {"label": self.label, "margin_gib": round(self.margin_gib, 2), "margin_bytes": self.margin_bytes,
+                "headroom": self.headroom, "headroom_bytes": self.headroom_bytes,
+                "headroom_source": self.headroom_source, "summary": self.line()}
+
+
+def default_headroom(est: Estimate) -> tuple[float, str, str]:
+    """The headroom when none is given: the p90 shortfall of the estimate's device band, or 0 where no published
+    run covers its profile and method; with its source and its words."""
+    band = est.error_band.device
+    if not band.covered:
+        return 0.0, "none", (f"headroom 0 %: no published GPU run covers {band.profile}, {band.method}; "
+                             "give a headroom to keep a margin")
+    return band.p90_shortfall, "device band", (
+        f"headroom {100 * band.p90_shortfall:.1f} %: the device band's p90 shortfall over {band.runs} published GPU "
+        f"run{'s' if band.runs != 1 else ''} of {band.profile}, {band.method}")
+
+
+def given_headroom(est: Estimate, headroom: float) -> str:
+    """The words of a headroom given: its figure, and the device band's p90 shortfall where it is more."""
+    band = est.error_band.device
+    words = f"headroom {100 * headroom:g} % given"
+    if band.covered and headroom < band.p90_shortfall:
+        words += (f", below the device band's p90 shortfall of {100 * band.p90_shortfall:.1f} % over {band.runs} "
+                  f"published GPU run{'s' if band.runs != 1 else ''}")
+    return words
 
 
 @dataclass(frozen=True)
@@ -104,7 +186,7 @@ class Fit:
 
     gpu: GpuTarget
     gpus: int
-    headroom: float
+    headroom: float  # the share of each GPU kept free: given, or the device band's (verdict.headroom_source)
     usable_bytes: int  # per GPU: memory x (1 - headroom)
     further_gpu_share: float
     profile: str
@@ -123,10 +205,12 @@ class Fit:
     max_seq_len_memory: int | None = None  # the largest sequence memory alone allows (above max_seq_len when capped)
     context_window: int | None = None  # the config's max_position_embeddings (None: the config gives none)
     notes: tuple = ()  # of str: what the answers above leave out (the cap at the context window)
+    verdict: Verdict | None = None  # fits / tight / does not fit, with the margin (None: no estimate)
 
     def to_dict(self) -> dict:
         return {
             "gpu": self.gpu.to_dict(), "gpus": self.gpus, "headroom": self.headroom, "usable_bytes": self.usable_bytes,
+            "verdict": self.verdict.to_dict() if self.verdict else None,
             "further_gpu_share": self.further_gpu_share, "profile": self.profile, "settings": dict(self.settings),
             "total": self.estimate.total if self.estimate else None,
             "per_gpu": self.estimate.min_per_gpu(self.gpus) if self.estimate else None,
@@ -196,7 +280,7 @@ def fit(
     *,
     gpu: Any,
     gpus: int | None = None,
-    headroom: float = 0.0,
+    headroom: float | None = None,
     seq_lens: Iterable[int] | None = None,
     profile: str | None = None,
     registry: Registry | None = None,
@@ -204,7 +288,8 @@ def fit(
     **settings: Any,
 ) -> Fit:
     """What fits on ``gpus`` GPUs like ``gpu`` (see :func:`gpu_target`), with ``headroom`` (a share of
-    each GPU's memory kept free, 0 to 0.9): whether the settings fit, which methods fit, the largest
+    each GPU's memory kept free, 0 to 0.9; None: the p90 shortfall of the estimate's device band, 0 where no
+    published run covers it): the verdict (fits, tight, does not fit) with its margin, whether the settings fit, which methods fit, the largest
     batch size at the given sequence length, the largest sequence length at the given batch size, the
     largest LoRA rank, the fewest GPUs, and for each sequence length of ``seq_lens`` the largest batch.
     When the settings do not fit, ``advice`` lists what to change so they do
@@ -227,13 +312,13 @@ def fit(
             elif gpus is not None:
                 settings["world_size"] = gpus  # the GPUs asked about
     profile = profile or DEFAULT_PROFILE
-    if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not 0 <= headroom <= 0.9:
+    if headroom is not None and (isinstance(headroom, bool) or not isinstance(headroom, (int, float))
+                                 or not 0 <= headroom <= 0.9):
         raise SettingsError(f"headroom must be a share from 0 to 0.9 of each GPU's memory, got {headroom!r}")
     if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_GPUS):
         raise SettingsError(f"gpus must be a whole number from 1 to {MAX_GPUS}, got {gpus!r}")
     target = gpu_target(gpu, gpus)
     n = target.count
-    usable = int(target.memory_bytes * (1 - headroom))
     spec = model if isinstance(model, ModelSpec) else load_model(model, registry=reg, trust_remote_code=trust_remote_code)
     base = {**DEFAULTS, **settings}
     if base["strategy"] not in (None, "none"):  # the strategy runs on the GPUs asked about
@@ -254,12 +339,17 @@ def fit(
         return serving_fit(spec, prof, GpuTarget(target.name, total, target.source, ranks, target.cuda_total_bytes,
                                                            target.matched), base, reg)
     share = prof.further_gpu_share
-    gpu_set = GpuSet.alike(usable, n)  # the GPUs asked about, as the placement rule sees them
 
     def est(**changes) -> Estimate:
         return estimate(spec, profile=profile, registry=reg, **{**base, **changes})
 
     here = est()  # raises on bad settings: the answers below are all about these settings
+    if headroom is None:
+        headroom, source, why = default_headroom(here)
+    else:
+        source, why = "given", given_headroom(here, headroom)
+    usable = int(target.memory_bytes * (1 - headroom))
+    gpu_set = GpuSet.alike(usable, n)  # the GPUs asked about, as the placement rule sees them
     methods = []
     for m in prof.methods:
         try:
@@ -297,6 +387,9 @@ def fit(
     )
     rule = rule_text(here.strategy, n, usable, share)
     fits_here = _fits_on(here, gpu_set, share)
+    whole = GpuSet.alike(target.memory_bytes, n)  # the GPUs with nothing kept free
+    label = "fits" if fits_here else "tight" if _fits_on(here, whole, share) else "does not fit"
+    verdict = Verdict(label, spare_per_gpu(here, whole), target.memory_bytes, float(headroom), source, why)
     advice = blocked = ()
     if not fits_here:
         steps = recipe.extras.get("gradient_accumulation_steps") if recipe is not None else None
@@ -311,7 +404,7 @@ def fit(
         settings=here.settings.to_dict(), estimate=here, fits=fits_here, methods=tuple(methods),
         max_batch_size=max_batch, max_seq_len=max_seq, max_lora_rank=max_rank, min_gpus=min_gpus,
         frontier=frontier, rule=rule, advice=advice, blocked=blocked, max_seq_len_memory=max_seq_memory,
-        context_window=window, notes=notes,
+        context_window=window, notes=notes, verdict=verdict,
     )
 
 

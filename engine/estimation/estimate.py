@@ -16,7 +16,7 @@ import operator
 from dataclasses import FrozenInstanceError, dataclass
 from typing import Any, Mapping
 
-from vramwise.profiles.bands import ErrorBand, band_for
+from vramwise.profiles.bands import ErrorBands, band_for, device_band_for
 from vramwise.errors import InternalError, SettingsError
 from vramwise.rules.expr.language import LayerValues, round_bytes
 from vramwise.models.model import INVENTORY_DOCS, NO_ADAPTERS, LoraSums, ModelSpec
@@ -353,8 +353,10 @@ class Estimate:
         return None if prof.host is None else self._get(prof.host)
 
     @property
-    def error_band(self) -> ErrorBand:
-        """How far estimates of this profile x method x strategy were from measured peaks (:mod:`~vramwise.profiles.bands`)."""
+    def error_band(self) -> ErrorBands:
+        """How far estimates like this one were off (:mod:`~vramwise.profiles.bands`): ``tensors``, the tensor peak
+        against CPU-measured steps of this profile x method x strategy; ``device``, the device total against
+        published GPU runs of this profile and method."""
         got = self._memo.get("error_band")
         if got is None:
             s = self._stage.settings
@@ -362,8 +364,9 @@ class Estimate:
             # compile: a profile naming its compiled flag has compiled bands, and none where the flag is false
             compiled = bool(s["compile"]) and prof.compiled is not None
             modelled = not compiled or bool(self._get(prof.compiled))
-            got = self._memo["error_band"] = band_for(prof, s["method"], self.strategy, s["load_in_4bit"], compiled,
-                                                      modelled)
+            got = self._memo["error_band"] = ErrorBands(
+                band_for(prof, s["method"], self.strategy, s["load_in_4bit"], compiled, modelled),
+                device_band_for(prof, s["method"], s["load_in_4bit"]))
         return got
 
     @property

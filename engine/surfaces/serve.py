@@ -204,8 +204,8 @@ def api_fit(body: dict) -> dict:
     from vramwise.answers.fit import fit
 
     req = _request.read_body(body, ("gpu", "gpus", "headroom", "seq_lens"))
-    headroom = body.get("headroom", 0.0)
-    if isinstance(headroom, bool) or not isinstance(headroom, (int, float)):
+    headroom = body.get("headroom")  # absent or null: the device band's p90 shortfall (answers/fit.py)
+    if headroom is not None and (isinstance(headroom, bool) or not isinstance(headroom, (int, float))):
         raise SettingsError("headroom must be a share from 0 to 0.9")
     model, settings = req.model, req.settings_dict()
     if req.recipe is not None:  # the recipe itself, so that advice is written in its keys
@@ -213,7 +213,7 @@ def api_fit(body: dict) -> dict:
 
         model, settings = replace(req.recipe, model=model, settings=settings, profile=req.profile), {}
     f = fit(model, gpu=_gpu_field(body, True), gpus=_int_field(body, "gpus", None, 1, 1024),
-            headroom=float(headroom), seq_lens=_int_list(body, "seq_lens", None, 1, 1 << 25), profile=req.profile,
+            headroom=None if headroom is None else float(headroom), seq_lens=_int_list(body, "seq_lens", None, 1, 1 << 25), profile=req.profile,
             **settings)
     return _with_recipe(f.to_dict(), req.recipe)
 

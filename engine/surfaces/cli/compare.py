@@ -81,9 +81,13 @@ def print_compare(c, label: str, settings: dict, out) -> None:
         out.write(f"{fits_label:<{name_w}}" + "".join(
             f"  {(fits_word(fits) if est is not None else no):>{width}}" for _, _, est, _, fits in cells) + "\n")
     bands = [est.error_band if est is not None else None for _, _, est, _, _ in cells]
-    for name, attr in (("median |err|", "median_abs_error"), ("max |err|", "max_abs_error")):
+    for name, attr in (("median |err|", "median_abs_error"), ("max |err|", "max_abs_error")):  # tensors
         out.write(f"{name:<{name_w}}" + "".join(
-            f"  {(percent(getattr(b, attr), '') if b is not None and b.measured else no):>{width}}" for b in bands) + "\n")
+            f"  {(percent(getattr(b.tensors, attr), '') if b is not None and b.tensors.measured else no):>{width}}"
+            for b in bands) + "\n")
+    out.write(f"{'device p90':<{name_w}}" + "".join(
+        f"  {(percent(b.device.p90_abs_error, '') if b is not None and b.device.covered else no):>{width}}"
+        for b in bands) + "\n")
     totals = [(h, est.total) for h, (_, _, est, _, _) in zip(heads, cells) if est is not None]
     if totals:
         top = max(t for _, t in totals)
@@ -91,7 +95,7 @@ def print_compare(c, label: str, settings: dict, out) -> None:
         out.write("\n")
         for h, t in totals:
             out.write(f"{h:<{hw}}  {gib(t):>9} GiB  {bar(t / top, out, 20)}".rstrip() + "\n")
-    for line in dict.fromkeys(b.line() for b in bands if b is not None):
+    for line in dict.fromkeys(line for b in bands if b is not None for line in b.lines()):
         write_wrapped(out, line)
     for p, m, est, problem, _ in cells:
         if est is None:

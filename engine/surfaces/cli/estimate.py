@@ -107,7 +107,8 @@ def print_table(est: Estimate, model: str, gpus: Sequence[int], out, note: str |
             _strategy_lines(est, out)
         else:
             _per_gpu_lines(est, gpus, out)
-    write_wrapped(out, est.error_band.line())
+    for line in est.error_band.lines():
+        write_wrapped(out, line)
     if note:
         write_wrapped(out, note)
     for w in est.warnings:

@@ -53,7 +53,8 @@ def print_trace(est: Estimate, model: str, out, show_all: bool, note: str | None
         write_wrapped(out, f"profile {est.profile}: {text}")
     out.write(f"settings: {settings_line(est.settings, serving=est.serving is not None)}\n")
     out.write(f"total: {est.total:,} bytes ({gib(est.total)} GiB)\n")
-    write_wrapped(out, est.error_band.line())
+    for line in est.error_band.lines():
+        write_wrapped(out, line)
     if note:
         write_wrapped(out, note)
 

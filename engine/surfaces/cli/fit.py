@@ -6,7 +6,7 @@ import sys
 import textwrap
 
 from vramwise.answers.fit import MAX_GPUS, fit
-from vramwise.answers.placement import GpuSet, pooled_bytes, spare_per_gpu
+from vramwise.answers.placement import GpuSet, pooled_bytes
 from vramwise.profiles.settings import ADAPTER_METHODS
 from vramwise.surfaces.cli.common import plot, request_of, show_recipe, with_recipe
 from vramwise.surfaces.cli.format import WRAP, bar, dash, family_line, fits_word, gib, gpus_word, print_json, summary, write_wrapped
@@ -66,7 +66,9 @@ def _gpu_words(fit_result) -> list[str]:
     est = fit_result.estimate
     over = f"; the estimates already count the profile's overhead ({gib(est.overhead)} GiB)" if est is not None else ""
     lines.append(f"usable per GPU: {gib(fit_result.usable_bytes)} GiB = the memory less "
-                 f"{fit_result.headroom * 100:g}% headroom{over}")
+                 f"{fit_result.headroom * 100:.3g}% headroom{over}")
+    if fit_result.verdict is not None:
+        lines.append(fit_result.verdict.headroom_why)
     return lines
 
 
@@ -85,15 +87,13 @@ def print_fit(f, label: str, out) -> None:
     out.write("\n")
     if est is not None:
         need = est.min_per_gpu(n)
-        verdict = "fits" if f.fits else "does not fit"
-        left = spare_per_gpu(est, GpuSet.alike(usable, n))
-        spare = (f", {gib(left)} GiB to spare per GPU" if f.fits
-                 else f", {gib(-left)} GiB short per GPU" if left < 0 else ", the total is not covered")
+        verdict = f.verdict.head()
         if est.strategy is not None:
-            out.write(f"at these settings: strategy {est.strategy} on {on}, {gib(need)} GiB on each: {verdict}{spare}\n")
+            write_wrapped(out, f"at these settings: strategy {est.strategy} on {on}, {gib(need)} GiB on each: {verdict}")
         else:
-            out.write(f"at these settings: {gib(est.total)} GiB in all, {gib(need)} GiB per GPU on {on}: {verdict}{spare}\n")
-        write_wrapped(out, est.error_band.line())
+            write_wrapped(out, f"at these settings: {gib(est.total)} GiB in all, {gib(need)} GiB per GPU on {on}: {verdict}")
+        for line in est.error_band.lines():
+            write_wrapped(out, line)
         out.write("\n")
     width = max(len(m.method) for m in f.methods) if f.methods else 6
     out.write(f"{'method':<{width}}  {'total GiB':>9}  {'per GPU':>9}  fits  of usable\n")

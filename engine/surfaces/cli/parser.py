@@ -303,8 +303,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     _training_args(p, skip=("gpu",))
     p.add_argument("--gpu", required=True, help="a GPU name or alias (RTX 4090, H100, a100-40gb), a size (24GiB, 80GB) or local")
     p.add_argument("--gpus", type=int, default=None, help="how many GPUs of that kind (default: 1; local: the visible ones)")
-    p.add_argument("--headroom", type=headroom_share, default=0.0,
-                   help="share of each GPU's memory kept free, e.g. 10%% or 0.1 (default: 0)")
+    p.add_argument("--headroom", type=headroom_share, default=None,
+                   help="share of each GPU's memory kept free, e.g. 10%% or 0.1 (default: the p90 shortfall of the "
+                        "device band, the published GPU runs of the profile and method; 0 where none covers them)")
     p.add_argument("--seq-lens", default=None, metavar="S[,S...]",
                    help="sequence lengths of the frontier (default: 16 powers of two from 128 to 4,194,304)")
     p.add_argument("--plot", type=_plot_path, default=None, metavar="FILE",

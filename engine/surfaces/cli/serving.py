@@ -63,7 +63,8 @@ def print_serving_estimate(est: Estimate, model: str, out) -> None:
     for line in report_lines(est, gib):
         out.write("  " + line.rstrip("\n") + "\n")
     write_wrapped(out, _start_line(est))
-    write_wrapped(out, est.error_band.line())
+    for line in est.error_band.lines():
+        write_wrapped(out, line)
     for w in est.warnings:
         write_wrapped(out, f"warning: {w}")
 
@@ -89,6 +90,7 @@ def print_serving_fit(f, label: str, out) -> None:
         else:
             out.write(f"  {tp}: " + (f"{tokens:,} tokens of KV cache" if tokens is not None else "does not start")
                       + (f", largest max_model_len {longest:,}" if longest else "") + "\n")
-    write_wrapped(out, est.error_band.line())
+    for line in est.error_band.lines():
+        write_wrapped(out, line)
     for w in est.warnings:
         write_wrapped(out, f"warning: {w}")

@@ -57,7 +57,7 @@ def print_sweep(sw, label: str, profile: str, fixed: dict, fmt: str, out) -> Non
         w = csv.writer(out, lineterminator="\n")
         w.writerow(names + list(comps) + ["total", "median_abs_error", "max_abs_error"])
         for vals, e in sw.rows:  # the band's errors as fractions, empty where it is not measured
-            b = e.error_band
+            b = e.error_band.tensors
             w.writerow(list(vals) + [getattr(e, c) for c in comps] + [e.total, b.median_abs_error, b.max_abs_error])
         return
     out.write(f"{label}\n")
@@ -105,8 +105,8 @@ def print_sweep(sw, label: str, profile: str, fixed: dict, fmt: str, out) -> Non
 
 
 def _print_bands(sw, out) -> None:
-    """The error band of each (method, strategy) the sweep went through, a line each."""
-    lines = list(dict.fromkeys(e.error_band.line() for _, e in sw.rows))
+    """The error bands (tensors, device) of each (method, strategy) the sweep went through, a line each."""
+    lines = list(dict.fromkeys(line for _, e in sw.rows for line in e.error_band.lines()))
     if lines:
         out.write("\n")
     for line in lines:

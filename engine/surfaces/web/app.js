@@ -143,8 +143,11 @@
     const g = $("gpu").value;
     if (!g) return null;
     if (isServing()) return { gpu: g };  // vLLM runs on tensor_parallel_size x pipeline_parallel_size of them
-    const n = parseInt($("gpus").value, 10), hr = Number($("headroom").value);
-    return { gpu: g, gpus: Number.isInteger(n) && n > 0 ? n : 1, headroom: Number.isFinite(hr) ? hr / 100 : 0 };
+    const n = parseInt($("gpus").value, 10), given = $("headroom").value.trim(), hr = Number(given);
+    const choice = { gpu: g, gpus: Number.isInteger(n) && n > 0 ? n : 1 };
+    // an empty headroom: the server keeps the device band's p90 shortfall free (answers/fit.py)
+    if (given !== "" && Number.isFinite(hr)) choice.headroom = hr / 100;
+    return choice;
   }
 
   function applies() {  // settings that do not apply to the method are hidden (SETTINGS[...].applies_to)
@@ -194,7 +197,7 @@
     if (isServing()) delete s.method;  // the profile says it
     for (const k in s) q.set(k, String(s[k]));
     const g = gpuChoice();
-    if (g) { q.set("gpu", g.gpu); if (g.gpus > 1) q.set("gpus", g.gpus); if (g.headroom) q.set("headroom", $("headroom").value + "%"); }  // as --headroom: 10% or 0.1
+    if (g) { q.set("gpu", g.gpu); if (g.gpus > 1) q.set("gpus", g.gpus); if (g.headroom !== undefined) q.set("headroom", $("headroom").value + "%"); }  // as --headroom: 10% or 0.1
     const prof = checkedProfiles().sort().join(",");
     if (prof !== defaultCompareProfiles().sort().join(",")) q.set("compare", prof);
     const text = q.toString();
@@ -285,7 +288,7 @@
     const total = $("total");
     total.textContent = message; total.dataset.bytes = ""; total.dataset.tokens = ""; total.className = "total prompt";
     $("verdict").textContent = ""; $("verdict").className = "verdict";
-    for (const id of ["summary", "per-gpu", "error-band", "status"]) $(id).textContent = "";
+    for (const id of ["summary", "per-gpu", "band-tensors", "band-device", "status"]) $(id).textContent = "";
     for (const id of ["chart", "legend", "warnings", "compare"]) clear($(id));
     $("fit-card").hidden = true; $("serving-card").hidden = true; $("compare-card").hidden = true;
   }
@@ -380,10 +383,14 @@
     $("headline").insertBefore(total, $("verdict"));
     const usable = fit ? fit.usable_bytes * (est.strategy ? 1 : fit.gpus) : null;  // a strategy's figures are one GPU's
     const verdict = $("verdict");
-    if (fit) {
-      verdict.textContent = (fit.fits ? "fits " : "does not fit ") + (fit.gpus > 1 ? fit.gpus + " x " : "") + fit.gpu.name +
-        " (" + gib(fit.usable_bytes) + " GiB usable" + (fit.gpus > 1 ? " each" : "") + ")";
-      verdict.className = "verdict " + (fit.fits ? "fits" : "nofit");
+    if (fit) {  // fits / tight / does not fit (fit.verdict), at the headroom given or the device band's
+      const v = fit.verdict;
+      verdict.textContent = v.label + " " + (fit.gpus > 1 ? fit.gpus + " x " : "") + fit.gpu.name +
+        " (" + gib(fit.usable_bytes) + " GiB usable" + (fit.gpus > 1 ? " each" : "") + ", " +
+        (100 * fit.headroom).toFixed(1) + " % headroom" + (v.headroom_source === "given" ? " given" :
+          v.headroom_source === "device band" ? ": the device band's p90 shortfall" : ": no published run covers") + ")";
+      verdict.title = v.summary;
+      verdict.className = "verdict " + (v.label === "fits" ? "fits" : v.label === "tight" ? "tight" : "nofit");
     } else { verdict.textContent = ""; verdict.className = "verdict"; }
     const s = est.settings;
     $("summary").textContent = "family " + est.family + (est.model_type ? " (" + est.model_type + ")" : "") + ", profile " +
@@ -425,10 +432,13 @@
         est.per_rank.map((r) => r.count + " x " + gib(r.total) + " GiB (" + r.role + ")").join(", ") +
         "; host memory per machine " + gib(est.host_bytes) + " GiB"
       : perGpuText(est);
-    // how far this profile x method x strategy was from measured peaks (accuracy/bands.yaml)
-    const band = $("error-band");
-    band.textContent = est.error_band.summary;
-    band.dataset.measured = String(est.error_band.measured);
+    // the two bands: tensor peaks against CPU-measured steps (accuracy/bands.yaml), device totals against
+    // published GPU runs (accuracy/device_bands.yaml)
+    const tensors = $("band-tensors"), device = $("band-device");
+    tensors.textContent = est.error_band.tensors.summary;
+    tensors.dataset.measured = String(est.error_band.tensors.measured);
+    device.textContent = est.error_band.device.summary;
+    device.dataset.measured = String(est.error_band.device.covered);
     const warn = $("warnings");
     clear(warn);
     for (const w of est.warnings) warn.appendChild(h("li", w));

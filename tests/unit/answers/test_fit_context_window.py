@@ -36,7 +36,7 @@ def test_llama_3_1_is_capped_at_its_window_with_the_memory_figure_beside():
     # memory alone goes past the window: the window itself fits on 80 GiB
     assert _fits_one_gpu(LLAMA, 80 * GIB, seq_len=window)
 
-    f = fit(LLAMA, gpu="80GiB", **SETTINGS)
+    f = fit(LLAMA, gpu="80GiB", headroom=0, **SETTINGS)
     assert f.context_window == window and f.max_seq_len == window
     # the memory figure is the largest length whose estimate fits, and one token more does not
     assert f.max_seq_len_memory > window
@@ -58,7 +58,7 @@ def test_a_config_without_a_window_is_not_capped():
     config = _config()
     del config["max_position_embeddings"]  # nor n_positions, max_sequence_length or seq_length in it
     assert not {"n_positions", "max_sequence_length", "seq_length"} & set(config)
-    f = fit(config, gpu="80GiB", **SETTINGS)
+    f = fit(config, gpu="80GiB", headroom=0, **SETTINGS)
     assert f.context_window is None and f.notes == ()
     # past the 131,072 tokens the full config would stop at: what memory allows, exactly
     assert f.max_seq_len == f.max_seq_len_memory > 131_072
@@ -73,7 +73,7 @@ def test_a_window_memory_does_not_reach_changes_nothing():
     # a GPU that holds 4,096 tokens and not 8,192: memory stops short of the window
     gpu = vramwise.estimate(config, **SETTINGS, seq_len=4096).total
     assert not _fits_one_gpu(config, gpu, seq_len=8192)
-    f = fit(config, gpu=gpu, **SETTINGS)
+    f = fit(config, gpu=gpu, headroom=0, **SETTINGS)
     assert f.context_window == 8192 and f.notes == ()
     assert 4096 <= f.max_seq_len == f.max_seq_len_memory < 8192
     assert tuple(s for s, _ in f.frontier) == DEFAULT_FRONTIER  # the grid as asked, lengths past 8,192 "none fits"
@@ -91,7 +91,7 @@ def test_a_small_window_memory_passes(rope, words):
     if rope is not None:
         config["rope_scaling"] = rope
     assert _fits_one_gpu(config, 80 * GIB, seq_len=4096)
-    f = fit(config, gpu="80GiB", seq_lens=[1024, 8192, 16384], **SETTINGS)
+    f = fit(config, gpu="80GiB", headroom=0, seq_lens=[1024, 8192, 16384], **SETTINGS)
     assert f.max_seq_len == 4096 < f.max_seq_len_memory
     assert f"context window of 4,096 tokens {words}" in f.notes[0] and "frontier stops there" in f.notes[0]
     # 8,192 and 16,384 both become the window, once

@@ -116,9 +116,9 @@ def test_a_measured_band_and_its_line():
     assert b == t.band("hf", "lora", None) == t.band("hf", "lora", "none")
     assert (b.measured, b.cells, b.median_abs_error, b.max_abs_error) == (True, 40, 0.000231, 0.0063)
     # 0.000231 -> 0.0231 % -> "0.02 %"; 0.0063 -> "0.63 %"
-    assert b.line() == "validated: median |error| 0.02 %, largest 0.63 % over 40 measured cells (hf, lora, one GPU)"
+    assert b.line() == "tensors: median |error| 0.02 %, largest 0.63 % over 40 CPU-measured cells (hf, lora, one GPU)"
     f = t.band("hf", "full", "fsdp")
-    assert f.line() == ("validated: median |error| 0.46 %, largest 4.41 % over 7 measured cells "
+    assert f.line() == ("tensors: median |error| 0.46 %, largest 4.41 % over 7 CPU-measured cells "
                         "(hf, full, fsdp on 2 and 4 GPUs)")
     d = f.to_dict()
     assert json.loads(json.dumps(d)) == d and d["summary"] == f.line() and d["world_sizes"] == [2, 4]
@@ -139,7 +139,7 @@ def test_what_is_not_measured_says_why(key, why):
     b = read_bands(FILE, "x.yaml").band(*key)
     assert not b.measured and (b.cells, b.median_abs_error, b.max_abs_error) == (0, None, None)
     where = "one GPU" if key[2] == "none" else key[2]
-    assert b.line() == f"not measured ({key[0]}, {key[1]}, {where}): {why}; keep a margin"
+    assert b.line() == f"tensors: not measured ({key[0]}, {key[1]}, {where}): {why}"
     assert b.to_dict()["reason"] == why and b.to_dict()["summary"] == b.line()
 
 
@@ -171,7 +171,7 @@ def test_compiled_steps_have_bands_of_their_own():
     assert (eager.cells, eager.compile) == (40, False)
     assert (compiled.cells, compiled.compile, compiled.matrices) == (4, True, ("compile",))
     # 0.003 -> "0.30 %"; 0.012 -> "1.20 %"
-    assert compiled.line() == ("validated: median |error| 0.30 %, largest 1.20 % over 4 measured cells "
+    assert compiled.line() == ("tensors: median |error| 0.30 %, largest 1.20 % over 4 CPU-measured cells "
                                "(hf, lora, one GPU, compiled)")
     assert compiled.to_dict()["compile"] is True and eager.to_dict()["compile"] is False
     missing = t.band("hf", "full", compile=True)
@@ -211,30 +211,30 @@ def test_file_problems_name_file_line_and_column(change, message):
 
 def test_an_estimate_carries_its_cells_band():
     e = vramwise.estimate(SMALL, profile="hf", method="lora")
-    b = e.error_band
+    b = e.error_band.tensors
     assert isinstance(b, ErrorBand) and b == bundled_bands().band("hf", "lora", "none")
     assert b.measured and b.cells > 0 and b.world_sizes == (1,) and "hf" in b.matrices  # the hf matrix measures it
-    assert e.to_dict()["error_band"] == b.to_dict()
+    assert e.to_dict()["error_band"]["tensors"] == b.to_dict()
     assert "ErrorBand" in vramwise.__all__ and vramwise.ErrorBand is ErrorBand
 
 
 def test_a_strategy_estimate_carries_the_strategys_band():
     # one world size the matrices never ran: the band of the strategy, whatever the world size
     e = vramwise.estimate(SMALL, profile="hf", method="full", strategy="fsdp", world_size=7)
-    b = e.error_band
+    b = e.error_band.tensors
     assert b == bundled_bands().band("hf", "full", "fsdp") and b.measured and b.strategy == "fsdp"
     assert 7 not in b.world_sizes and min(b.world_sizes) >= 2 and "strategies" in b.matrices
-    assert e.to_dict()["error_band"]["strategy"] == "fsdp"
+    assert e.to_dict()["error_band"]["tensors"]["strategy"] == "fsdp"
 
 
 def test_estimates_nobody_measured_say_so():
-    assert vramwise.estimate(SMALL).error_band.reason == "it reproduces the reference estimator"  # unsloth, the default
-    inference = vramwise.estimate(SMALL, method="inference").error_band
+    assert vramwise.estimate(SMALL).error_band.tensors.reason == "it reproduces the reference estimator"  # unsloth, the default
+    inference = vramwise.estimate(SMALL, method="inference").error_band.tensors
     assert inference.reason.startswith("the validation matrices measure training steps only") and inference.strategy == "none"
     assert "docs/serving.md#accuracy" in inference.reason  # where the serving profile's figures are checked instead
-    size_only = vramwise.estimate_from_size(params=8e9).error_band
+    size_only = vramwise.estimate_from_size(params=8e9).error_band.tensors
     assert (size_only.profile, size_only.measured) == ("size_only", False)
-    q = vramwise.estimate(SMALL, profile="hf", method="lora", load_in_4bit=True).error_band
+    q = vramwise.estimate(SMALL, profile="hf", method="lora", load_in_4bit=True).error_band.tensors
     assert q == bundled_bands().band("hf", "qlora") and q.measured
 
 
@@ -242,7 +242,7 @@ def test_a_profile_from_another_formulas_folder_is_not_measured(tmp_path):
     forms = tmp_path / "formulas"
     shutil.copytree(resources.files("vramwise.formulas"), forms, ignore=shutil.ignore_patterns("__*"))
     reg = vramwise.Registry(formulas_dir=forms)
-    b = vramwise.estimate(SMALL, profile="hf", method="lora", registry=reg).error_band
+    b = vramwise.estimate(SMALL, profile="hf", method="lora", registry=reg).error_band.tensors
     assert not b.measured and b.reason == f"the profile is read from {forms / 'hf' / 'profile.yaml'}, not the bundled formulas"
 
 
@@ -267,9 +267,10 @@ def cfg(tmp_path):
 def test_the_command_line_shows_the_band_in_one_line(cfg, capsys, argv, settings):
     assert main([argv[0], cfg, *argv[1:]]) == 0
     out = capsys.readouterr().out
-    line = vramwise.estimate(SMALL, **settings).error_band.line()
-    assert _flat(line) in _flat(out)
-    assert line.startswith(("validated: median |error| ", "not measured ("))
+    tensors, device = vramwise.estimate(SMALL, **settings).error_band.lines()
+    assert _flat(tensors) in _flat(out) and _flat(device) in _flat(out)
+    assert tensors.startswith(("tensors: median |error| ", "tensors: not measured ("))
+    assert device.startswith(("device total: median |error| ", "device total: no published GPU run covers ("))
 
 
 def test_the_server_answers_and_shows_the_band():
@@ -284,7 +285,8 @@ def test_the_server_answers_and_shows_the_band():
         got = client.post("/api/estimate", json={"model": model, "profile": "hf", "method": "lora"}).json()
         assert got["error_band"] == vramwise.estimate(model, profile="hf", method="lora").error_band.to_dict()
         page, script = client.get("/").text, client.get("/static/app.js").text
-    assert 'id="error-band"' in page and "est.error_band.summary" in script
+    assert 'id="band-tensors"' in page and 'id="band-device"' in page
+    assert "est.error_band.tensors.summary" in script and "est.error_band.device.summary" in script
 
 
 # -- the generator, on rows given by hand (nothing measured) ------------------------------------------
@@ -313,7 +315,7 @@ def test_a_compiled_step_the_profile_does_not_model_has_no_band():
     # the hf profile models compile without checkpointing only; with it the figure is the eager run's
     e = vramwise.estimate(SMALL, profile="hf", method="lora", compile=True, gradient_checkpointing="true",
                           attention="sdpa")
-    b = e.error_band
+    b = e.error_band.tensors
     assert not b.measured and b.compile
     assert b.reason.startswith("torch.compile is not modelled for these settings")
     assert any(w.startswith("compile: torch.compile with gradient checkpointing is not modelled") for w in e.warnings)

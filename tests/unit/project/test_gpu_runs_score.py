@@ -192,8 +192,11 @@ def test_boundaries_and_verdicts_use_fit():
     run = _run(statistic="largest_seq_len", value=4096, unit="tokens",
                settings={"stated": {"method": "qlora", "batch_size": 1}})
     result = s.score_run(run)
-    fit = vramwise.fit("catalog:meta-llama/Llama-2-7b-hf", gpu="RTX 4090", profile="hf", method="qlora",
+    # the scorer scores the memory model, with no headroom kept free (not the device band's default)
+    fit = vramwise.fit("catalog:meta-llama/Llama-2-7b-hf", gpu="RTX 4090", headroom=0, profile="hf", method="qlora",
                        batch_size=1)
+    assert fit.max_seq_len_memory > vramwise.fit("catalog:meta-llama/Llama-2-7b-hf", gpu="RTX 4090", profile="hf",
+                                                 method="qlora", batch_size=1).max_seq_len_memory
     # a published largest length is a memory boundary: compared with what memory alone allows, not the capped figure
     assert (result.estimated, result.compared_with) == (fit.max_seq_len_memory, "fit.max_seq_len_memory")
     assert result.error == pytest.approx(fit.max_seq_len_memory / 4096 - 1)

@@ -1,8 +1,10 @@
-"""The error bands in the answers of `fit --json`, `compare` and `sweep` (text, CSV and JSON): one per
-estimate, the figures of its profile x method x strategy as accuracy/bands.yaml holds them.
+"""The error bands in the answers of `fit --json`, `compare` and `sweep` (text, CSV and JSON): two per
+estimate, the tensor band of its profile x method x strategy as accuracy/bands.yaml holds it and the device
+band of its profile x method as accuracy/device_bands.yaml holds it.
 
-The expected figures are read from accuracy/bands.yaml itself (the file the matrices' measurements
-were written to), not from vramwise's lookup of it; the shape of a band is Estimate.to_dict()'s."""
+The expected figures are read from the two files themselves (the files the matrices' measurements and the
+published runs' scores were written to), not from vramwise's lookup of them; the shape of a band is
+Estimate.to_dict()'s."""
 
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ from test_cli import SMALL, cfg  # noqa: F401 - the small llama config and its f
 
 ROOT = Path(__file__).resolve().parents[3]
 FILE = yaml.safe_load((ROOT / "accuracy" / "bands.yaml").read_text(encoding="utf-8"))
-#: the keys of a band, as an estimate's to_dict() gives them
-BAND_KEYS = set(vramwise.estimate(SMALL, profile="hf").to_dict()["error_band"])
+DEVICE = yaml.safe_load((ROOT / "accuracy" / "device_bands.yaml").read_text(encoding="utf-8"))
+#: the keys of a tensor band, as an estimate's to_dict() gives them
+BAND_KEYS = set(vramwise.estimate(SMALL, profile="hf").to_dict()["error_band"]["tensors"])
 
 
 def _run(args, capsys):
@@ -43,8 +46,11 @@ def _unmeasured(kind, name):
     return next((u["reason"] for u in FILE["unmeasured"] if u.get(kind) == name), None)
 
 
-def check(band: dict, profile, method, strategy="none") -> None:
-    """``band`` (a JSON band) is the file's for the cell: its figures, or not measured for the file's reason."""
+def check(bands: dict, profile, method, strategy="none") -> None:
+    """``bands`` (a JSON pair) are the files' for the cell: their figures, or not measured / covered."""
+    assert set(bands) == {"tensors", "device"}
+    check_device(bands["device"], profile, method)
+    band = bands["tensors"]
     assert set(band) == BAND_KEYS
     assert (band["profile"], band["method"], band["strategy"]) == (profile, method, strategy)
     entry = _entry(profile, method, strategy)
@@ -57,7 +63,23 @@ def check(band: dict, profile, method, strategy="none") -> None:
     why = _unmeasured("method", method) or _unmeasured("profile", profile)
     if why is not None:
         assert band["reason"] == why
-    assert band["summary"].startswith("not measured (") and band["summary"].endswith("; keep a margin")
+    assert band["summary"].startswith("tensors: not measured (")
+
+
+def check_device(band: dict, profile, method) -> None:
+    """``band`` is the device file's entry of (profile, method), or says that no published run covers it."""
+    got = [b for b in DEVICE["bands"] if (b["profile"], b["method"]) == (profile, method)]
+    assert (band["profile"], band["method"]) == (profile, method)
+    if got:
+        (entry,) = got
+        assert band["covered"] and band["reason"] is None
+        for key in ("runs", "median_abs_error", "p90_abs_error", "signed_median", "p90_shortfall", "frameworks"):
+            assert band[key] == entry[key], key
+        assert band["summary"].startswith("device total: median |error| ")
+        assert f"over {entry['runs']} published GPU run" in band["summary"]
+    else:
+        assert not band["covered"] and band["runs"] == 0 and band["p90_shortfall"] is None
+        assert band["summary"] == f"device total: no published GPU run covers ({profile}, {method}); keep a margin"
 
 
 def _pct(x) -> str:
@@ -90,7 +112,7 @@ def test_compare_json_has_a_band_per_column(cfg, capsys):
             assert method == "inference" and c["error_band"] is None
             continue
         check(c["error_band"], profile, method)
-    assert cells[("unsloth", "inference")]["error_band"]["reason"] == _unmeasured("method", "inference")
+    assert cells[("unsloth", "inference")]["error_band"]["tensors"]["reason"] == _unmeasured("method", "inference")
 
 
 def test_compare_json_under_a_strategy(cfg, capsys):
@@ -100,7 +122,7 @@ def test_compare_json_under_a_strategy(cfg, capsys):
         check(c["error_band"], c["profile"], c["method"], "fsdp")
     # litgpt's FSDP has no cell in the file: the band names the profiles that have one
     measured = sorted({b["profile"] for b in FILE["bands"] if b["strategy"] == "fsdp"})
-    litgpt = [c["error_band"] for c in data["cells"] if c["profile"] == "litgpt"]
+    litgpt = [c["error_band"]["tensors"] for c in data["cells"] if c["profile"] == "litgpt"]
     assert measured and "litgpt" not in measured and len(litgpt) == 2
     assert all(not b["measured"] and all(p in b["reason"] for p in measured) for b in litgpt)
 
@@ -111,20 +133,26 @@ def test_compare_table_has_a_band_row_pair_and_a_line_per_column(cfg, capsys):
     heads = next(x for x in lines if x.startswith("GiB")).split()[1:]
     assert heads == ["hf/qlora", "hf/full", "unsloth/qlora", "unsloth/full"]
     rows = {}
-    for label, key in (("median |err|", "median_abs_error"), ("max |err|", "max_abs_error")):
+    for label, key in (("median |err|", "median_abs_error"), ("max |err|", "max_abs_error"), ("device p90", "p90")):
         row = next(x for x in lines if x.startswith(label))
         rows[key] = row[len(label):].split()
     for k, head in enumerate(heads):
         profile, method = head.split("/")
         entry = _entry(profile, method)
-        for key, row in rows.items():
-            assert row[k] == (f"{_pct(entry[key])}%" if entry else "—"), (head, key)  # a dash: not measured
+        for key in ("median_abs_error", "max_abs_error"):
+            assert rows[key][k] == (f"{_pct(entry[key])}%" if entry else "—"), (head, key)  # a dash: not measured
+        device = [b for b in DEVICE["bands"] if (b["profile"], b["method"]) == (profile, method)]
+        assert rows["p90"][k] == (f"{_pct(device[0]['p90_abs_error'])}%" if device else "—"), head  # no run: a dash
     flat = " ".join(out.split())
     for method in ("qlora", "full"):
         entry = _entry("hf", method)
-        assert (f"validated: median |error| {_pct(entry['median_abs_error'])} %, largest {_pct(entry['max_abs_error'])} % "
-                f"over {entry['cells']} measured cells (hf, {method}, one GPU)") in flat
-        assert f"not measured (unsloth, {method}, one GPU): {_unmeasured('profile', 'unsloth')}; keep a margin" in flat
+        assert (f"tensors: median |error| {_pct(entry['median_abs_error'])} %, largest {_pct(entry['max_abs_error'])} % "
+                f"over {entry['cells']} CPU-measured cells (hf, {method}, one GPU)") in flat
+        assert f"tensors: not measured (unsloth, {method}, one GPU): {_unmeasured('profile', 'unsloth')}" in flat
+        device = [b for b in DEVICE["bands"] if (b["profile"], b["method"]) == ("hf", method)]
+        if device:  # one decimal: 0.156269 -> "15.6 %"
+            assert (f"device total: median |error| {100 * device[0]['median_abs_error']:.1f} %, "
+                    f"p90 {100 * device[0]['p90_abs_error']:.1f} %") in flat
 
 
 # -- sweep ----------------------------------------------------------------------------------------
@@ -156,9 +184,10 @@ def test_sweep_table_has_a_line_per_band(cfg, capsys, axes):
     # two axes (a grid) and three (a row per point): a line for each method swept, after the totals
     out = _run(["sweep", cfg, *axes], capsys)
     tail = out[out.index("total GiB"):]
-    bands = [x for x in tail.splitlines() if x.startswith(("validated:", "not measured"))]
+    bands = [x for x in tail.splitlines() if x.startswith("tensors: ")]
     assert len(bands) == 3
+    assert len([x for x in tail.splitlines() if x.startswith("device total: ")]) == 3
     for method, line in zip(("qlora", "lora", "full"), bands):
         entry = _entry("hf", method)
-        assert line.startswith(f"validated: median |error| {_pct(entry['median_abs_error'])} %")
+        assert line.startswith(f"tensors: median |error| {_pct(entry['median_abs_error'])} %")
         assert f"(hf, {method}, one GPU)" in " ".join(tail.split())
