@@ -98,8 +98,12 @@ def test_page_in_headless_chromium(monkeypatch, tmp_path):
             page.wait_for_function("b => document.getElementById('total').dataset.bytes === b", arg=str(api["total"]),
                                    timeout=15_000)
             assert page.text_content("#total").strip() == _gib(api["total"])
-            assert "fits" in page.text_content("#verdict")
-            assert page.text_content("#error-band").strip() == api["error_band"]["summary"]  # accuracy/bands.yaml
+            with httpx.Client(base_url=url, timeout=60) as c:
+                verdict = c.post("/api/fit", json={"model": MODEL, "batch_size": 8, "gpu": "rtx-4090"}).json()["verdict"]
+            assert page.text_content("#verdict").startswith(verdict["label"] + " ")
+            # the two bands: tensors (accuracy/bands.yaml) and device total (accuracy/device_bands.yaml)
+            assert page.text_content("#band-tensors").strip() == api["error_band"]["tensors"]["summary"]
+            assert page.text_content("#band-device").strip() == api["error_band"]["device"]["summary"]
 
             # the charts exist and have bars; the frontier has points
             bars = page.eval_on_selector_all("#chart rect.bar", "rs => rs.map(r => [r.dataset.component, +r.dataset.bytes])")
@@ -154,6 +158,53 @@ def test_page_in_headless_chromium(monkeypatch, tmp_path):
     assert (tmp_path / "serve.png").stat().st_size > 10_000
     if SCREENSHOT:
         shutil.copyfile(tmp_path / "serve.png", SCREENSHOT)
+
+
+def test_two_band_lines_and_the_verdict_with_its_headroom(monkeypatch):
+    """The page shows the tensor band and the device band on two lines, as /api/estimate words them, and the
+    verdict of /api/fit: at the device band's headroom when the field is empty, at the headroom typed in."""
+    _require()
+    import httpx
+    from playwright.sync_api import sync_playwright
+
+    monkeypatch.setattr(_source, "_read_hub", lambda repo, trust: (_ for _ in ()).throw(AssertionError(repo)))
+    settings = {"model": MODEL, "profile": "hf", "method": "lora", "batch_size": 1}
+    with live_server() as url, sync_playwright() as p:
+        _warm(url)
+        with httpx.Client(base_url=url, timeout=60) as c:
+            bands = c.post("/api/estimate", json=settings).json()["error_band"]
+            by_band = c.post("/api/fit", json={**settings, "gpu": "rtx-4090"}).json()
+            given = c.post("/api/fit", json={**settings, "gpu": "rtx-4090", "headroom": 0}).json()
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(url.rstrip("/") + "/?model=" + MODEL + "&profile=hf&method=lora&batch_size=1&gpu=rtx-4090")
+            page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            page.wait_for_function("() => document.getElementById('band-device').textContent.length > 0", timeout=15_000)
+            tensors, device = page.text_content("#band-tensors").strip(), page.text_content("#band-device").strip()
+            assert tensors == bands["tensors"]["summary"] and tensors.startswith("tensors: ")
+            assert device == bands["device"]["summary"] and device.startswith("device total: ")
+            assert page.get_attribute("#band-device", "data-measured") == str(bands["device"]["covered"]).lower()
+            # no headroom typed: the device band's p90 shortfall is kept free
+            assert by_band["verdict"]["headroom_source"] == "device band"
+            page.wait_for_function("l => document.getElementById('verdict').textContent.startsWith(l + ' ')",
+                                   arg=by_band["verdict"]["label"], timeout=15_000)
+            # the fit card words the verdict with its margin and the headroom's source
+            assert page.text_content("#fit-verdict") == by_band["verdict"]["summary"]
+            assert page.get_attribute("#verdict", "title") == by_band["verdict"]["summary"]
+            assert "the device band's p90 shortfall" in by_band["verdict"]["summary"]
+            # a headroom typed in wins, 0 included
+            page.fill("#headroom", "0")
+            page.wait_for_function("() => document.getElementById('fit-verdict').textContent.includes('0 % given')",
+                                   timeout=15_000)
+            assert page.text_content("#fit-verdict") == given["verdict"]["summary"]
+            assert page.text_content("#verdict").startswith(given["verdict"]["label"] + " ")
+            assert "headroom=0%25" in page.url or "headroom=0%" in page.url
+            assert not errors, errors
+        finally:
+            browser.close()
 
 
 def test_recipe_upload_in_headless_chromium(monkeypatch):

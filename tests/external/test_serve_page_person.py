@@ -223,7 +223,8 @@ def test_the_gpu_menu_gives_the_size_the_figures_use(site, open_page):
     # hardware/gpus.yaml, h100-sxm: nvidia-smi's 81559 MiB = 85520809984 bytes = 79.65 GiB, the memory a training
     # step fits in; vLLM's start-up log reports total_memory=79.19GiB (cuda_total_bytes 85029615043), the total it
     # sizes its cache from
-    page = open_page(f"?model={MODEL}&gpu=h100-sxm")
+    # headroom 0: the usable memory is the GPU's whole figure (empty, the device band's headroom comes off it)
+    page = open_page(f"?model={MODEL}&gpu=h100-sxm&headroom=0")
     page.wait_for_selector("#fit-card:not([hidden])", timeout=20_000)
     label = lambda: page.eval_on_selector("#gpu", "s => s.options[s.selectedIndex].text")  # noqa: E731
     assert label().endswith("(79.65 GiB)"), label()

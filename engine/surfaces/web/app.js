@@ -386,10 +386,8 @@
     if (fit) {  // fits / tight / does not fit (fit.verdict), at the headroom given or the device band's
       const v = fit.verdict;
       verdict.textContent = v.label + " " + (fit.gpus > 1 ? fit.gpus + " x " : "") + fit.gpu.name +
-        " (" + gib(fit.usable_bytes) + " GiB usable" + (fit.gpus > 1 ? " each" : "") + ", " +
-        (100 * fit.headroom).toFixed(1) + " % headroom" + (v.headroom_source === "given" ? " given" :
-          v.headroom_source === "device band" ? ": the device band's p90 shortfall" : ": no published run covers") + ")";
-      verdict.title = v.summary;
+        " (" + gib(fit.usable_bytes) + " GiB usable" + (fit.gpus > 1 ? " each" : "") + ")";
+      verdict.title = v.summary;  // the margin and the headroom's source, also the first line of the fit card
       verdict.className = "verdict " + (v.label === "fits" ? "fits" : v.label === "tight" ? "tight" : "nofit");
     } else { verdict.textContent = ""; verdict.className = "verdict"; }
     const s = est.settings;
@@ -494,6 +492,12 @@
     const t = $("fit-table");
     clear(t);
     const row = (a, b) => { const tr = h("tr"); tr.appendChild(h("td", a)); tr.appendChild(h("td", b, "num")); t.appendChild(tr); };
+    // the verdict with its margin and the headroom kept: given, or the device band's p90 shortfall
+    const vr = h("tr"), vd = h("td", fit.verdict.summary, "muted");
+    vd.id = "fit-verdict";
+    vd.colSpan = 2;
+    vr.appendChild(vd);
+    t.appendChild(vr);
     for (const m of fit.methods) row(m.method, m.total === null ? "—" : gib(m.per_gpu) + " GiB per GPU: " + (m.fits ? "fits" : "does not fit"));
     row("largest batch at seq " + int(fit.settings.seq_len), int(fit.max_batch_size));
     row("largest sequence at batch " + fit.settings.batch_size, int(fit.max_seq_len));

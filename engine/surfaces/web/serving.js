@@ -89,9 +89,11 @@ window.vramwiseServing = function (lib) {
     }
     $("per-gpu").textContent = "per GPU: vLLM runs on tensor_parallel_size x pipeline_parallel_size = " + n + " GPU" +
       (n > 1 ? "s" : "") + " of " + gib(f.gpu_memory) + " GiB";
-    const band = $("error-band");
-    band.textContent = fit.error_band.summary;
-    band.dataset.measured = String(fit.error_band.measured);
+    const tensors = $("band-tensors"), device = $("band-device");  // the two bands, as on the training page
+    tensors.textContent = fit.error_band.tensors.summary;
+    tensors.dataset.measured = String(fit.error_band.tensors.measured);
+    device.textContent = fit.error_band.device.summary;
+    device.dataset.measured = String(fit.error_band.device.covered);
     const warn = $("warnings");
     clear(warn);
     for (const w of fit.warnings) warn.appendChild(h("li", w));
