@@ -410,10 +410,13 @@ def fit(
 
 @dataclass(frozen=True)
 class Comparison:
-    """Estimates side by side: one cell per (profile, method)."""
+    """Estimates side by side: one cell per (profile, method). With a GPU, each cell's ``fits`` keeps the p90
+    shortfall of its device band free, as fit does by default, and ``verdicts`` says fits, tight or does not
+    fit per cell (None without a GPU or an estimate)."""
 
     cells: tuple  # ((profile, method, Estimate or None, problem or None, fits or None), ...)
     gpu: GpuTarget | None
+    verdicts: tuple = ()  # per cell: "fits", "tight", "does not fit" or None
 
     def to_dict(self) -> dict:
         out = []
@@ -423,6 +426,8 @@ class Comparison:
                 cell.update({c: getattr(est, c) for c in COMPONENTS})
                 cell["total"] = est.total
             cell["error_band"] = est.error_band.to_dict() if est is not None else None
+            if self.gpu is not None:
+                cell["verdict"] = self.verdicts[len(out)] if self.verdicts else None
             out.append(cell)
         return {"gpu": self.gpu.to_dict() if self.gpu else None, "cells": out}
 
@@ -444,7 +449,7 @@ def compare(model: Any, *, methods: Iterable[str] = COMPARED_METHODS, profiles: 
     for m in methods:
         if m not in METHODS:
             raise SettingsError(f"unknown method {m!r} (choose from: {', '.join(METHODS)})")
-    cells = []
+    cells, verdicts = [], []
     strategy = settings.get("strategy")
     served = reg.strategy_info(strategy)["profiles"] if strategy not in (None, "none") else None
     if served is not None and target is not None:  # as in fit: the strategy runs on the GPUs compared on
@@ -455,6 +460,7 @@ def compare(model: Any, *, methods: Iterable[str] = COMPARED_METHODS, profiles: 
         if served is not None and p not in served:  # the strategy is not modelled on this profile: say so per cell
             why = f"strategy {strategy} is modelled on the {', '.join(served)} profile, not on {p}"
             cells.extend((p, m, None, why, None) for m in methods)
+            verdicts.extend(None for _ in methods)
             continue
         extra = {}
         if prof.serving is not None:  # a training step's batch and sequence are not a server's (max_num_seqs...)
@@ -469,10 +475,17 @@ def compare(model: Any, *, methods: Iterable[str] = COMPARED_METHODS, profiles: 
                 if m in prof.methods:
                     raise
                 cells.append((p, m, None, str(exc), None))
+                verdicts.append(None)
                 continue
-            fits = _fits(e, target.count, target.memory_bytes, prof.further_gpu_share) if target else None
+            fits = verdict = None
+            if target is not None:  # fit's rule at its default headroom, the device band's p90 shortfall
+                headroom = default_headroom(e)[0]
+                fits = _fits(e, target.count, int(target.memory_bytes * (1 - headroom)), prof.further_gpu_share)
+                verdict = ("fits" if fits else "tight" if _fits(e, target.count, target.memory_bytes,
+                                                                prof.further_gpu_share) else "does not fit")
             cells.append((p, m, e, None, fits))
-    return Comparison(tuple(cells), target)
+            verdicts.append(verdict)
+    return Comparison(tuple(cells), target, tuple(verdicts))
 
 
 

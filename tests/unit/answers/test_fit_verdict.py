@@ -122,3 +122,16 @@ def test_without_a_published_run_no_headroom_is_kept_and_the_line_says_so():
     assert f.verdict.headroom_why == ("headroom 0 %: no published GPU run covers litgpt, lora; give a headroom to "
                                       "keep a margin")
     assert f.to_dict()["error_band"]["device"]["covered"] is False
+
+
+def test_compare_gives_each_column_the_same_verdict(total, p90):
+    # the hf/lora column on a GPU of T + 1 GiB: tight, as fit says; the hf/qlora column needs less (4-bit weights)
+    memory = total + GIB
+    c = vramwise.compare(LLAMA, methods=("lora",), profiles=("hf",), gpu=memory, batch_size=1, seq_len=1024)
+    ((_, _, est, _, fits),) = c.cells
+    assert est.total == total and c.verdicts == ("tight",) and fits is False
+    assert c.to_dict()["cells"][0]["verdict"] == "tight"
+    assert fit(LLAMA, gpu=memory, seq_lens=(), **SETTINGS).verdict.label == "tight"
+    roomy = vramwise.compare(LLAMA, methods=("lora",), profiles=("hf",), gpu=math.ceil(total / (1 - p90)) + 64,
+                             batch_size=1, seq_len=1024)
+    assert roomy.verdicts == ("fits",) and roomy.cells[0][4] is True

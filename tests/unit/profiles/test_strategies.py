@@ -263,10 +263,11 @@ def test_cli_estimate_prints_the_ranks_and_host_memory(capsys):
 def test_cli_fit_uses_the_per_rank_figure(capsys):
     from vramwise.surfaces.cli.main import main
 
-    assert main(["fit", LLAMA8B, "--gpu", "24GiB", "--gpus", "4", "--profile", "hf", "--method", "full",
+    # headroom 0: the whole GPU (at the device band's headroom no count of 24 GiB GPUs holds a rank)
+    assert main(["fit", LLAMA8B, "--gpu", "24GiB", "--gpus", "4", "--headroom", "0", "--profile", "hf", "--method", "full",
                  "--strategy", "fsdp"]) == 0
     out = capsys.readouterr().out
-    f = vramwise.fit(LLAMA8B, gpu="24GiB", gpus=4, profile="hf", method="full", strategy="fsdp")
+    f = vramwise.fit(LLAMA8B, gpu="24GiB", gpus=4, headroom=0, profile="hf", method="full", strategy="fsdp")
     need = f.estimate.total
     assert f.estimate.world_size == 4
     assert f"strategy fsdp on 4 GPUs, {need / 2**30:,.2f} GiB on each" in out

@@ -107,7 +107,9 @@ def test_compare_table_and_json(capsys):
     total = next(line for line in lines if line.startswith("total"))
     assert total.split()[1:] == [_gib(e.total) for _, _, e, _, _ in c.cells]
     fits = next(line for line in lines if line.startswith("fits"))
-    assert fits.split()[-6:] == ["yes" if f else "no" for *_, f in c.cells]
+    words = {"fits": "yes", "tight": "tight", "does not fit": "no"}  # fits: with the device band's headroom free
+    assert fits.split()[-6:] == [words[v] for v in c.verdicts]
+    assert [f for *_, f in c.cells] == [v == "fits" for v in c.verdicts]
     assert "profile hf: plain transformers" in out
     rc, out, _ = _run(["compare", LLAMA, "--profiles", "unsloth,hf", "--gpu", "RTX 4090", "--json"], capsys)
     assert json.loads(out) == c.to_dict()
