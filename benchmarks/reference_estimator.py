@@ -11,7 +11,7 @@ estimate from a config dict beside the time of the same estimate by vramwise.
 
 It is a yardstick for time, not for figures: it covers the seven projections of a decoder layer (with latent
 attention's low-rank projections, routed and shared experts), not every family's quirks, so its totals agree
-with the ``unsloth`` profile's on plain dense configs and only approximately elsewhere.
+with the ``studio`` profile's on plain dense configs and only approximately elsewhere.
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 #: what no matrix measures, and why (written into the file as it is)
 UNMEASURED = (
     ("profile", "unsloth", "it reproduces the reference estimator"),
+    ("profile", "studio", "it reproduces the reference estimator"),
     ("profile", "size_only", "a share of the model size, for when no config can be read"),
     ("method", "inference", "the validation matrices measure training steps only; the vllm profile is checked "
                             "against published vLLM start-up logs instead (docs/serving.md#accuracy)"),

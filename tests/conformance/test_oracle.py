@@ -9,6 +9,7 @@ This proves that the rewrite kept its outputs, not that they are right.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 
 import pytest
@@ -36,6 +37,37 @@ def test_outputs_unchanged(prefix):
             diff = {k: (RECORDED[cid].get(k), got.get(k)) for k in set(got) | set(RECORDED[cid]) if got.get(k) != RECORDED[cid].get(k)}
             mismatches.append(f"{cid}: {diff}")
     assert not mismatches, "\n".join(mismatches[:10])
+
+
+#: SHA-256 of the unsloth profile's records as this file held them at commit d12faed, before the reference
+#: estimator's arithmetic moved to the studio profile: of json.dumps({case id: record} for the ``|unsloth|`` and
+#: ``|unsloth-strategy|`` cases of ``git show d12faed:tests/oracle/estimates.json.gz``, sort_keys=True,
+#: separators=(",", ":")), 1,200 records
+UNSLOTH_BEFORE_STUDIO = "505adfb17b8550d7e1606cdc97529b80b912ed35b5e9be7ef1c733d092939b52"
+
+
+def _as_unsloth_was(cid: str, rec: dict) -> tuple[str, dict]:
+    """A studio case named as the unsloth case it was split from: ``studio|k`` is ``unsloth|k``, and
+    ``studio-strategy|k`` is ``unsloth-strategy|k + 5`` (the DDP cases were the 6th and 7th of
+    OTHER_STRATEGIES); its profile named unsloth."""
+    name, label, k = cid.split("|")
+    old = f"{name}|unsloth|{k}" if label == "studio" else f"{name}|unsloth-strategy|{int(k) + 5}"
+    return old, {**rec, "profile": "unsloth"}
+
+
+def test_studio_records_are_the_unsloth_records_before_the_split():
+    """Every figure of every studio case is the figure the unsloth profile gave for the same case before
+    studio was split from it (same settings, every config, DDP where unsloth had it), whatever unsloth
+    gives since: the recorded studio cases, named back, are byte for byte the unsloth records of then
+    (their digest above); test_outputs_unchanged holds the engine to the studio records."""
+    studio = {cid: rec for cid, rec in RECORDED.items() if cid.count("|") == 2
+              and cid.split("|")[1] in ("studio", "studio-strategy")}
+    assert len(studio) == 1200
+    back = dict(_as_unsloth_was(cid, rec) for cid, rec in studio.items())
+    assert len(back) == len(studio)
+    assert sum(rec.get("profile") == "studio" for rec in studio.values()) == len(studio)
+    text = json.dumps(back, sort_keys=True, separators=(",", ":"))
+    assert hashlib.sha256(text.encode()).hexdigest() == UNSLOTH_BEFORE_STUDIO
 
 
 def test_compiled_programs_equal_formula_by_formula():

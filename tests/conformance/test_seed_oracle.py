@@ -1,4 +1,5 @@
-"""Every dense config of ../shared/configs against a direct transcription of the unsloth formulas.
+"""Every dense config of ../shared/configs against a direct transcription of the formulas of the studio
+profile (the reference estimator's arithmetic).
 
 The oracle below is written from docs/unsloth-profile.md (#total to #overhead), not from the YAML files: it
 takes the exact parameter split from transformers' meta-device model (linear weights inside the
@@ -85,7 +86,8 @@ def test_shared_dense_config_matches_seed(name, path):
     cfg = json.loads(path.read_text())
     spec = vramwise.load_model(cfg)
     for method, gc, opt, attn in SETTINGS:
-        e = vramwise.estimate(spec, method=method, gradient_checkpointing=gc, optimizer=opt, attention=attn)
+        e = vramwise.estimate(spec, profile="studio", method=method, gradient_checkpointing=gc, optimizer=opt,
+                              attention=attn)
         want = _oracle(cfg, method, gc, opt, attn)
         for comp, value in want.items():
             assert getattr(e, comp) == pytest.approx(value, abs=1), (name, method, comp)

@@ -4,9 +4,9 @@
 
 The file records what the engine computed when it was generated: every component,
 total, phase, figure and per-GPU minimum, the parameter counts, matched LoRA targets
-and warnings, for both profiles (training and inference), the multi-GPU strategies of the hf
-profile (per rank, with each rank group and the host memory) and of the torchtune, litgpt and
-unsloth profiles, and the size-only fallback.
+and warnings, for the unsloth, studio and hf profiles (training and inference), the multi-GPU
+strategies of the hf profile (per rank, with each rank group and the host memory) and of the
+torchtune, litgpt, unsloth and studio profiles, and the size-only fallback.
 ``tests/conformance/test_oracle.py`` recomputes each case and requires equality to the byte. It
 proves that a rewrite of the engine keeps its outputs; it says nothing about whether
 those outputs are right (the correctness tests do that).
@@ -28,6 +28,24 @@ GPU_COUNTS = (1, 2, 3, 4, 8)
 # (profile, settings) pairs: every method, checkpointing mode, kernel kind, optimizer class,
 # target set and loss mode is crossed with at least one other axis; sizes include odd values.
 UNSLOTH = [
+    dict(method="qlora"),
+    dict(method="qlora", batch_size=1, seq_len=512, lora_rank=8, gradient_checkpointing="none"),
+    dict(method="qlora", batch_size=3, seq_len=4097, lora_rank=64, gradient_checkpointing="true", attention="eager"),
+    dict(method="qlora", target_modules="all-linear", optimizer="paged_adamw_32bit", attention="sdpa"),
+    dict(method="qlora", target_modules="q_proj,v_proj", optimizer="unknown_opt"),
+    dict(method="lora", batch_size=2, seq_len=8192, gradient_checkpointing="unsloth", optimizer="adamw_torch"),
+    dict(method="lora", batch_size=8, seq_len=1024, gradient_checkpointing="none", attention="eager"),
+    dict(method="lora", target_modules="gate_proj,up_proj,down_proj", lora_rank=32, gradient_checkpointing="true"),
+    dict(method="full", optimizer="adamw_torch", gradient_checkpointing="true"),
+    dict(method="full", batch_size=1, seq_len=16384, gradient_checkpointing="unsloth", optimizer="sgd"),
+    dict(method="full", batch_size=2, seq_len=2048, gradient_checkpointing="none", attention="eager", optimizer="adamw_8bit"),
+    dict(method="inference", batch_size=1, seq_len=4096),
+    dict(method="inference", load_in_4bit=True, batch_size=8, seq_len=32768),
+]
+# studio: the grid unsloth had when the reference estimator's arithmetic moved to a profile of its own
+# (its cases were recorded as unsloth's were then, tests/conformance/test_oracle.py); a list of its own, so
+# that a change of unsloth's grid leaves studio's cases as they are
+STUDIO = [
     dict(method="qlora"),
     dict(method="qlora", batch_size=1, seq_len=512, lora_rank=8, gradient_checkpointing="none"),
     dict(method="qlora", batch_size=3, seq_len=4097, lora_rank=64, gradient_checkpointing="true", attention="eager"),
@@ -86,6 +104,11 @@ OTHER_STRATEGIES = [
     ("unsloth", dict(method="qlora", strategy="ddp", world_size=4)),
     ("unsloth", dict(method="full", strategy="ddp", world_size=2, optimizer="adamw_torch")),
 ]
+# studio under DDP: the two cases unsloth had (OTHER_STRATEGIES[5:7]) when studio was split from it
+STUDIO_STRATEGIES = [
+    dict(method="qlora", strategy="ddp", world_size=4),
+    dict(method="full", strategy="ddp", world_size=2, optimizer="adamw_torch"),
+]
 SIZE_ONLY = [
     dict(params=8e9, method="qlora"),
     dict(params=7.6e9, method="lora", batch_size=2, seq_len=8192),
@@ -119,7 +142,8 @@ def cases():
 
     for name, path in config_paths():
         cfg = json.loads(path.read_text(encoding="utf-8"))
-        for label, profile, grid in (("unsloth", "unsloth", UNSLOTH), ("hf", "hf", HF), ("hf-strategy", "hf", HF_STRATEGIES)):
+        for label, profile, grid in (("unsloth", "unsloth", UNSLOTH), ("hf", "hf", HF), ("hf-strategy", "hf", HF_STRATEGIES),
+                                     ("studio", "studio", STUDIO), ("studio-strategy", "studio", STUDIO_STRATEGIES)):
             for k, s in enumerate(grid):
                 yield f"{name}|{label}|{k}", (lambda cfg=cfg, profile=profile, s=s: vramwise.estimate(cfg, profile=profile, **s))
         for k, (profile, s) in enumerate(OTHER_STRATEGIES):

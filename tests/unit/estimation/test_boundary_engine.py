@@ -169,14 +169,14 @@ def test_huge_powers_and_repetitions_fail_at_evaluation(tmp_path):
 ])
 def test_message_templates_take_named_placeholders_only(tmp_path, template, needle):
     formulas = _formulas_copy(tmp_path)
-    p = formulas / "unsloth" / "optimizer.yaml"
+    p = formulas / "shared" / "unsloth_estimator.yaml"  # the optimizer table of the unsloth profile
     lines = p.read_text().splitlines()
     k = next(i for i, line in enumerate(lines) if "unknown_warning:" in line)
     lines[k] = lines[k].split("unknown_warning:")[0] + f"unknown_warning: '{template}'"
     p.write_text("\n".join(lines) + "\n")
     with pytest.raises(vramwise.FileFormatError) as info:
         vramwise.Registry(_families(), formulas).profile("unsloth")
-    assert needle in str(info.value) and "optimizer.yaml:" in str(info.value)
+    assert needle in str(info.value) and "unsloth_estimator.yaml:" in str(info.value)
 
 
 def test_repeat_beyond_the_limit_is_a_config_error():

@@ -76,7 +76,7 @@ def test_strategies_name_the_profiles_they_serve():
     reg = vramwise.Registry.default()
     assert reg.strategy_info("fsdp")["profiles"] == ("hf", "torchtune", "litgpt")
     assert reg.strategy_info("fsdp_shard_grad_op")["profiles"] == ("hf", "torchtune")
-    assert reg.strategy_info("ddp")["profiles"] == ("hf", "unsloth")
+    assert reg.strategy_info("ddp")["profiles"] == ("hf", "unsloth", "studio")
     assert reg.strategy_info("zero3")["profiles"] == ("hf",)
     assert reg.strategies_of("litgpt") == ["fsdp"]
 
@@ -84,7 +84,7 @@ def test_strategies_name_the_profiles_they_serve():
 def test_a_strategy_a_stack_does_not_train_with_is_refused_naming_what_it_does():
     with pytest.raises(SettingsError) as e:
         vramwise.estimate(TINY, profile="torchtune", strategy="ddp", world_size=2, **FULL)
-    assert "modelled on the hf, unsloth profiles" in str(e.value)
+    assert "modelled on the hf, unsloth, studio profiles" in str(e.value)
     assert "profile torchtune models: fsdp, fsdp_shard_grad_op" in str(e.value)
 
 

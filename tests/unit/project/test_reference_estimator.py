@@ -1,5 +1,5 @@
 """The speed benchmark's reference (benchmarks/reference_estimator.py) is a real estimator of the seed's
-arithmetic: on a plain dense config its figures are the unsloth profile's, so timing it beside vramwise compares
+arithmetic: on a plain dense config its figures are the studio profile's, so timing it beside vramwise compares
 two programs that do the same work."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ LLAMA = json.loads((Path(__file__).resolve().parents[3] / "examples" / "llama-3.
 
 @pytest.mark.parametrize("method", ["qlora", "lora", "full"])
 @pytest.mark.parametrize("checkpointing", ["none", "true", "unsloth"])
-def test_the_reference_gives_the_unsloth_profile_figures_on_llama(method, checkpointing):
+def test_the_reference_gives_the_studio_profile_figures_on_llama(method, checkpointing):
     settings = dict(method=method, gradient_checkpointing=checkpointing, batch_size=2, seq_len=1024, lora_rank=8)
     ref = estimate_training_vram(LLAMA, **settings)
-    ours = vramwise.estimate(LLAMA, profile="unsloth", **settings)
+    ours = vramwise.estimate(LLAMA, profile="studio", **settings)
     # the seed's non-quantizable term is 2*H*L + V*H (+ V*H untied): the model's final norm (H weights, 16 bit)
     # is the one tensor it leaves out, which the profile counts from the family's inventory
     assert ours.params_total - ref["params_total"] == LLAMA["hidden_size"]

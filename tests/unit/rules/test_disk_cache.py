@@ -153,13 +153,14 @@ def test_a_changed_data_file_is_read_again(cache, tmp_path, monkeypatch):
     before = _figures(vramwise.Registry(ROOT / "families", formulas))
     assert _figures(vramwise.Registry(ROOT / "families", formulas)) == before  # unchanged bytes, from the cache
     entries = set(_entries(cache, "datafiles"))
-    optimizer = formulas / "unsloth" / "optimizer.yaml"
+    optimizer = formulas / "shared" / "unsloth_estimator.yaml"  # the unsloth profile's optimizer table
     text = optimizer.read_text()
     assert text.count("      adamw_8bit: 4\n") == 1
     optimizer.write_text(text.replace("      adamw_8bit: 4\n", "      adamw_8bit: 8\n"))
     changed = _figures(vramwise.Registry(ROOT / "families", formulas))
     assert len(set(_entries(cache, "datafiles")) - entries) == 1  # the edited file's new entry, nothing else
-    # optimizer bytes = trainable params x bytes per param (formulas/unsloth/optimizer.yaml): 4 -> 8 doubles it
+    # optimizer bytes = trainable params x bytes per param (formulas/unsloth/optimizer.yaml, its table in
+    # formulas/shared/unsloth_estimator.yaml): 4 -> 8 doubles it
     k = vramwise.COMPONENTS.index("optimizer")
     assert changed[1][k] == 2 * before[1][k] and changed[1][:k] == before[1][:k]
     monkeypatch.setenv("VRAMWISE_CACHE_DIR", "off")

@@ -1,0 +1,1 @@
+"""Data files of vramwise, read through importlib.resources."""
