@@ -1,4 +1,4 @@
-"""The error of an estimate, as two bands that say what they cover (:class:`ErrorBands`):
+"""The error of an estimate as two bands, tensors and device, each saying what it covers (:class:`ErrorBands`).
 
 * ``tensors``: how far the validation matrices' estimates were from the measured peaks of live tensors in
   CPU training steps, by profile x method x multi-GPU strategy, eager or compiled (:class:`ErrorBand`);
