@@ -28,7 +28,8 @@ What is compared:
 
 The device bands (``--device-bands``, ``accuracy/device_bands.yaml``, read by ``vramwise.profiles.bands``):
 the scored runs whose statistic is a device total (``DEVICE_STATISTICS``: torch's reserved peak, nvidia-smi, a
-total of unstated reading), pooled by profile x method (every framework of the profile together), with the
+total of unstated reading), pooled by profile x method (every framework of the profile together; a framework's
+runs count too for the other profiles that estimate its stack, ``ALSO_ESTIMATED_BY``), with the
 number of runs, the median and p90 of |error|, the signed median and the p90 of the shortfall
 max(0, -error), fit's default headroom. tests/unit/project/test_device_bands.py fails when the file is stale.
 """
@@ -55,6 +56,9 @@ SCHEMA = "gpu-runs-1.schema.json"
 PROFILE_OF = {"unsloth": "unsloth", "hf": "hf", "torchtune": "torchtune", "litgpt": "litgpt",
               "fsdp-qlora": "hf", "deepspeed": "hf"}
 ZERO_STRATEGIES = ("zero1", "zero2", "zero3")
+#: other profiles that estimate a framework's stack: scored on its runs for the device bands only (the tables
+#: above score each run with ``PROFILE_OF``); studio is the reference estimator's answer for Unsloth's stack
+ALSO_ESTIMATED_BY = {"unsloth": ("studio",)}
 
 MEMORY_STATISTICS = ("torch_max_allocated", "torch_max_reserved", "torch_peak_active", "nvidia_smi",
                      "total_reported")
@@ -198,8 +202,10 @@ def _memory_figure(est, statistic: str, count: int) -> tuple[int, str]:
     return est.total, "total"
 
 
-def score_run(run: dict, *, shared: Path | None = SHARED_CONFIGS, registry=None) -> Scored | Skipped:
-    """Score one run, or say why it is not scored."""
+def score_run(run: dict, *, shared: Path | None = SHARED_CONFIGS, registry=None,
+              profile: str | None = None) -> Scored | Skipped:
+    """Score one run, or say why it is not scored; ``profile``: estimated with that profile instead of its
+    framework's."""
     import vramwise
     from vramwise.errors import VramwiseError
 
@@ -208,7 +214,8 @@ def score_run(run: dict, *, shared: Path | None = SHARED_CONFIGS, registry=None)
         model = find_config(run["model"], shared)
         if model is None:
             raise NotScored("no config offline")
-        profile, settings = run_settings(run)
+        own, settings = run_settings(run)
+        profile = profile or own
         statistic = run["statistic"]
         count = (run.get("gpu") or {}).get("count", 1)
         try:
@@ -289,6 +296,17 @@ def summarise(results: Iterable) -> dict:
 
 
 DEVICE_BANDS = ROOT / "accuracy" / "device_bands.yaml"
+
+
+def device_band_results(runs: list[dict], results: list, *, shared: Path | None = SHARED_CONFIGS,
+                        registry=None) -> list:
+    """The scores the device bands pool: ``results`` (each run with its framework's profile) and each run of a
+    framework in ``ALSO_ESTIMATED_BY`` scored again with those profiles."""
+    from vramwise.profiles.bands import DEVICE_STATISTICS
+
+    extra = [score_run(r, shared=shared, registry=registry, profile=p) for r in runs
+             if r["statistic"] in DEVICE_STATISTICS for p in ALSO_ESTIMATED_BY.get(r["framework"], ())]
+    return [*results, *extra]
 
 
 def device_bands(results: Iterable) -> list[dict]:
@@ -420,7 +438,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results = score_runs(load_runs())
     if args.device_bands:
-        DEVICE_BANDS.write_text(render_device_bands(device_bands(results)), encoding="utf-8")
+        bands = device_bands(device_band_results(load_runs(), results))
+        DEVICE_BANDS.write_text(render_device_bands(bands), encoding="utf-8")
         print(f"wrote {DEVICE_BANDS.relative_to(ROOT)}")
     elif args.json:
         summary = summarise(results)

@@ -61,6 +61,27 @@ def test_the_bands_pool_device_totals_by_profile_and_method():
     assert read_device_bands(s.render_device_bands([]), "x.yaml").bands() == ()
 
 
+def test_a_framework_counts_for_the_other_profiles_that_estimate_its_stack():
+    # an Unsloth run of a device total is scored again with studio, the reference estimator's answer for
+    # Unsloth's stack; a tensor peak is not (device bands only), nor a run of another framework
+    s = _scorer()
+    assert s.ALSO_ESTIMATED_BY == {"unsloth": ("studio",)}
+    model = "meta-llama/Llama-2-7b-hf"  # in the offline catalog
+    runs = [dict(id=f"r{k}", framework=fw, model=model, gpu={"name": "RTX 4090", "count": 1},
+                 settings={"stated": {"method": "qlora", "batch_size": 1, "seq_len": 512}}, statistic=stat,
+                 value=10, unit="GiB", notes="")
+            for k, (fw, stat) in enumerate([("unsloth", "total_reported"), ("unsloth", "torch_max_allocated"),
+                                            ("hf", "nvidia_smi")])]
+    got = s.device_band_results(runs, ["given"])
+    assert got[0] == "given" and len(got) == 2
+    (studio,) = got[1:]
+    assert (studio.id, studio.profile, studio.framework) == ("r0", "studio", "unsloth")
+    import vramwise
+
+    want = vramwise.estimate(f"catalog:{model}", profile="studio", method="qlora", batch_size=1, seq_len=512).total
+    assert studio.estimated == want and studio.published == 10 * 2**30
+
+
 def test_the_bundled_file_is_valid():
     table = read_device_bands(FILE.read_text(encoding="utf-8"), DEVICE_BANDS_PATH)
     assert table.statistics == ("torch_max_reserved", "nvidia_smi", "total_reported")
@@ -71,6 +92,7 @@ def test_the_bundled_file_is_valid():
 @pytest.mark.skipif(not shared_present(), reason=SHARED_MISSING)  # the corpus's configs come from ../shared too
 def test_the_bundled_file_is_current():
     s = _scorer()
-    text = s.render_device_bands(s.device_bands(s.score_runs(s.load_runs())))
+    runs = s.load_runs()
+    text = s.render_device_bands(s.device_bands(s.device_band_results(runs, s.score_runs(runs))))
     assert FILE.read_text(encoding="utf-8") == text, (
         f"{DEVICE_BANDS_PATH} is stale: run python benchmarks/gpu_runs.py --device-bands")
