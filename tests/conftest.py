@@ -39,6 +39,15 @@ import pytest
 os.environ["VRAMWISE_CACHE_DIR"] = _CACHE = tempfile.mkdtemp(prefix="vramwise-test-cache-")
 atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
+# One compute thread per core: each of the worker processes (pytest-xdist; PYTEST_XDIST_WORKER_COUNT) gets an equal
+# share of the cores for torch's and OpenMP's pools, set before torch is imported. Two workers with two threads
+# each on two cores made the CPU training steps slower in total (OpenMP's threads wait by spinning): a QLoRA cell
+# of the validation matrix took 21.4 s of CPU with two threads where it took 16.2 with one.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+if _WORKERS > 1:
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, str(max(1, (os.cpu_count() or 1) // _WORKERS)))
+
 import vramwise
 # tests/ is on sys.path (pyproject.toml: pythonpath)
 from helpers import SHARED_MISSING, checkout_mismatch, deepspeed_missing, shared_present, tier_deselected

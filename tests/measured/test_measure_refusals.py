@@ -27,8 +27,7 @@ modules (this one and test_measure_refusals_second_half.py) so that .ci/run's tw
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import os
 import tempfile
 import warnings
 from pathlib import Path
@@ -121,21 +120,15 @@ def _outcome(config: dict, kernel: str) -> tuple:
 #: Families whose cells one child process measures. Each `vramwise measure` is a process of its own; this
 #: matrix builds 1,075 models under fake tensors, and one process running them all grows torch's native state
 #: across hundreds of builds (a CI run of that process aborted inside torch after 540 cells, at a config
-#: import that runs alone). A fresh interpreter every CHUNK families keeps each process near a user's.
+#: import that runs alone). A fresh process every CHUNK families keeps each process near a user's.
 CHUNK = 10
 #: Families whose fake step, refused, leaves the process's memory corrupt: a later build in the same process
 #: crashed (inkling2_loop's forward deep-copies its cache, and torch's deep copy of a fake tensor fails part
 #: way). Each of their cells is measured in a process of its own, as the command line measures it.
 ALONE = ("inkling2_loop_text",)
-_CHILD = """
-import json, sys
-sys.path.insert(0, sys.argv[2])
-import test_measure_refusals as t
-out = [list(t._outcome(t._REG.family(family).examples[i]["config"], kernel))
-       for family, i, kernel in json.loads(sys.argv[3])]
-with open(sys.argv[1], "w") as f:
-    json.dump(out, f)
-"""
+#: What the fork server the children start from imports once (about 5 s of CPU that each child would otherwise
+#: spend): the children are copies of it, with nothing built or measured yet.
+PRELOAD = ["torch", "transformers", "vramwise.measuring.steps"]
 _MEASURED: dict = {}  # family -> its cells' outcomes (example x kernel), or the child's failure
 
 
@@ -143,15 +136,35 @@ def _cells(family: str) -> list:
     return [(family, i, kernel) for i in range(len(_REG.family(family).examples)) for kernel in ATTENTION_KINDS]
 
 
+def _child(out: str, log: str, cells: list) -> None:
+    """A child's work: the outcomes of ``cells``, written to ``out`` as JSON; its output to ``log``."""
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    result = [list(_outcome(_REG.family(family).examples[i]["config"], kernel)) for family, i, kernel in cells]
+    with open(out, "w") as f:
+        json.dump(result, f)
+
+
 def _in_child(cells: list):
-    """The outcomes of ``cells`` measured in a child interpreter, or why the child failed (a string)."""
+    """The outcomes of ``cells`` measured in a child process forked from a fork server (multiprocessing's
+    forkserver: a process that has imported :data:`PRELOAD` and nothing else), or why the child failed."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)  # read when the server starts (another test may have started it already)
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "outcomes.json"
-        proc = subprocess.run([sys.executable, "-c", _CHILD, str(out), str(Path(__file__).parent), json.dumps(cells)],
-                              capture_output=True, text=True, timeout=1800)
-        if proc.returncode != 0 or not out.exists():
-            return f"the child measuring {sorted({c[0] for c in cells})} exited with status {proc.returncode}:\n" \
-                   f"{proc.stderr[-4000:]}"
+        out, log = Path(tmp) / "outcomes.json", Path(tmp) / "child.log"
+        proc = ctx.Process(target=_child, args=(str(out), str(log), cells), daemon=True)
+        proc.start()
+        proc.join(1800)
+        if proc.exitcode is None:
+            proc.kill()
+            proc.join()
+        if proc.exitcode != 0 or not out.exists():
+            tail = log.read_text(errors="replace")[-4000:] if log.exists() else ""
+            return f"the child measuring {sorted({c[0] for c in cells})} exited with status {proc.exitcode}:\n{tail}"
         return json.loads(out.read_text())
 
 
