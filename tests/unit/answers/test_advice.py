@@ -98,8 +98,8 @@ def test_empty_when_it_fits():
 
 
 def test_hand_derived_only_batch_one_with_accumulation_fits():
-    # examples/llama-3.1-8b.json, profile unsloth, QLoRA at its defaults (rank 16 on the seven
-    # projections, unsloth checkpointing, adamw_8bit), seq 2048, batch 8. formulas/unsloth:
+    # examples/llama-3.1-8b.json, profile studio (the estimator's arithmetic), QLoRA at its defaults (rank 16
+    # on the seven projections, unsloth checkpointing, adamw_8bit), seq 2048, batch 8. formulas/studio:
     #   activations per token of the largest layer (activations.yaml layer_activation_bytes):
     #     (q 4096 + 2 x kv 1024 + 2 + 2 x mlp 14336) elements x 2 bytes x 1.25 slack = 87,045 bytes;
     #     unsloth checkpointing on an adapter keeps one layer (gc_adapter 1): A(b) = 87,045 x 2048 x b
@@ -115,9 +115,9 @@ def test_hand_derived_only_batch_one_with_accumulation_fits():
     # 169,869,312 bytes of the 10.6 GB that batch 8 needs; a lower rank less. Checkpointing and the
     # optimizer are already the lightest, and this profile does not read the loss.
     gpu = 8_700_000_000
-    f = fit(LLAMA, gpu=gpu, headroom=0, profile="unsloth", method="qlora", batch_size=8, seq_lens=())
+    f = fit(LLAMA, gpu=gpu, headroom=0, profile="studio", method="qlora", batch_size=8, seq_lens=())
     rest = 6_463_954_944 + 83_886_080 + 167_772_160 + 1_503_238_554
-    assert rest + 2 * 178_268_160 == vramwise.estimate(LLAMA, batch_size=1).total == 8_575_388_058
+    assert rest + 2 * 178_268_160 == vramwise.estimate(LLAMA, profile="studio", batch_size=1).total == 8_575_388_058
     assert not f.fits
     first = f.advice[0]
     assert first.kinds == ("accumulation",) and first.fits

@@ -63,14 +63,14 @@ def test_result_is_frozen_and_serialisable():
 
 
 def test_trace_names_every_formula_with_its_line():
-    e = vramwise.estimate(SMALL)
+    e = vramwise.estimate(SMALL, profile="studio")
     ids = [t.id for t in e.trace]
     assert "weights_bytes" in ids and "activation_bytes" in ids and "total_bytes" in ids
     t = next(t for t in e.trace if t.id == "weights_bytes")
-    assert t.file == "formulas/unsloth/weights.yaml"
+    assert t.file == "formulas/studio/weights.yaml"
     from importlib import resources
 
-    lines = resources.files("vramwise.formulas").joinpath("unsloth/weights.yaml").read_text().splitlines()
+    lines = resources.files("vramwise.formulas").joinpath("studio/weights.yaml").read_text().splitlines()
     assert lines[t.line - 1].strip().startswith("expr:")
     assert t.value == e.weights
     t = next(t for t in e.trace if t.id == "text_weights_bytes")

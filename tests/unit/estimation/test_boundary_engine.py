@@ -65,8 +65,9 @@ def test_profile_must_be_a_name():
 
 
 def test_attention_is_case_insensitive_and_flash_3_is_memory_efficient():
-    a = vramwise.estimate(SMALL, attention="Flash_Attention_3", seq_len=8192)
-    b = vramwise.estimate(SMALL, attention="flash_attention_2", seq_len=8192)
+    # studio: the estimator treats every memory-efficient kernel alike (unsloth tells Unsloth's own choice apart)
+    a = vramwise.estimate(SMALL, profile="studio", attention="Flash_Attention_3", seq_len=8192)
+    b = vramwise.estimate(SMALL, profile="studio", attention="flash_attention_2", seq_len=8192)
     assert a.settings.attention == "flash_attention_3" and a.total == b.total
 
 
@@ -88,7 +89,7 @@ def _families() -> Path:
 ])
 def test_broken_components_never_become_results(tmp_path, expr, error):
     formulas = _formulas_copy(tmp_path)
-    p = formulas / "unsloth" / "overhead.yaml"
+    p = formulas / "studio" / "overhead.yaml"
     text = p.read_text()
     assert "expr: '0 if method == \"inference\" else cuda_overhead_gib * gib'" in text or "cuda_overhead_bytes" in text
     lines = text.splitlines()
@@ -97,7 +98,7 @@ def test_broken_components_never_become_results(tmp_path, expr, error):
     p.write_text("\n".join(lines) + "\n")
     reg = vramwise.Registry(_families(), formulas)
     with pytest.raises(error) as info:
-        vramwise.estimate(SMALL, registry=reg)
+        vramwise.estimate(SMALL, profile="studio", registry=reg)
     assert "overhead.yaml" in str(info.value)
 
 
@@ -155,10 +156,10 @@ def test_oversized_expressions_are_refused_at_load(tmp_path, expr, needle):
 
 def test_huge_powers_and_repetitions_fail_at_evaluation(tmp_path):
     formulas = _formulas_copy(tmp_path)
-    _replace_in(formulas / "unsloth" / "overhead.yaml", "cuda_overhead_gib * gib", "cuda_overhead_gib * gib + 4000000 ** 4000000")
+    _replace_in(formulas / "studio" / "overhead.yaml", "cuda_overhead_gib * gib", "cuda_overhead_gib * gib + 4000000 ** 4000000")
     reg = vramwise.Registry(_families(), formulas)
     with pytest.raises(vramwise.EvaluationError, match="overhead.yaml:.*more than 4096 bits"):
-        vramwise.estimate(SMALL, registry=reg)
+        vramwise.estimate(SMALL, profile="studio", registry=reg)
 
 
 @pytest.mark.parametrize("template,needle", [
@@ -169,14 +170,14 @@ def test_huge_powers_and_repetitions_fail_at_evaluation(tmp_path):
 ])
 def test_message_templates_take_named_placeholders_only(tmp_path, template, needle):
     formulas = _formulas_copy(tmp_path)
-    p = formulas / "shared" / "unsloth_estimator.yaml"  # the optimizer table of the unsloth profile
+    p = formulas / "studio" / "estimator.yaml"  # the optimizer table of the studio profile
     lines = p.read_text().splitlines()
     k = next(i for i, line in enumerate(lines) if "unknown_warning:" in line)
     lines[k] = lines[k].split("unknown_warning:")[0] + f"unknown_warning: '{template}'"
     p.write_text("\n".join(lines) + "\n")
     with pytest.raises(vramwise.FileFormatError) as info:
-        vramwise.Registry(_families(), formulas).profile("unsloth")
-    assert needle in str(info.value) and "unsloth_estimator.yaml:" in str(info.value)
+        vramwise.Registry(_families(), formulas).profile("studio")
+    assert needle in str(info.value) and "estimator.yaml:" in str(info.value)
 
 
 def test_repeat_beyond_the_limit_is_a_config_error():

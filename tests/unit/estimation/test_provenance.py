@@ -38,7 +38,7 @@ def test_every_location_names_the_entry_it_points_at():
 
 
 def test_table_entries_and_constants():
-    est = vramwise.estimate(CFG, optimizer="adamw_torch")
+    est = vramwise.estimate(CFG, profile="studio", optimizer="adamw_torch")
     tables = _by_name(est, "table")
     assert tables["optimizer_bytes_per_param"].value == 6 and "adamw_torch" in tables["optimizer_bytes_per_param"].how
     consts = _by_name(est, "constant")

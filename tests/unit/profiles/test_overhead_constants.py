@@ -1,5 +1,5 @@
 """The device constants beside the tensors, by hand: the caching allocator's reserve and the CUDA context of
-the training profiles (formulas/shared/overhead.yaml: 15 % over the tensor peak, 0.5 GiB), the unsloth
+the training profiles (formulas/shared/overhead.yaml: 15 % over the tensor peak, 0.5 GiB), the studio
 profile's fixed CUDA overhead (docs/unsloth-profile.md#overhead: 1.4 GiB a GPU, none for inference, which
 its headroom covers), and vLLM's memory
 outside torch and CUDA context (formulas/vllm/budget.yaml, from published vLLM 0.17-0.19 start-up logs:
@@ -32,10 +32,10 @@ def test_one_gpu_device_figure_is_the_peak_plus_15_percent_plus_half_a_gib(profi
     assert abs(e.overhead - (peak * 15 / 100 + GIB / 2)) <= 1
 
 
-def test_unsloth_charges_a_fixed_1_4_gib_for_training_only():
-    # 1.4 x 2^30 = 1,503,238,553.6 bytes, a whole byte: 1,503,238,554
-    assert vramwise.estimate(LLAMA, profile="unsloth", method="lora").overhead == 1_503_238_554
-    assert vramwise.estimate(LLAMA, profile="unsloth", method="inference").overhead == 0
+def test_studio_charges_a_fixed_1_4_gib_for_training_only():
+    # the estimator's overhead, which the studio profile keeps: 1.4 x 2^30 = 1,503,238,553.6 bytes, a whole byte
+    assert vramwise.estimate(LLAMA, profile="studio", method="lora").overhead == 1_503_238_554
+    assert vramwise.estimate(LLAMA, profile="studio", method="inference").overhead == 0
 
 
 def test_each_rank_of_a_strategy_gets_the_same_reserve_and_context():

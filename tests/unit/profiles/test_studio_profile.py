@@ -1,4 +1,5 @@
-"""The unsloth profile reproduces the formulas of docs/unsloth-profile.md; expected values are derived by hand.
+"""The studio profile reproduces the estimator's formulas of docs/unsloth-profile.md (which the unsloth profile
+kept until it modelled Unsloth's own stack); expected values are derived by hand.
 
 Llama-3.1-8B dims used throughout (H 4096, 32 layers, 32 heads of 128, 8 KV heads, MLP 14336,
 vocabulary 128256, untied):
@@ -35,8 +36,11 @@ LAYER_ACT = 713_072_640
 OVERHEAD = 1_503_238_554
 
 
+def _studio(model, **settings):
+    return vramwise.estimate(model, profile="studio", **settings)
+
 def test_qlora_defaults_llama_8b():
-    e = vramwise.estimate(LLAMA_8B)
+    e = _studio(LLAMA_8B)
     # weights: 6,979,321,856 * 2 / 3.2 + 1,050,939,392 * 2 = 4,362,076,160 + 2,101,878,784
     assert e.weights == 6_463_954_944
     # LoRA r=16: 16 * 32 layers * 81,920 = 41,943,040 params, 2 bytes each
@@ -51,11 +55,11 @@ def test_qlora_defaults_llama_8b():
     assert e.overhead == OVERHEAD
     assert e.total == 6_463_954_944 + 83_886_080 + 167_772_160 + 713_072_640 + LAYER_ACT + OVERHEAD
     assert e.params_total == TOTAL_PARAMS
-    assert e.family == "llama" and e.profile == "unsloth" and not e.warnings
+    assert e.family == "llama" and e.profile == "studio" and not e.warnings
 
 
 def test_full_finetune_adamw_torch_hf_checkpointing():
-    e = vramwise.estimate(LLAMA_8B, method="full", optimizer="adamw_torch", gradient_checkpointing="true")
+    e = _studio(LLAMA_8B, method="full", optimizer="adamw_torch", gradient_checkpointing="true")
     assert e.weights == TOTAL_PARAMS * 2 == 16_060_522_496
     assert e.lora == 0
     assert e.params_trainable == TOTAL_PARAMS
@@ -67,19 +71,19 @@ def test_full_finetune_adamw_torch_hf_checkpointing():
 
 
 def test_full_finetune_unsloth_checkpointing_multiplier():
-    e = vramwise.estimate(LLAMA_8B, method="full")
+    e = _studio(LLAMA_8B, method="full")
     assert e.activations == 1.5 * LAYER_ACT == 1_069_608_960
 
 
 def test_no_checkpointing_sums_every_layer():
-    e = vramwise.estimate(LLAMA_8B, method="lora", gradient_checkpointing="none")
+    e = _studio(LLAMA_8B, method="lora", gradient_checkpointing="none")
     assert e.activations == 32 * LAYER_ACT == 22_818_324_480
     assert e.weights == TOTAL_PARAMS * 2  # 16-bit LoRA base
 
 
 @pytest.mark.parametrize("gc,effective", [("unsloth", 1.0), ("true", 1.0), ("none", 32)])
 def test_eager_attention_quadratic_term(gc, effective):
-    e = vramwise.estimate(LLAMA_8B, attention="eager", gradient_checkpointing=gc)
+    e = _studio(LLAMA_8B, attention="eager", gradient_checkpointing=gc)
     # B * heads * S^2 * 2 * 12 * effective layers = 4 * 32 * 2048^2 * 24 * eff = 12,884,901,888 * eff
     quadratic = 4 * 32 * 2048 * 2048 * 2 * 12 * effective
     per_layer = LAYER_ACT * (32 if gc == "none" else 1)
@@ -89,12 +93,12 @@ def test_eager_attention_quadratic_term(gc, effective):
 
 @pytest.mark.parametrize("attn", ["sdpa", "flex_attention", "flash_attention_2"])
 def test_memory_efficient_kernels_have_no_quadratic_term(attn):
-    assert vramwise.estimate(LLAMA_8B, attention=attn).activations == LAYER_ACT
+    assert _studio(LLAMA_8B, attention=attn).activations == LAYER_ACT
 
 
 def test_double_quant_factor():
     cfg = {**LLAMA_8B, "quantization_config": {"load_in_4bit": True, "bnb_4bit_use_double_quant": True}}
-    e = vramwise.estimate(cfg)
+    e = _studio(cfg)
     # 6,979,321,856 * 2 / 3.6 = 3,877,401,031.11 ; + 2,101,878,784 = 5,979,279,815.11
     assert e.weights == 5_979_279_815
 
@@ -105,19 +109,19 @@ def test_double_quant_factor():
      ("adamw_torch_fused", 6), ("paged_adamw_32bit", 8), ("sgd", 4), ("ADAMW-TORCH", 6), ("Paged-AdamW-32bit", 8)],
 )
 def test_optimizer_table(name, bpp):
-    e = vramwise.estimate(LLAMA_8B, optimizer=name)
+    e = _studio(LLAMA_8B, optimizer=name)
     assert e.optimizer == 41_943_040 * bpp
     assert not e.warnings
 
 
 def test_unknown_optimizer_warns_and_assumes_4():
-    e = vramwise.estimate(LLAMA_8B, optimizer="lion_32bit")
+    e = _studio(LLAMA_8B, optimizer="lion_32bit")
     assert e.optimizer == 41_943_040 * 4
     assert any("lion_32bit" in w for w in e.warnings)
 
 
 def test_lora_floor_is_capped_by_activations_and_optimizer():
-    e = vramwise.estimate(LLAMA_8B, batch_size=1, seq_len=128)
+    e = _studio(LLAMA_8B, batch_size=1, seq_len=128)
     # activations: S*B = 128; 128 * 34818 * 2.5 = 11,141,760
     assert e.activations == 11_141_760
     # floor = min(0.15 * 6,463,954,944, max(11,141,760, 167,772,160)) = 167,772,160 > raw 83,886,080
@@ -125,7 +129,7 @@ def test_lora_floor_is_capped_by_activations_and_optimizer():
 
 
 def test_min_per_gpu():
-    e = vramwise.estimate(LLAMA_8B)
+    e = _studio(LLAMA_8B)
     state = 6_463_954_944 + 83_886_080 + 167_772_160 + 713_072_640
     assert e.min_per_gpu(1) == e.total
     # (weights + LoRA + optimizer + gradients) / 2 + activations + overhead
@@ -140,7 +144,7 @@ PHI35 = {"model_type": "phi3", "vocab_size": 32064, "hidden_size": 3072, "interm
 
 
 def test_fused_projections_sized_as_split():
-    e = vramwise.estimate(PHI35)
+    e = _studio(PHI35)
     # per layer: q, k, v, o 3072+3072 each; gate, up 3072+8192 each; down 8192+3072
     # = 4 * 6144 + 3 * 11264 = 58,368 ; * 32 layers * r 16 = 29,884,416
     assert e.params_trainable == 29_884_416
@@ -148,24 +152,24 @@ def test_fused_projections_sized_as_split():
 
 
 def test_fused_projection_by_its_own_name():
-    e = vramwise.estimate(PHI35, target_modules=["qkv_proj"])
+    e = _studio(PHI35, target_modules=["qkv_proj"])
     # one adapter over the whole qkv_proj: 3072 in + 9216 out, * 32 layers * 16
     assert e.params_trainable == 32 * (3072 + 9216) * 16 == 6_291_456
 
 
 @pytest.mark.parametrize("targets", ["all-linear", "all_linear", "ALL-LINEAR", ["all-linear"], None])
 def test_all_linear_spellings(targets):
-    assert vramwise.estimate(LLAMA_8B, target_modules=targets).params_trainable == 41_943_040
+    assert _studio(LLAMA_8B, target_modules=targets).params_trainable == 41_943_040
 
 
 def test_attention_only_targets():
-    e = vramwise.estimate(LLAMA_8B, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], lora_rank=8)
+    e = _studio(LLAMA_8B, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], lora_rank=8)
     # (8192 + 5120 + 5120 + 8192) * 32 * 8
     assert e.params_trainable == 26624 * 32 * 8 == 6_815_744
 
 
 def test_unknown_target_warns():
-    e = vramwise.estimate(LLAMA_8B, target_modules="q_proj,wq")
+    e = _studio(LLAMA_8B, target_modules="q_proj,wq")
     assert e.params_trainable == 32 * 8192 * 16
     assert any("wq" in w for w in e.warnings)
 
@@ -175,7 +179,7 @@ QWEN25_7B = {"model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584, "
 
 
 def test_biases_stay_16bit_under_4bit():
-    e = vramwise.estimate(QWEN25_7B)
+    e = _studio(QWEN25_7B)
     # quantizable weights: 28 * (25,690,112 + 3,670,016 + 203,685,888) = 6,525,288,448
     quantizable = 28 * (2 * 3584 * 3584 + 2 * 512 * 3584 + 3 * 18944 * 3584)
     assert quantizable == 6_525_288_448
@@ -191,7 +195,7 @@ def test_biases_stay_16bit_under_4bit():
 def test_tied_gemma_has_no_head():
     cfg = {"model_type": "gemma2", "vocab_size": 256000, "hidden_size": 2304, "intermediate_size": 9216,
            "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256}
-    e = vramwise.estimate(cfg, method="lora")
+    e = _studio(cfg, method="lora")
     assert e.weights == 2 * 2_614_341_888
     # activations: q 8*256 = 2048, kv 4*256 = 1024; 8192 * (2048 + 2048 + 2 + 18432) * 2.5 = 8192 * 22530 * 2.5 = 461,414,400
     assert e.activations == 8192 * (2048 + 2 * 1024 + 2 + 2 * 9216) * 2.5 == 461_414_400
@@ -205,27 +209,27 @@ QWEN2_MOE_TINY = {"model_type": "qwen2_moe", "vocab_size": 100, "hidden_size": 3
 def test_moe_all_linear_skips_routed_experts():
     # per layer (H 32, head_dim 8): q 32+32, k 32+16, v 32+16, o 32+32 = 224;
     # shared expert gate 32+64, up 32+64, down 64+32 = 288; routed experts get nothing under all-linear
-    e = vramwise.estimate(QWEN2_MOE_TINY, lora_rank=2, target_modules="all-linear")
+    e = _studio(QWEN2_MOE_TINY, lora_rank=2, target_modules="all-linear")
     assert e.params_trainable == 2 * (224 + 288) * 2 == 2048
 
 
 def test_moe_explicit_names_adapt_every_routed_expert():
     # explicit gate/up/down add 4 experts x (32+16) for gate and up, 4 x (16+32) for down = 576 per layer
-    e = vramwise.estimate(QWEN2_MOE_TINY, lora_rank=2, target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
+    e = _studio(QWEN2_MOE_TINY, lora_rank=2, target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
                                                                         "gate_proj", "up_proj", "down_proj"])
     assert e.params_trainable == 2 * (224 + 288 + 576) * 2 == 4352
     # the default targets are those seven names, named explicitly
-    assert vramwise.estimate(QWEN2_MOE_TINY, lora_rank=2).params_trainable == 4352
+    assert _studio(QWEN2_MOE_TINY, lora_rank=2).params_trainable == 4352
 
 
 def test_moe_weights_and_activations():
-    e = vramwise.estimate(QWEN2_MOE_TINY, method="lora", batch_size=1, seq_len=8)
+    e = _studio(QWEN2_MOE_TINY, method="lora", batch_size=1, seq_len=8)
     # MoE layer width: routed 16 x top-2 + shared 64 = 96; attention q 32, kv 16
     # per layer: (8*(32 + 2*16) + 8*2 + 8*2*96) * 2 * 1.25 = (512 + 16 + 1536) * 2.5 = 5160
     assert e.activations == 5160
     # quantizable: attention 2*32*32 + 2*16*32 = 3072; router 4*32 = 128; experts 4*3*16*32 = 6144;
     # shared 3*64*32 = 6144 and its gate 32 -> 15,520 per layer, 31,040 for two
-    q = vramwise.estimate(QWEN2_MOE_TINY)
+    q = _studio(QWEN2_MOE_TINY)
     nonq = q.params_total - 31_040
     assert q.weights == round(31_040 * 2 / 3.2 + nonq * 2)
 
@@ -237,7 +241,7 @@ DEEPSEEK_TINY = {"model_type": "deepseek_v3", "vocab_size": 100, "hidden_size": 
 
 
 def test_mla_target_mapping():
-    e = vramwise.estimate(DEEPSEEK_TINY, lora_rank=1, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+    e = _studio(DEEPSEEK_TINY, lora_rank=1, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
     # q_proj -> q_b_proj 16 + 4*(8+4) = 64; k_proj -> kv_a_proj_with_mqa 64 + (32+4) = 100;
     # v_proj -> kv_b_proj 32 + 4*(8+8) = 96; o_proj 4*8 + 64 = 96; 356 per layer, 4 layers
     assert e.params_trainable == 4 * 356 == 1424
@@ -260,13 +264,13 @@ GEMMA4_TINY = {"model_type": "gemma4_text", "vocab_size": 100, "hidden_size": 64
     ("none", 6650 + 8250 + 400),
 ])
 def test_gemma4_ple_and_parallel_moe_activations(gc, expected):
-    e = vramwise.estimate(GEMMA4_TINY, method="lora", batch_size=1, seq_len=10, gradient_checkpointing=gc)
+    e = _studio(GEMMA4_TINY, method="lora", batch_size=1, seq_len=10, gradient_checkpointing=gc)
     assert e.activations == expected
 
 
 def test_per_layer_embedding_modules_need_explicit_names():
-    base = vramwise.estimate(GEMMA4_TINY, lora_rank=1, target_modules="all-linear").params_trainable
-    named = vramwise.estimate(GEMMA4_TINY, lora_rank=1, target_modules=[
+    base = _studio(GEMMA4_TINY, lora_rank=1, target_modules="all-linear").params_trainable
+    named = _studio(GEMMA4_TINY, lora_rank=1, target_modules=[
         "all-linear", "per_layer_input_gate", "per_layer_projection", "per_layer_model_projection"]).params_trainable
     # gate 64 + 8 and projection 8 + 64 per layer, the global projection 64 + 16
     assert named - base == 2 * (72 + 72) + (64 + 16)

@@ -127,33 +127,33 @@ def test_model_type_served_twice(tmp_path):
 
 def _formulas_copy(tmp_path: Path) -> Path:
     dst = tmp_path / "formulas"
-    for folder in ("unsloth", "shared"):  # the unsloth profile and the shared files it lists
+    for folder in ("studio", "shared"):  # the studio profile and the shared files it lists
         shutil.copytree(FORMULAS / folder, dst / folder, ignore=shutil.ignore_patterns("__*"))
     return dst
 
 
 def test_formula_file_errors(tmp_path):
     forms = _formulas_copy(tmp_path)
-    p = forms / "unsloth" / "optimizer.yaml"
+    p = forms / "studio" / "optimizer.yaml"
     p.write_text(p.read_text().replace("expr: trainable_params * optimizer_bytes_per_param", "expr: trainable_params ^ 2"))
     reg = vramwise.Registry(formulas_dir=forms)
     with pytest.raises(ExpressionError) as info:
-        reg.profile("unsloth")
+        reg.profile("studio")
     assert "optimizer.yaml:" in str(info.value) and "bitwise XOR" in str(info.value)
     assert "$.formulas[1].expr" in str(info.value)
 
 
 def test_formula_cycle_and_missing_field(tmp_path):
     forms = _formulas_copy(tmp_path)
-    p = forms / "unsloth" / "lora.yaml"
+    p = forms / "studio" / "lora.yaml"
     p.write_text(p.read_text().replace("expr: lora_params * lora_bytes_per_param", "expr: lora_bytes_again"))
     p.write_text(p.read_text() + "  - id: lora_bytes_again\n    expr: lora_bytes\n    unit: bytes\n    description: x\n    source: y\n")
     reg = vramwise.Registry(formulas_dir=forms)
     with pytest.raises(FileFormatError, match="formula cycle"):
-        reg.profile("unsloth")
+        reg.profile("studio")
     p.write_text(p.read_text().replace("    source: y\n", ""))
     with pytest.raises(FileFormatError, match=r"lora\.yaml:\d+:\d+: \$\.formulas\[2\]: 'source' is a required property"):
-        vramwise.Registry(formulas_dir=forms).profile("unsloth")
+        vramwise.Registry(formulas_dir=forms).profile("studio")
 
 
 def test_profile_needs_inputs_from_every_family(tmp_path):

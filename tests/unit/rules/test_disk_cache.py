@@ -150,21 +150,21 @@ def test_a_changed_data_file_is_read_again(cache, tmp_path, monkeypatch):
     (a new digest, one new entry), and gives the figures of the changed file read without the cache."""
     formulas = tmp_path / "formulas"
     shutil.copytree(ROOT / "formulas", formulas)
-    before = _figures(vramwise.Registry(ROOT / "families", formulas))
-    assert _figures(vramwise.Registry(ROOT / "families", formulas)) == before  # unchanged bytes, from the cache
+    before = _figures(vramwise.Registry(ROOT / "families", formulas), profile="studio")
+    assert _figures(vramwise.Registry(ROOT / "families", formulas), profile="studio") == before  # unchanged bytes, from the cache
     entries = set(_entries(cache, "datafiles"))
-    optimizer = formulas / "shared" / "unsloth_estimator.yaml"  # the unsloth profile's optimizer table
+    optimizer = formulas / "studio" / "estimator.yaml"  # the studio profile's optimizer table
     text = optimizer.read_text()
     assert text.count("      adamw_8bit: 4\n") == 1
     optimizer.write_text(text.replace("      adamw_8bit: 4\n", "      adamw_8bit: 8\n"))
-    changed = _figures(vramwise.Registry(ROOT / "families", formulas))
+    changed = _figures(vramwise.Registry(ROOT / "families", formulas), profile="studio")
     assert len(set(_entries(cache, "datafiles")) - entries) == 1  # the edited file's new entry, nothing else
-    # optimizer bytes = trainable params x bytes per param (formulas/unsloth/optimizer.yaml, its table in
-    # formulas/shared/unsloth_estimator.yaml): 4 -> 8 doubles it
+    # optimizer bytes = trainable params x bytes per param (formulas/studio/optimizer.yaml, its table in
+    # formulas/studio/estimator.yaml): 4 -> 8 doubles it
     k = vramwise.COMPONENTS.index("optimizer")
     assert changed[1][k] == 2 * before[1][k] and changed[1][:k] == before[1][:k]
     monkeypatch.setenv("VRAMWISE_CACHE_DIR", "off")
-    assert _figures(vramwise.Registry(ROOT / "families", formulas)) == changed
+    assert _figures(vramwise.Registry(ROOT / "families", formulas), profile="studio") == changed
 
 
 def test_positions_from_the_cache_are_the_composed_nodes(cache):

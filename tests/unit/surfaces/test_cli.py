@@ -62,7 +62,7 @@ def test_explain(cfg, capsys):
     assert main(["explain", cfg, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     ids = [t["id"] for t in data["trace"]]
-    assert ids[-1] in ("total_bytes", "min_per_gpu_bytes") and "layer_activation_bytes" in ids
+    assert ids[-1] in ("total_bytes", "min_per_gpu_bytes") and "layer_saved_bytes" in ids
 
 
 def test_families(capsys):

@@ -47,7 +47,8 @@ def test_flags_and_set_override_the_recipe(capsys, tmp_path):
     cfg.write_text(json.dumps(SMALL))
     data = _json(["estimate", str(cfg), "--recipe", AXOLOTL, "--batch-size", "1", "--set", "seq_len=512",
                   "--profile", "unsloth", "--json"], capsys)
-    e = vramwise.estimate(SMALL, profile="unsloth", **{**HAND, "batch_size": 1, "seq_len": 512})
+    # the recipe's lora_dropout (0.05) too: the unsloth profile reads it (Unsloth's fused LoRA kernels need 0)
+    e = vramwise.estimate(SMALL, profile="unsloth", **{**HAND, "batch_size": 1, "seq_len": 512, "lora_dropout": 0.05})
     assert data["total"] == e.total and data["profile"] == "unsloth"
     origins = data["recipe"]["origins"]
     assert origins["batch_size"]["kind"] == "override" and origins["seq_len"]["kind"] == "override"
