@@ -39,7 +39,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 #: what no matrix measures, and why (written into the file as it is)
 UNMEASURED = (
-    ("profile", "unsloth", "it reproduces the reference estimator"),
+    ("profile", "unsloth", "Unsloth's kernels run on CUDA GPUs only; checked against its published context-length "
+                           "tables instead (docs/unsloth-profile.md#stack-check)"),
     ("profile", "studio", "it reproduces the reference estimator"),
     ("profile", "size_only", "a share of the model size, for when no config can be read"),
     ("method", "inference", "the validation matrices measure training steps only; the vllm profile is checked "

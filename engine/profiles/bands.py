@@ -15,8 +15,9 @@ typed in. :meth:`Estimate.error_band <vramwise.Estimate.error_band>` looks its c
 * a measured (profile, method, strategy) gives the number of cells, the median and the largest
   |estimate / measured - 1|, the world sizes and the matrices they come from;
 * anything else is an unmeasured band saying why: a profile or method the file lists as not measured
-  (unsloth reproduces the reference estimator; size_only; inference), a strategy measured on another
-  profile only, or a combination no matrix has. LoRA on a 4-bit base counts as qlora.
+  (unsloth runs kernels on CUDA GPUs only; studio reproduces the reference estimator; size_only;
+  inference), a strategy measured on another profile only, or a combination no matrix has. LoRA on a
+  4-bit base counts as qlora.
 
 The bands describe the bundled profiles: a profile read from another formulas folder is not measured.
 The bundled file is read once, when an estimate first asks (``bundled_bands.cache_clear()`` forgets it).
