@@ -40,11 +40,11 @@ def test_skip_matching(entries, skipped):
 
 def test_skipped_weights_cost_16_bit():
     cfg = {**TINY, "quantization_config": {"load_in_4bit": True, "llm_int8_skip_modules": ["model.layers.1"]}}
-    e = vramwise.estimate(cfg)
+    e = vramwise.estimate(cfg, profile="studio")  # the estimator's arithmetic
     # (81,920 - 40,960) * 2 / 3.2 + (13,120 + 40,960) * 2 = 25,600 + 108,160
     assert e.weights == 133_760
     # LoRA and full fine-tuning load 16-bit weights: the skip list changes nothing there
-    assert vramwise.estimate(cfg, method="lora").weights == 2 * (QUANT + REST)
+    assert vramwise.estimate(cfg, profile="studio", method="lora").weights == 2 * (QUANT + REST)
 
 
 def test_already_quantized_checkpoint_warns():
@@ -70,15 +70,15 @@ def _folder(tmp_path, total_size):
 
 def test_checkpoint_bytes_beyond_the_text_tower(tmp_path):
     folder = _folder(tmp_path, 2 * 95_040 + 10_000)   # 10,000 bytes of vision tower
-    e = vramwise.estimate(folder, method="lora")
+    e = vramwise.estimate(folder, profile="studio", method="lora")  # the estimator's arithmetic
     assert e.weights == 2 * 95_040 + 10_000
     assert any("model.safetensors.index.json" in w for w in e.warnings)
-    full = vramwise.estimate(folder, method="full", optimizer="adamw_torch")
+    full = vramwise.estimate(folder, profile="studio", method="full", optimizer="adamw_torch")
     # the extra 5,000 parameters train too: 6 bytes of optimizer state and 2 of gradient each
     assert full.params_trainable == 95_040 + 5_000
     assert full.optimizer == 6 * 100_040
     assert full.gradients == 2 * 100_040
-    q = vramwise.estimate(folder)  # QLoRA: the extra bytes stay 16-bit, the optimizer only sees adapters
+    q = vramwise.estimate(folder, profile="studio")  # QLoRA: the extra bytes stay 16-bit, the optimizer only sees adapters
     assert q.weights == round(QUANT * 2 / 3.2 + REST * 2) + 10_000
 
 
