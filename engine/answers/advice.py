@@ -1,8 +1,9 @@
 """What to change so that a run fits: ``Fit.advice``.
 
 Each piece of advice is a change of the settings, estimated again (:func:`~vramwise.estimate`) and
-judged by the one placement rule (:func:`vramwise.answers.placement.fits`); nothing here derives
-memory. The changes come in kinds, listed in :data:`KINDS` from the one that changes the training
+judged by the one placement rule (:class:`vramwise.answers.placement.Placer`: on several GPUs without
+a strategy, what the best strategy the profile models places on each, the strategy named in the
+entry); nothing here derives memory. The changes come in kinds, listed in :data:`KINDS` from the one that changes the training
 least to the one that changes it most:
 
 1. ``accumulation``: a smaller micro-batch and more gradient accumulation steps, exactly the same
@@ -56,7 +57,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping
 
-from vramwise.answers.placement import GpuSet, fits as _fits_on
+from vramwise.answers.placement import GpuSet, Placer
 from vramwise.answers.search import fewest_above, largest_below
 from vramwise.errors import VramwiseError
 from vramwise.profiles.settings import (ADAPTER_METHODS, CHECKPOINTING_MODES, CHECKPOINTING_SAVINGS,
@@ -90,9 +91,11 @@ class Advice:
 
     ``changes`` maps setting names to their new values; ``gradient_accumulation_steps`` (not a
     setting: the steps that keep the effective batch) and ``gpus`` (the number of GPUs) appear where
-    the change is one of them. ``per_gpu`` is the changed estimate's ``min_per_gpu`` on ``gpus`` GPUs,
-    ``fits`` the placement rule on them. ``recipe_changes``: the changes in a recipe's own keys, when
-    the fit was for a recipe (None otherwise)."""
+    the change is one of them. ``per_gpu`` is what the changed run places on each of ``gpus`` GPUs
+    (:meth:`~vramwise.answers.placement.Placer.place`), ``fits`` the placement rule on them;
+    ``strategy`` the best strategy where it places a run without one on several GPUs (None otherwise).
+    ``recipe_changes``: the changes in a recipe's own keys, when the fit was for a recipe (None
+    otherwise)."""
 
     changes: Mapping[str, Any]
     kinds: tuple  # the kinds of change (KINDS), cheapest first
@@ -104,11 +107,12 @@ class Advice:
     cost: int  # sum of the kinds' positions in KINDS: how much the training changes
     recipe_changes: Mapping[str, Any] | None = None
     rank: int = 0  # 1-based position in Fit.advice
+    strategy: str | None = None  # the best strategy that places the changed run on its GPUs, where none is set
 
     def to_dict(self) -> dict:
         return {"rank": self.rank, "kinds": list(self.kinds), "description": self.description,
                 "changes": _plain(self.changes), "total": self.total, "per_gpu": self.per_gpu, "gpus": self.gpus,
-                "fits": self.fits, "cost": self.cost,
+                "strategy": self.strategy, "fits": self.fits, "cost": self.cost,
                 "recipe_changes": None if self.recipe_changes is None else _plain(self.recipe_changes)}
 
 
@@ -179,18 +183,20 @@ def consider(here: Any, estimate_at: Callable[[Mapping[str, Any]], Any], *, gpus
              profile: Any, registry: Any, max_batch_size: int | None, max_seq_len: int | None,
              max_lora_rank: int | None, min_gpus: int | None, max_gpus: int, accumulation: int = 1,
              recipe: Any = None, limit: int = MAX_ESTIMATES,
-             combination_limit: int = MAX_COMBINATION_ESTIMATES) -> Considered:
+             combination_limit: int = MAX_COMBINATION_ESTIMATES, placer: Placer | None = None) -> Considered:
     """The advice for a run that does not fit (empty when ``here`` fits on ``gpus`` GPUs of ``usable``
     bytes): ``estimate_at(changes)`` estimates the run with ``changes`` to its settings; ``profile``
     is the (single-GPU) profile, the ``max_*``/``min_gpus`` figures are those ``fit`` found;
     ``max_gpus`` the most GPUs considered; ``accumulation`` the current gradient accumulation steps;
-    ``recipe`` writes each change in its own keys (``recipe.write``). The changes whose estimate carries a
+    ``recipe`` writes each change in its own keys (``recipe.write``); ``placer``: the answer's
+    (:class:`~vramwise.answers.placement.Placer`; default: a new one). The changes whose estimate carries a
     blocking warning are in ``blocked``, not in ``advice``."""
-    if _fits_on(here, GpuSet.alike(usable, gpus), share):
+    placer = placer if placer is not None else Placer(registry)
+    if placer.fits(here, GpuSet.alike(usable, gpus), share):
         return Considered()
     budget = _Budget(estimate_at, limit)
     s = here.settings
-    ctx = _Context(here, budget, gpus, usable, share, profile, registry, accumulation, max_gpus)
+    ctx = _Context(here, budget, gpus, usable, share, profile, registry, accumulation, max_gpus, placer)
     kinds = _kinds(ctx, s, max_batch_size, max_lora_rank)
     entries = []
     helpful = []
@@ -211,7 +217,9 @@ def consider(here: Any, estimate_at: Callable[[Mapping[str, Any]], Any], *, gpus
             entries.append(entry)
     if not any(e.fits and not set(e.kinds) & set(_UNCOMBINED) for e in entries):
         budget.limit = min(limit, budget.used + combination_limit)
-        entries.extend(_combinations(ctx, [k for k in kinds if k.kind not in _SEARCHED], s))
+        seen = {_key(e) for e in entries}  # a combination made minimal may be a single change listed already
+        entries.extend(e for e in _combinations(ctx, [k for k in kinds if k.kind not in _SEARCHED], s)
+                       if _key(e) not in seen)
     entries.sort(key=lambda e: (not e.fits, e.cost, e.per_gpu))
     out = []
     for i, e in enumerate(entries, 1):
@@ -229,10 +237,13 @@ def consider(here: Any, estimate_at: Callable[[Mapping[str, Any]], Any], *, gpus
 class _Context:
     """What judging a change needs: the base estimate, the budget and the GPUs."""
 
-    def __init__(self, here, budget, gpus, usable, share, profile, registry, accumulation, max_gpus):
+    def __init__(self, here, budget, gpus, usable, share, profile, registry, accumulation, max_gpus, placer):
         self.here, self.budget, self.gpus, self.usable, self.share = here, budget, gpus, usable, share
         self.profile, self.registry, self.accumulation, self.max_gpus = profile, registry, accumulation, max_gpus
-        self.base_per_gpu = here.min_per_gpu(gpus)
+        self.placer = placer
+        base = placer.place(here, gpus).per_gpu
+        #: what each GPU holds now (a run no strategy takes on these GPUs: any change that runs is smaller)
+        self.base_per_gpu = base if base is not None else float("inf")
         s = here.settings
         #: the effective batch: micro-batch x accumulation steps x the GPUs that each run a micro-batch
         self.effective = s.batch_size * accumulation * _replicas(s.strategy, gpus)
@@ -268,8 +279,8 @@ class _Context:
         return first
 
     def judge(self, changes: Mapping[str, Any], k_gpus: int | None = None):
-        """(estimate, per_gpu, fits) of the run with ``changes`` on ``k_gpus`` GPUs (None: invalid or
-        over the budget)."""
+        """(estimate, per_gpu, fits, placement) of the run with ``changes`` on ``k_gpus`` GPUs (None: invalid,
+        over the budget, or no strategy runs it there)."""
         k = k_gpus or self.gpus
         if self.keep_batch(changes, k) is None:
             return None
@@ -281,10 +292,12 @@ class _Context:
         if est is None:
             return None
         try:
-            per = est.min_per_gpu(k)
+            placed = self.placer.place(est, k)
         except VramwiseError:
             return None
-        return est, per, _fits_on(est, GpuSet.alike(self.usable, k), self.share)
+        if placed.per_gpu is None:
+            return None
+        return est, placed.per_gpu, placed.fits(GpuSet.alike(self.usable, k), self.share), placed
 
     def entry(self, kinds: list, picks: list, k_gpus: int | None = None) -> Advice | None:
         changes, words = {}, []
@@ -308,11 +321,17 @@ class _Context:
         got = self.judge({n: v for n, v in changes.items() if n != "gpus"}, k_gpus)
         if got is None:
             return None
-        est, per, ok = got
+        est, per, ok, placed = got
         if self.block("; ".join(words), est):
             return None
         return Advice(changes=changes, kinds=tuple(names), description="; ".join(words), total=est.total, per_gpu=per,
-                      gpus=k_gpus or self.gpus, fits=ok, cost=sum(_COST[n] for n in names))
+                      gpus=k_gpus or self.gpus, fits=ok, cost=sum(_COST[n] for n in names),
+                      strategy=placed.strategy if placed.best else None)
+
+
+def _key(entry: Advice) -> tuple:
+    """The changes of an entry, comparable: two entries of the same changes are one piece of advice."""
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in entry.changes.items()))
 
 
 def _smaller(need: tuple, than: tuple) -> bool:
@@ -338,7 +357,7 @@ def _discrete(ctx: _Context, kind: str, variants: list) -> _Kind | None:
         got = ctx.judge(changes)
         if got is None:
             continue
-        est, per, ok = got
+        est, per, ok, _ = got
         if ctx.block(words, est) or not _smaller((per, est.total), last):
             continue
         kept.append((changes, words))

@@ -2,9 +2,13 @@
 
 Nothing here re-derives memory: every figure is an :func:`~vramwise.estimate` (or its
 ``min_per_gpu``). Whether a setting "fits" on ``n`` GPUs of ``M`` usable bytes each is the one
-rule of :mod:`vramwise.answers.placement` (the per-GPU minimum for ``n`` is at most ``M`` and, on
-several GPUs without a strategy, the first GPU in full plus the profile's share of each further
-one covers the total), the rule ``select_gpus`` applies too.
+rule of :mod:`vramwise.answers.placement`, the rule ``select_gpus`` applies too: what each GPU holds
+(:meth:`~vramwise.answers.placement.Placer.place`: under the run's strategy its rank's figure; without
+one on several GPUs the best strategy's figure, the least per GPU of those the profile models, the
+same figure ``estimate`` prints; where the profile's placement is its own split rule, that rule's
+figure) is at most ``M`` and, placed by the split rule, the first GPU in full plus the profile's
+share of each further one covers the total. One placer per answer remembers each (settings, GPU
+count) it placed.
 
 The answers keep a headroom free on each GPU: the one given, or else the p90 shortfall of the estimate's device
 band (:class:`~vramwise.profiles.bands.DeviceBand`: how far estimates of this profile and method fell short of
@@ -26,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from vramwise.answers.advice import Advice, consider
-from vramwise.answers.placement import GpuSet, fits as _fits_on, rule_text, spare_per_gpu
+from vramwise.answers.placement import GpuSet, Placement, Placer, rule_text
 from vramwise.answers.search import fewest as _fewest, largest as _largest
 from vramwise.errors import SettingsError, VramwiseError
 from vramwise.estimation.estimate import COMPONENTS, Estimate, estimate, load_model
@@ -66,6 +70,8 @@ class Verdict:
     headroom: float
     headroom_source: str
     headroom_why: str  # the headroom in words: its figure and where it comes from
+    placed: str = ""  # where no strategy is set on several GPUs, what places the run: "on 8 GPUs with device_map"
+    refused: str | None = None  # every strategy refuses the run on the GPUs: why
 
     @property
     def margin_gib(self) -> float:
@@ -75,17 +81,23 @@ class Verdict:
     def headroom_bytes(self) -> int:
         return int(self.memory_bytes * self.headroom)
 
-    def head(self) -> str:
+    def head(self, placed: bool = True) -> str:
         """The verdict and its margin: ``tight, 2.10 GiB left of 24.00 GiB per GPU, less than the 3.75 GiB
-        headroom``."""
+        headroom``; with ``placed``, what places a run without a strategy on several GPUs: ``fits on 8 GPUs
+        with device_map, ...`` (a line that names it already leaves it out)."""
+        if self.refused is not None:
+            return f"does not fit, no multi-GPU strategy runs it {self.placed or 'there'}: {self.refused}"
         if self.label == "does not fit":
             if self.margin_bytes >= 0:  # several GPUs without a strategy: each holds its share, together not the total
                 return "does not fit, the GPUs together do not cover the total"
-            return f"does not fit, {_gib(-self.margin_bytes)} short of {_gib(self.memory_bytes)} per GPU"
-        head = f"{self.label}, {_gib(self.margin_bytes)} left of {_gib(self.memory_bytes)} per GPU"
+            return f"does not fit{self._on(placed)}, {_gib(-self.margin_bytes)} short of {_gib(self.memory_bytes)} per GPU"
+        head = f"{self.label}{self._on(placed)}, {_gib(self.margin_bytes)} left of {_gib(self.memory_bytes)} per GPU"
         if self.headroom_bytes:
             head += f", {'at least' if self.label == 'fits' else 'less than'} the {_gib(self.headroom_bytes)} headroom"
         return head
+
+    def _on(self, placed: bool) -> str:
+        return f" {self.placed}" if self.placed and placed else ""
 
     def line(self) -> str:
         """The verdict, its margin and the headroom in words: ``tight, 2.10 GiB left of ... (headroom ...)``."""
@@ -94,7 +106,8 @@ class Verdict:
     def to_dict(self) -> dict:
         return {"label": self.label, "margin_gib": round(self.margin_gib, 2), "margin_bytes": self.margin_bytes,
                 "headroom": self.headroom, "headroom_bytes": self.headroom_bytes,
-                "headroom_source": self.headroom_source, "summary": self.line()}
+                "headroom_source": self.headroom_source, "placed": self.placed or None, "refused": self.refused,
+                "summary": self.line()}
 
 
 def default_headroom(est: Estimate) -> tuple[float, str, str]:
@@ -171,13 +184,14 @@ class MethodFit:
 
     method: str
     total: int | None
-    per_gpu: int | None  # min_per_gpu on the GPUs of the answer
+    per_gpu: int | None  # what each GPU of the answer holds (Placer.place)
     fits: bool
-    problem: str | None = None  # why it could not be estimated
+    problem: str | None = None  # why it could not be estimated, or why no strategy runs it on the GPUs
+    strategy: str | None = None  # the best strategy, where it places a run without one on several GPUs
 
     def to_dict(self) -> dict:
         return {"method": self.method, "total": self.total, "per_gpu": self.per_gpu, "fits": self.fits,
-                "problem": self.problem}
+                "problem": self.problem, "strategy": self.strategy}
 
 
 @dataclass(frozen=True)
@@ -206,6 +220,8 @@ class Fit:
     context_window: int | None = None  # the config's max_position_embeddings (None: the config gives none)
     notes: tuple = ()  # of str: what the answers above leave out (the cap at the context window)
     verdict: Verdict | None = None  # fits / tight / does not fit, with the margin (None: no estimate)
+    placement: Placement | None = None  # what each of the gpus holds at the settings (None: no estimate)
+    min_gpus_placement: Placement | None = None  # the same on min_gpus GPUs (None: no such count)
 
     def to_dict(self) -> dict:
         return {
@@ -213,11 +229,15 @@ class Fit:
             "verdict": self.verdict.to_dict() if self.verdict else None,
             "further_gpu_share": self.further_gpu_share, "profile": self.profile, "settings": dict(self.settings),
             "total": self.estimate.total if self.estimate else None,
-            "per_gpu": self.estimate.min_per_gpu(self.gpus) if self.estimate else None,
+            "per_gpu": self.placement.per_gpu if self.placement else None,
+            "per_gpu_strategy": self.placement.strategy if self.placement and self.placement.best else None,
             "fits": self.fits, "methods": [m.to_dict() for m in self.methods],
             "max_batch_size": self.max_batch_size, "max_seq_len": self.max_seq_len,
             "max_seq_len_memory": self.max_seq_len_memory, "context_window": self.context_window,
             "max_lora_rank": self.max_lora_rank, "min_gpus": self.min_gpus,
+            "min_gpus_per_gpu": self.min_gpus_placement.per_gpu if self.min_gpus_placement else None,
+            "min_gpus_strategy": (self.min_gpus_placement.strategy if self.min_gpus_placement
+                                  and self.min_gpus_placement.best else None),
             "frontier": [{"seq_len": s, "max_batch_size": b} for s, b in self.frontier], "rule": self.rule,
             "advice": [a.to_dict() for a in self.advice],
             "blocked": [{"description": d, "why": why} for d, why in self.blocked],
@@ -262,9 +282,9 @@ def _capped_grid(grid: tuple, window: int) -> tuple:
     return tuple(out)
 
 
-def _fits(est: Estimate, n: int, usable: int, share: float) -> bool:
-    """The placement rule on ``n`` GPUs of ``usable`` bytes each."""
-    return _fits_on(est, GpuSet.alike(usable, n), share)
+def _fits(est: Estimate, n: int, usable: int, share: float, placer: Placer | None = None) -> bool:
+    """The placement rule on ``n`` GPUs of ``usable`` bytes each (``placer``: the answer's; default a new one)."""
+    return (placer or Placer()).fits(est, GpuSet.alike(usable, n), share)
 
 
 def _strategy_world_size(world_size: Any, n: int, gpus_are: str, answer: str) -> int:
@@ -339,6 +359,8 @@ def fit(
         return serving_fit(spec, prof, GpuTarget(target.name, total, target.source, ranks, target.cuda_total_bytes,
                                                            target.matched), base, reg)
     share = prof.further_gpu_share
+    placer = Placer(reg)  # this answer's: each (settings, GPU count) placed once
+    _fits_on = placer.fits
 
     def est(**changes) -> Estimate:
         return estimate(spec, profile=profile, registry=reg, **{**base, **changes})
@@ -354,7 +376,9 @@ def fit(
     for m in prof.methods:
         try:
             e = est(method=m, load_in_4bit=None)
-            methods.append(MethodFit(m, e.total, e.min_per_gpu(n), _fits_on(e, gpu_set, share)))
+            placed = placer.place(e, n)
+            methods.append(MethodFit(m, e.total, placed.per_gpu, placed.fits(gpu_set, share), placed.refused,
+                                     placed.strategy if placed.best else None))
         except VramwiseError as exc:
             methods.append(MethodFit(m, None, None, False, str(exc)))
     max_batch = _largest(lambda b: _fits_on(est(batch_size=b), gpu_set, share), LIMITS["batch_size"])
@@ -364,10 +388,12 @@ def fit(
     max_rank = None
     if here.settings.method in ADAPTER_METHODS:
         max_rank = _largest(lambda r: _fits_on(est(lora_rank=r), gpu_set, share), LIMITS["lora_rank"])
-    if here.strategy is not None:  # per-rank bytes never grow with more ranks (tests/unit/profiles/test_strategies.py)
-        min_gpus = _fewest(lambda k: _fits(here, k, usable, share), MAX_GPUS)
+    if here.strategy is not None or placer.by_strategy(here):
+        # per-rank bytes never grow with more ranks (tests/unit/profiles/test_strategies.py), nor does the least of
+        # the strategies' figures; one GPU (no strategy) is tried first
+        min_gpus = _fewest(lambda k: _fits(here, k, usable, share, placer), MAX_GPUS)
     else:
-        min_gpus = next((k for k in range(1, MAX_GPUS + 1) if _fits(here, k, usable, share)), None)
+        min_gpus = next((k for k in range(1, MAX_GPUS + 1) if _fits(here, k, usable, share, placer)), None)
     grid = tuple(DEFAULT_FRONTIER if seq_lens is None else seq_lens)
     for s in grid:
         if isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= LIMITS["seq_len"]:
@@ -385,11 +411,14 @@ def fit(
         (s, _largest(lambda b, s=s: _fits_on(est(seq_len=s, batch_size=b), gpu_set, share), LIMITS["batch_size"]))
         for s in grid
     )
-    rule = rule_text(here.strategy, n, usable, share)
-    fits_here = _fits_on(here, gpu_set, share)
+    placed = placer.place(here, n)
+    rule = rule_text(here.strategy, n, usable, share, best=placed.strategy if placed.best else None)
+    fits_here = placed.fits(gpu_set, share)
     whole = GpuSet.alike(target.memory_bytes, n)  # the GPUs with nothing kept free
-    label = "fits" if fits_here else "tight" if _fits_on(here, whole, share) else "does not fit"
-    verdict = Verdict(label, spare_per_gpu(here, whole), target.memory_bytes, float(headroom), source, why)
+    label = "fits" if fits_here else "tight" if placed.fits(whole, share) else "does not fit"
+    on = (f"on {n} GPUs" + placed.words) if placed.best or placed.refused else ""
+    verdict = Verdict(label, placed.spare(target.memory_bytes) or 0, target.memory_bytes, float(headroom), source, why,
+                      on, placed.refused)
     advice = blocked = ()
     if not fits_here:
         steps = recipe.extras.get("gradient_accumulation_steps") if recipe is not None else None
@@ -397,14 +426,15 @@ def fit(
         layout = here.settings.experts_layout  # resolved once, not again for every new combination of settings
         got = consider(here, lambda changes: est(experts_layout=layout, **changes), gpus=n, usable=usable, share=share,
                        profile=prof, registry=reg, max_batch_size=max_batch, max_seq_len=max_seq, max_lora_rank=max_rank,
-                       min_gpus=min_gpus, max_gpus=MAX_GPUS, accumulation=accumulation, recipe=recipe)
+                       min_gpus=min_gpus, max_gpus=MAX_GPUS, accumulation=accumulation, recipe=recipe, placer=placer)
         advice, blocked = got.advice, got.blocked
     return Fit(
         gpu=target, gpus=n, headroom=float(headroom), usable_bytes=usable, further_gpu_share=share, profile=prof.name,
         settings=here.settings.to_dict(), estimate=here, fits=fits_here, methods=tuple(methods),
         max_batch_size=max_batch, max_seq_len=max_seq, max_lora_rank=max_rank, min_gpus=min_gpus,
         frontier=frontier, rule=rule, advice=advice, blocked=blocked, max_seq_len_memory=max_seq_memory,
-        context_window=window, notes=notes, verdict=verdict,
+        context_window=window, notes=notes, verdict=verdict, placement=placed,
+        min_gpus_placement=None if min_gpus is None else placer.place(here, min_gpus),
     )
 
 
@@ -450,6 +480,7 @@ def compare(model: Any, *, methods: Iterable[str] = COMPARED_METHODS, profiles: 
         if m not in METHODS:
             raise SettingsError(f"unknown method {m!r} (choose from: {', '.join(METHODS)})")
     cells, verdicts = [], []
+    placer = Placer(reg)  # this comparison's
     strategy = settings.get("strategy")
     served = reg.strategy_info(strategy)["profiles"] if strategy not in (None, "none") else None
     if served is not None and target is not None:  # as in fit: the strategy runs on the GPUs compared on
@@ -480,9 +511,9 @@ def compare(model: Any, *, methods: Iterable[str] = COMPARED_METHODS, profiles: 
             fits = verdict = None
             if target is not None:  # fit's rule at its default headroom, the device band's p90 shortfall
                 headroom = default_headroom(e)[0]
-                fits = _fits(e, target.count, int(target.memory_bytes * (1 - headroom)), prof.further_gpu_share)
+                fits = _fits(e, target.count, int(target.memory_bytes * (1 - headroom)), prof.further_gpu_share, placer)
                 verdict = ("fits" if fits else "tight" if _fits(e, target.count, target.memory_bytes,
-                                                                prof.further_gpu_share) else "does not fit")
+                                                                prof.further_gpu_share, placer) else "does not fit")
             cells.append((p, m, e, None, fits))
             verdicts.append(verdict)
     return Comparison(tuple(cells), target, tuple(verdicts))

@@ -7,16 +7,22 @@ Every answer and surface that says whether a run fits, or what each GPU holds, a
 (its total, ``min_per_gpu(n)`` from the profile's per-GPU formula, the ``kv_cache`` and
 ``kv_cache_total`` figures); this module only places them.
 
-The rule (docs/unsloth-profile.md#multi-gpu). A run fits on a set of GPUs when
+The rule (docs/unsloth-profile.md#multi-gpu, docs/fit-advice.md). A run fits on a set of GPUs when
 
-1. each GPU of the set has at least the per-GPU minimum for that many GPUs
-   (``Estimate.min_per_gpu(n)``), and
-2. without a multi-GPU strategy, the pooled memory covers the estimate's total: the first GPU's
-   memory in full plus the profile's ``further_gpu_share`` (0.85 in the bundled profiles) of
-   the others' together.
+1. each GPU of the set has at least what the run places on each of that many GPUs
+   (:meth:`Placer.place`), and
+2. placed by the profile's split rule (no strategy), the pooled memory covers the estimate's total:
+   the first GPU's memory in full plus the profile's ``further_gpu_share`` (0.85 in the bundled
+   profiles) of the others' together.
 
-With a strategy the strategy places the model: ``min_per_gpu(n)`` is what one rank holds on its
-own GPU, and condition 1 alone decides.
+What each GPU holds: under the run's strategy, ``min_per_gpu(n)``, what one rank holds on its own
+GPU, and condition 1 alone decides. Without a strategy on one GPU, ``min_per_gpu(1)``. Without a
+strategy on several GPUs, the best strategy's figure (:func:`per_gpu_by_strategy`: the least per GPU
+of the strategies the profile models, each estimated on n GPUs), condition 1 alone deciding too: the
+strategy places the model; the profile's split rule (``min_per_gpu(n)``, an ideal split no strategy
+reaches) only where it is the profile's own placement (below), with condition 2. :func:`fits` is the
+rule for an estimate taken at its word (its ``min_per_gpu``); :class:`Placer` is the rule every answer
+applies.
 
 Example, by hand: two GPUs of 40 and 30 GiB (the first counted in full) pool
 40 + 0.85 x 30 = 65.5 GiB; a run of 60 GiB in all and 31 GiB per GPU on two fits only if the
@@ -41,7 +47,7 @@ from typing import Any, Iterable, Sequence
 from vramwise.errors import SettingsError
 
 __all__ = ["GpuSet", "pooled_bytes", "fits", "spare_per_gpu", "rule_text", "InferenceSplit", "inference_split", "per_gpu_bytes",
-           "StrategyPerGpu", "PerGpuByStrategy", "per_gpu_by_strategy"]
+           "StrategyPerGpu", "PerGpuByStrategy", "per_gpu_by_strategy", "Placement", "Placer"]
 
 
 @dataclass(frozen=True)
@@ -90,10 +96,14 @@ def spare_per_gpu(est: Any, gpus: GpuSet) -> int:
     return gpus.smallest - est.min_per_gpu(gpus.count)
 
 
-def rule_text(strategy: str | None, count: int, usable: int, share: float) -> str:
-    """The rule in words for ``count`` GPUs of ``usable`` bytes each (what ``Fit.rule`` says)."""
+def rule_text(strategy: str | None, count: int, usable: int, share: float, best: str | None = None) -> str:
+    """The rule in words for ``count`` GPUs of ``usable`` bytes each (what ``Fit.rule`` says); ``best``: the
+    best strategy, where it places a run made without one (:class:`Placer`)."""
     if strategy is not None:
         return f"fits when each of the {count} rank(s) of strategy {strategy} needs at most {usable:,} bytes"
+    if best is not None:
+        return (f"fits when the best strategy the profile models on {count} GPUs (the least per GPU: {best}) needs "
+                f"at most {usable:,} bytes on each")
     return (f"fits when the per-GPU minimum for {count} GPU(s) is at most {usable:,} bytes"
             + (f" and {usable:,} x (1 + {share} x {count - 1}) covers the total" if count > 1 else " and the total fits"))
 
@@ -206,6 +216,19 @@ def _registry(registry: Any) -> Any:
     return Registry.default()
 
 
+def _strategies(est: Any, reg: Any) -> tuple[tuple[str, ...], bool]:
+    """The strategies :func:`per_gpu_by_strategy` estimates ``est`` under, and whether the profile's split rule
+    is kept beside them (its own placement: no strategy of the profile's own, only the manifest's variants)."""
+    if est.strategy is not None:
+        return (est.strategy,), False
+    if est.settings.method == "inference" or est.serving is not None:
+        strategies: tuple[str, ...] = ()
+    else:
+        strategies = tuple(reg.strategies_of(est.profile))
+    own = [s for s in strategies if est.profile not in (reg.strategy_info(s).get("variants") or {})]
+    return strategies, not own
+
+
 def per_gpu_by_strategy(est: Any, counts: Iterable[int], *, registry: Any = None) -> PerGpuByStrategy:
     """What each of n GPUs holds, for each n of ``counts``, under each multi-GPU strategy the profile of
     ``est`` models, and the best of each count (least per GPU; a tie goes to the strategy listed first in
@@ -227,12 +250,7 @@ def per_gpu_by_strategy(est: Any, counts: Iterable[int], *, registry: Any = None
             raise SettingsError(f"the number of GPUs must be a positive integer, got {n!r}")
     reg = _registry(registry)
     settings = est.settings.to_dict()
-    if est.strategy is not None:
-        strategies = (est.strategy,)
-    elif settings["method"] == "inference" or est.serving is not None:
-        strategies = ()
-    else:
-        strategies = tuple(reg.strategies_of(est.profile))
+    strategies, keeps_split = _strategies(est, reg)
     cells, best = [], []
     for s in strategies:
         for n in counts:
@@ -245,10 +263,103 @@ def per_gpu_by_strategy(est: Any, counts: Iterable[int], *, registry: Any = None
     for n in counts:
         ran = [c for c in cells if c.count == n and c.per_gpu is not None]
         best.append((n, min(ran, key=lambda c: c.per_gpu).strategy if ran else None))  # min keeps the first of a tie
-    own = [s for s in strategies if est.profile not in (reg.strategy_info(s).get("variants") or {})]
     split, text = (), ""
-    if est.strategy is None and not own:
+    if keeps_split:
         prof = est.profile_data
         split = tuple((n, est.min_per_gpu(n)) for n in counts)
         text = " ".join(prof.formula(prof.min_per_gpu).description.split())
     return PerGpuByStrategy(counts, strategies, tuple(cells), tuple(best), split, text)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What each of ``count`` GPUs holds of a run and what places it there (:meth:`Placer.place`).
+
+    ``strategy``: the run's own strategy (``best`` false), or, for a run made without one on several GPUs, the
+    best of the strategies the profile models (``best`` true: the least per GPU of :func:`per_gpu_by_strategy`);
+    None where the profile's split rule places it (one GPU, or a profile whose placement is its split rule),
+    and the pooled memory must then cover ``total`` too. ``per_gpu`` None: every strategy refuses the run on
+    ``count`` GPUs (``refused``: the first refusal), so it does not run there."""
+
+    count: int
+    per_gpu: int | None
+    total: int
+    strategy: str | None = None
+    best: bool = False
+    refused: str | None = None
+
+    def fits(self, gpus: GpuSet, share: float) -> bool:
+        """The rule of this module on ``gpus`` (``share``: the profile's ``further_gpu_share``): each GPU holds
+        the per-GPU figure and, placed by the split rule, the pooled memory covers the total."""
+        if self.per_gpu is None or self.per_gpu > gpus.smallest:
+            return False
+        return self.strategy is not None or self.total <= pooled_bytes(gpus, share)
+
+    def spare(self, smallest: int) -> int | None:
+        """Bytes a GPU of ``smallest`` bytes has left over the per-GPU figure (negative: short; None: refused)."""
+        return None if self.per_gpu is None else smallest - self.per_gpu
+
+    @property
+    def words(self) -> str:
+        """`` with device_map`` where the best strategy places the run, else nothing."""
+        return f" with {self.strategy}" if self.best else ""
+
+    def to_dict(self) -> dict:
+        return {"count": self.count, "per_gpu": self.per_gpu, "strategy": self.strategy, "best": self.best,
+                "refused": self.refused}
+
+
+def _hashable(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+class Placer:
+    """Places runs on GPUs for one answer (:meth:`place`), remembering each (run's settings, GPU count) it
+    placed: the searches of an answer estimate a run under each strategy once. Made per answer (fit, its
+    advice, a GPU selection), never shared between answers: it holds the estimates' model."""
+
+    def __init__(self, registry: Any = None):
+        self._registry = registry
+        self._placed: dict = {}
+
+    def place(self, est: Any, n: int) -> Placement:
+        """What each of ``n`` GPUs holds of ``est``: under its strategy, the rank's figure
+        (``est.min_per_gpu(n)``); without one on one GPU, ``min_per_gpu(1)``; without one on several GPUs,
+        the best strategy's figure (:func:`per_gpu_by_strategy`), or the profile's split rule
+        (``min_per_gpu(n)``) where that is the profile's own placement (it models no strategy of its own).
+        A stand-in without a profile (anything with ``total`` and ``min_per_gpu``) is placed by its
+        ``min_per_gpu``."""
+        strategy = getattr(est, "strategy", None)
+        if strategy is not None or n == 1 or getattr(est, "profile_data", None) is None:
+            return Placement(n, est.min_per_gpu(n), est.total, strategy)
+        key = (id(est.model), est.profile, tuple((k, _hashable(v)) for k, v in est.settings.to_dict().items()), n)
+        got = self._placed.get(key)
+        if got is None:
+            reg = self._registry = _registry(self._registry)
+            if _strategies(est, reg)[1]:
+                got = Placement(n, est.min_per_gpu(n), est.total)
+            else:
+                answer = per_gpu_by_strategy(est, (n,), registry=reg)
+                cell = answer.best_of(n)
+                if cell is None:
+                    why = next((c.refused for c in answer.cells if c.refused), "the profile models no strategy")
+                    got = Placement(n, None, est.total, refused=why)
+                else:
+                    got = Placement(n, cell.per_gpu, est.total, cell.strategy, best=True)
+            self._placed[key] = (got, est.model)
+            return got
+        return got[0]
+
+    def by_strategy(self, est: Any) -> bool:
+        """Whether :meth:`place` places ``est`` on several GPUs by a strategy (its own, or the best the profile
+        models), not by the profile's split rule."""
+        if getattr(est, "strategy", None) is not None:
+            return True
+        if getattr(est, "profile_data", None) is None:
+            return False
+        self._registry = _registry(self._registry)
+        return not _strategies(est, self._registry)[1]
+
+    def fits(self, est: Any, gpus: GpuSet, share: float) -> bool:
+        """Whether ``est`` fits on ``gpus`` as :meth:`place` places it."""
+        return self.place(est, gpus.count).fits(gpus, share)

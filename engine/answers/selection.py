@@ -4,8 +4,11 @@ Selection follows docs/unsloth-profile.md#multi-gpu and the placement rule of
 :mod:`vramwise.answers.placement`: explicit ids are validated against the parent-visible set and
 all used; otherwise GPUs are ranked by free memory and added one at a time, the first counting its
 full free memory and each further one a share of it (the profile's ``selection.further_gpu_share``,
-0.85 in the bundled profiles), until the set fits by that rule. The GPUs themselves come from
-:func:`vramwise.gpus.discovery.discover_gpus` (NVML).
+0.85 in the bundled profiles), until the set fits by that rule. On several GPUs a run without a
+strategy is judged by what the best strategy its profile models places on each
+(:meth:`~vramwise.answers.placement.Placer.place`, the figure ``estimate`` prints), named in the
+reason and in ``strategy``; by the profile's split rule only where that is the profile's own
+placement. The GPUs themselves come from :func:`vramwise.gpus.discovery.discover_gpus` (NVML).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from vramwise.answers.placement import GpuSet, fits, pooled_bytes
+from vramwise.answers.placement import GpuSet, Placement, Placer, pooled_bytes
 from vramwise.errors import GpuSelectionError, VramwiseError
 from vramwise.estimation.estimate import estimate
 from vramwise.profiles.settings import DEFAULT_PROFILE
@@ -31,11 +34,12 @@ class GpuSelection:
     mode: str  # explicit, auto, fallback_all, inherit_parent_visible, non_cuda
     required_bytes: int | None  # the estimate's total, when one was made
     usable_bytes: int | None  # first GPU's free + the profile's share of each further GPU's free
-    min_per_gpu_bytes: int | None  # the estimate's per-GPU minimum for this many GPUs
+    min_per_gpu_bytes: int | None  # what the run places on each of this many GPUs (Placer.place)
     fits: bool | None  # None when unknown (no estimate, or no GPU)
     reason: str
     gpus: tuple = field(default=())  # GpuInfo of the selected GPUs, in selection order
     inherited_visible_devices: str | None = None
+    strategy: str | None = None  # the best strategy, where it places a run without one on the GPUs
 
     @property
     def device_map(self) -> str:
@@ -54,7 +58,7 @@ class GpuSelection:
         return {
             "gpu_ids": list(self.gpu_ids), "mode": self.mode, "required_bytes": self.required_bytes,
             "usable_bytes": self.usable_bytes, "min_per_gpu_bytes": self.min_per_gpu_bytes, "fits": self.fits,
-            "reason": self.reason, "device_map": self.device_map, "cuda_visible_devices": self.cuda_visible_devices,
+            "reason": self.reason, "strategy": self.strategy, "device_map": self.device_map, "cuda_visible_devices": self.cuda_visible_devices,
             "gpus": [vars(g).copy() for g in self.gpus],
         }
 
@@ -134,20 +138,31 @@ def select_gpus(
 
     share = _further_gpu_share(est)
 
-    def figures(ids: tuple) -> tuple[int, int | None, bool | None]:
+    placer = Placer(estimate_kwargs.get("registry"))  # this selection's
+
+    def figures(ids: tuple) -> tuple[int, Placement | None, bool | None]:
         gpus = GpuSet.of([disc.gpu(i).free for i in ids])  # the first id's GPU counted in full
         usable = int(pooled_bytes(gpus, share))
         if est is None:
             return usable, None, None
-        return usable, est.min_per_gpu(len(ids)), fits(est, gpus, share)
+        placed = placer.place(est, len(ids))
+        return usable, placed, placed.fits(gpus, share)
+
+    def best(placed: Placement | None) -> str | None:
+        return placed.strategy if placed is not None and placed.best else None
 
     if gpu_ids is not None:
         ids = _explicit(list(gpu_ids), disc)
-        usable, per_gpu, ok = figures(ids)
+        usable, placed, ok = figures(ids)
         why = f"using the requested GPUs {list(ids)}"
-        if ok is False:
-            why += "; the estimate may not fit on them"
-        return GpuSelection(ids, "explicit", required, usable, per_gpu, ok, why, tuple(disc.gpu(i) for i in ids))
+        if placed is not None and placed.refused is not None:
+            why += f"; no multi-GPU strategy runs the estimate on {len(ids)} GPUs ({placed.refused})"
+        elif ok is False:
+            why += "; the estimate may not fit on them" + (f" with {best(placed)}" if best(placed) else "")
+        elif best(placed):
+            why += f", with {best(placed)}"
+        return GpuSelection(ids, "explicit", required, usable, placed and placed.per_gpu, ok, why,
+                            tuple(disc.gpu(i) for i in ids), strategy=best(placed))
     if disc.uses_uuids:
         return GpuSelection(
             disc.visible, "inherit_parent_visible", required, None, None, None,
@@ -164,21 +179,26 @@ def select_gpus(
     ranked = sorted(disc.visible, key=lambda i: (-disc.gpu(i).free, i))
     for n in range(1, len(ranked) + 1):
         ids = tuple(ranked[:n])
-        usable, per_gpu, ok = figures(ids)
+        usable, placed, ok = figures(ids)
         if ok:
-            return GpuSelection(
-                ids, "auto", required, usable, per_gpu, True,
-                f"{n} GPU(s) with the most free memory cover the estimate ({required / 2**30:.2f} GiB needed, "
-                f"{usable / 2**30:.2f} GiB usable, {per_gpu / 2**30:.2f} GiB per GPU)",
-                tuple(disc.gpu(i) for i in ids),
-            )
+            if best(placed):  # a strategy places the run: each GPU holds its rank, nothing is pooled
+                why = (f"{n} GPU(s) with the most free memory hold the estimate with {best(placed)} "
+                       f"({placed.per_gpu / 2**30:.2f} GiB per GPU, {min(disc.gpu(i).free for i in ids) / 2**30:.2f} "
+                       "GiB free on the smallest)")
+            else:
+                why = (f"{n} GPU(s) with the most free memory cover the estimate ({required / 2**30:.2f} GiB needed, "
+                       f"{usable / 2**30:.2f} GiB usable, {placed.per_gpu / 2**30:.2f} GiB per GPU)")
+            return GpuSelection(ids, "auto", required, usable, placed.per_gpu, True, why,
+                                tuple(disc.gpu(i) for i in ids), strategy=best(placed))
     ids = tuple(ranked)
-    usable, per_gpu, _ = figures(ids)
+    usable, placed, _ = figures(ids)
+    on_all = (f"{placed.per_gpu / 2**30:.2f} GiB per GPU on all {len(ids)} with {best(placed)}" if best(placed)
+              else f"{usable / 2**30:.2f} GiB usable on all {len(ids)}")
     return GpuSelection(
-        ids, "fallback_all", required, usable, per_gpu, False,
-        f"no set of visible GPUs covers the estimate ({required / 2**30:.2f} GiB needed, {usable / 2**30:.2f} GiB "
-        f"usable on all {len(ids)}); using all of them, the run may not fit",
-        tuple(disc.gpu(i) for i in ids),
+        ids, "fallback_all", required, usable, placed.per_gpu, False,
+        f"no set of visible GPUs covers the estimate ({required / 2**30:.2f} GiB needed, {on_all}); using all of "
+        "them, the run may not fit",
+        tuple(disc.gpu(i) for i in ids), strategy=best(placed),
     )
 
 

@@ -86,11 +86,17 @@ def print_fit(f, label: str, out) -> None:
     on = f"{n} GPU" + ("s" if n > 1 else "")
     out.write("\n")
     if est is not None:
-        need = est.min_per_gpu(n)
-        verdict = f.verdict.head()
+        placed, verdict = f.placement, f.verdict.head(placed=False)
         if est.strategy is not None:
-            write_wrapped(out, f"at these settings: strategy {est.strategy} on {on}, {gib(need)} GiB on each: {verdict}")
+            write_wrapped(out, f"at these settings: strategy {est.strategy} on {on}, {gib(placed.per_gpu)} GiB on each: "
+                          f"{verdict}")
+        elif placed.best:  # the best strategy places the run; the verdict names it
+            write_wrapped(out, f"at these settings: {gib(est.total)} GiB in all; on {on} with {placed.strategy}: "
+                          f"{gib(placed.per_gpu)} GiB per GPU, the least of the strategies the profile models: {verdict}")
+        elif placed.per_gpu is None:
+            write_wrapped(out, f"at these settings: {gib(est.total)} GiB in all: {verdict}")
         else:
+            need = placed.per_gpu
             write_wrapped(out, f"at these settings: {gib(est.total)} GiB in all, {gib(need)} GiB per GPU on {on}: {verdict}")
         for line in est.error_band.lines():
             write_wrapped(out, line)
@@ -102,8 +108,12 @@ def print_fit(f, label: str, out) -> None:
         if m.total is None:
             out.write(f"{m.method:<{width}}  {no:>9}  {no:>9}  no    {m.problem}\n")
             continue
+        if m.per_gpu is None:  # no strategy runs it on these GPUs
+            out.write(f"{m.method:<{width}}  {gib(m.total):>9}  {no:>9}  no    {m.problem}\n")
+            continue
+        by = f"  with {m.strategy}" if m.strategy else ""
         out.write(f"{m.method:<{width}}  {gib(m.total):>9}  {gib(m.per_gpu):>9}  {fits_word(m.fits):<4}  "
-                  f"{bar(m.per_gpu / usable, out)}{'+' if m.per_gpu > usable else ''}".rstrip() + "\n")
+                  f"{bar(m.per_gpu / usable, out)}{'+' if m.per_gpu > usable else ''}{by}".rstrip() + "\n")
     if any(m.method == "inference" and m.total is not None for m in f.methods):
         out.write("(inference: the profile's rule; `estimate --method inference` adds the KV cache)\n")
     out.write("\n")
@@ -135,7 +145,11 @@ def _min_gpus_line(f) -> str:
     name = f.gpu.name
     if k is None:
         return f"fewest GPUs: none up to {MAX_GPUS:,} x {name} holds it"
-    need = est.min_per_gpu(k)
+    placed = f.min_gpus_placement
+    need = placed.per_gpu
+    if placed.best:
+        return (f"fewest GPUs: {k} x {name}: on {gpus_word(k)} with {placed.strategy} (the least per GPU of the "
+                f"strategies the profile models) {gib(need)} GiB on each (<= {gib(usable)} GiB usable)")
     if est.strategy is not None:
         return (f"fewest GPUs: {k} x {name}: strategy {est.strategy} on {gpus_word(k)} needs {gib(need)} GiB on each "
                 f"(<= {gib(usable)} GiB usable)")
@@ -181,7 +195,7 @@ def _print_advice(f, out) -> None:
     if not any(a.fits for a in f.advice):
         out.write("no change found makes it fit, alone or combined; each of these on its own:\n")
     for a in f.advice:
-        on = f" on {gpus_word(a.gpus)}" if a.gpus != f.gpus else ""
+        on = (f" on {gpus_word(a.gpus)}" if a.gpus != f.gpus or a.strategy else "") + (f" with {a.strategy}" if a.strategy else "")
         verdict = "fits" if a.fits else "does not fit"
         _wrap(out, f"{a.rank:>3}. {gib(a.per_gpu)} GiB per GPU{on}, {verdict}: {a.description}", "       ")
         _wrap(out, "set " + ", ".join(_change_text(k, v) for k, v in a.changes.items()), "       ", "       ")

@@ -58,7 +58,8 @@ def select(args, out) -> int:
     if sel.usable_bytes is not None:
         out.write(f"usable: {gib(sel.usable_bytes)} GiB")
         if sel.min_per_gpu_bytes is not None:
-            out.write(f", needed per GPU: {gib(sel.min_per_gpu_bytes)} GiB")
+            out.write(f", needed per GPU: {gib(sel.min_per_gpu_bytes)} GiB"
+                      + (f" with {sel.strategy}" if sel.strategy else ""))
         out.write("\n")
     for g in sel.gpus:
         out.write(f"  GPU {g.index} {g.name}: {gib(g.free)} GiB free of {gib(g.total)}\n")

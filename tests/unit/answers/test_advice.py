@@ -13,6 +13,7 @@ import vramwise
 from vramwise.answers.advice import KINDS, MAX_COMBINATION_ESTIMATES, MAX_ESTIMATES, advise
 from vramwise.answers.fit import MAX_GPUS, fit
 from vramwise.estimation.size_only import size_only_model
+from vramwise.errors import SettingsError
 from vramwise.estimation.registry import Registry
 
 GIB = 2**30
@@ -38,12 +39,33 @@ CASES = {
 }
 
 
-def _rule(est, k: int, usable: int, share: float) -> bool:
-    """The placement rule, restated: each of k GPUs holds the per-GPU minimum; without a strategy the
-    first GPU in full plus share of the others covers the total."""
-    if est.min_per_gpu(k) > usable:
+def _per_gpu(est, k: int, model=LLAMA) -> tuple[int, bool]:
+    """What each of k GPUs holds, restated, and whether a strategy places it: under the run's strategy, or
+    on one GPU, min_per_gpu(k); without one on several GPUs, the least of the run estimated under each
+    strategy the profile models on k GPUs (the strategies manifest's list; those that refuse left out),
+    except on a profile whose only strategies are the manifest's variants for it (its split rule)."""
+    reg = Registry.default()
+    names = reg.strategies_of(est.profile)
+    own = [s for s in names if est.profile not in (reg.strategy_info(s).get("variants") or {})]
+    if est.strategy is not None or k == 1 or not own:
+        return est.min_per_gpu(k), est.strategy is not None
+    figures = []
+    for s in names:
+        try:
+            figures.append(vramwise.estimate(model, profile=est.profile,
+                                             **{**est.settings.to_dict(), "strategy": s, "world_size": k}).total)
+        except SettingsError:
+            pass
+    return min(figures), True
+
+
+def _rule(est, k: int, usable: int, share: float, model=LLAMA) -> bool:
+    """The placement rule, restated: each of k GPUs holds what is placed on it (_per_gpu); placed by the
+    profile's split rule, the first GPU in full plus share of the others covers the total."""
+    per, by_strategy = _per_gpu(est, k, model)
+    if per > usable:
         return False
-    return est.strategy is not None or est.total <= usable + share * usable * (k - 1)
+    return by_strategy or est.total <= usable + share * usable * (k - 1)
 
 
 def _at(f, profile: str, changes: dict, model=LLAMA):
@@ -65,14 +87,14 @@ def test_each_entry_is_the_estimate_at_its_changes(fits, name):
     assert not f.fits and f.advice
     for a in f.advice:
         e = _at(f, profile, a.changes)
-        assert a.per_gpu == e.min_per_gpu(a.gpus), a
+        assert a.per_gpu == _per_gpu(e, a.gpus)[0], a
         assert a.total == e.total, a
         assert a.fits == _rule(e, a.gpus, f.usable_bytes, f.further_gpu_share), a
         assert a.gpus == a.changes.get("gpus", f.gpus)
         if "gradient_accumulation_steps" in a.changes:  # the effective batch is kept
             assert a.changes["batch_size"] * a.changes["gradient_accumulation_steps"] == f.settings["batch_size"]
         assert set(a.kinds) <= set(KINDS) and a.cost == sum(KINDS.index(k) + 1 for k in a.kinds)
-        base = (f.estimate.min_per_gpu(f.gpus), f.estimate.total)  # every change lowers the need
+        base = (_per_gpu(f.estimate, f.gpus)[0], f.estimate.total)  # every change lowers the need
         assert a.per_gpu < base[0] or (a.per_gpu == base[0] and a.total < base[1]) or a.gpus > f.gpus
 
 
@@ -201,7 +223,7 @@ def test_advice_is_bounded_in_estimates():
         assert len(calls) <= limit
         for a in small:
             e = _at(f, "hf", a.changes)
-            assert a.per_gpu == e.min_per_gpu(a.gpus) and a.fits == _rule(e, a.gpus, f.usable_bytes, f.further_gpu_share)
+            assert a.per_gpu == _per_gpu(e, a.gpus)[0] and a.fits == _rule(e, a.gpus, f.usable_bytes, f.further_gpu_share)
     counted(MAX_ESTIMATES, 0)  # no budget for combinations: the single changes only
     singles_only = len(calls)
     counted(MAX_ESTIMATES, MAX_COMBINATION_ESTIMATES)
@@ -343,6 +365,6 @@ def test_a_combination_with_more_gpus_needs_fewer_than_the_gpus_alone():
     assert dict(combo.changes) == {"batch_size": b, "gradient_accumulation_steps": 4 // b, "gpus": combo.gpus}
     assert b < 4 and 4 % b == 0
     e = vramwise.estimate(spec, profile="size_only", target_modules=None, batch_size=b)
-    assert combo.per_gpu == e.min_per_gpu(combo.gpus) and _rule(e, combo.gpus, f.usable_bytes, f.further_gpu_share)
+    assert combo.per_gpu == e.min_per_gpu(combo.gpus) and _rule(e, combo.gpus, f.usable_bytes, f.further_gpu_share, spec)
     e4 = vramwise.estimate(spec, profile="size_only", target_modules=None, batch_size=4)
-    assert not _rule(e4, combo.gpus, f.usable_bytes, f.further_gpu_share)
+    assert not _rule(e4, combo.gpus, f.usable_bytes, f.further_gpu_share, spec)
