@@ -389,3 +389,39 @@ def test_the_address_accepts_what_the_cli_accepts_and_is_written_back_canonical(
             assert not errors, errors
         finally:
             browser.close()
+
+
+def test_the_fit_card_names_the_strategy_on_several_gpus(monkeypatch):
+    """On several GPUs without a strategy the fit card words what /api/fit judged by: the best strategy's figure
+    per GPU, named in the verdict, beside each method and in the fewest GPUs."""
+    _require()
+    import httpx
+    from playwright.sync_api import sync_playwright
+
+    monkeypatch.setattr(_source, "_read_hub", lambda repo, trust: (_ for _ in ()).throw(AssertionError(repo)))
+    settings = {"model": MODEL, "profile": "hf", "method": "full", "optimizer": "adamw_torch",
+                "gradient_checkpointing": "true", "batch_size": 4, "seq_len": 2048}
+    with live_server() as url, sync_playwright() as p:
+        _warm(url)
+        with httpx.Client(base_url=url, timeout=60) as c:
+            fit = c.post("/api/fit", json={**settings, "gpu": "rtx-4090", "gpus": 8, "headroom": 0}).json()
+        # with no headroom some count up to 1,024 fits (the fewest GPUs row then names its strategy too)
+        assert fit["min_gpus"] is not None and fit["per_gpu_strategy"] and fit["verdict"]["placed"] == f"on 8 GPUs with {fit['per_gpu_strategy']}"
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            query = "&".join(f"{k}={v}" for k, v in settings.items() if k != "model")
+            page.goto(url.rstrip("/") + f"/?model={MODEL}&{query}&gpu=rtx-4090&gpus=8&headroom=0%25")
+            page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            page.wait_for_function("s => document.getElementById('fit-verdict').textContent === s",
+                                   arg=fit["verdict"]["summary"], timeout=15_000)
+            table = " ".join(page.text_content("#fit-table").split())
+            full = next(m for m in fit["methods"] if m["method"] == "full")
+            assert f"{_gib(full['per_gpu'])} per GPU with {full['strategy']}" in table
+            assert (f"fewest GPUs{fit['min_gpus']} with {fit['min_gpus_strategy']}, "
+                    f"{_gib(fit['min_gpus_per_gpu'])} each") in table
+            assert not errors, errors
+        finally:
+            browser.close()

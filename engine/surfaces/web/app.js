@@ -472,8 +472,9 @@
     const text = (v) => Array.isArray(v) ? v.join(",") : String(v);
     for (const a of advice) {
       const li = h("li");
-      const head = h("span", gib(a.per_gpu) + " GiB per GPU" + (a.gpus !== fit.gpus ? " on " + a.gpus + " GPUs" : "") +
-        ": " + (a.fits ? "fits" : "does not fit"), a.fits ? "fits" : "nofit");
+      // a.strategy: the best strategy, where it places a run without one on several GPUs
+      const head = h("span", gib(a.per_gpu) + " GiB per GPU" + (a.gpus !== fit.gpus || a.strategy ? " on " + a.gpus + " GPUs" : "") +
+        (a.strategy ? " with " + a.strategy : "") + ": " + (a.fits ? "fits" : "does not fit"), a.fits ? "fits" : "nofit");
       li.appendChild(head);
       li.appendChild(h("span", " " + a.description));
       li.appendChild(h("div", "set " + Object.entries(a.changes).map(([k, v]) => k + "=" + text(v)).join(", "), "muted"));
@@ -498,7 +499,8 @@
     vd.colSpan = 2;
     vr.appendChild(vd);
     t.appendChild(vr);
-    for (const m of fit.methods) row(m.method, m.total === null ? "—" : gib(m.per_gpu) + " GiB per GPU: " + (m.fits ? "fits" : "does not fit"));
+    for (const m of fit.methods) row(m.method, m.total === null || m.per_gpu === null ? "—" : gib(m.per_gpu) + " GiB per GPU" +
+      (m.strategy ? " with " + m.strategy : "") + ": " + (m.fits ? "fits" : "does not fit"));
     row("largest batch at seq " + int(fit.settings.seq_len), int(fit.max_batch_size));
     row("largest sequence at batch " + fit.settings.batch_size, int(fit.max_seq_len));
     // fit's notes (the cap at the model's context window, with what memory alone allows), under the row they qualify
@@ -509,7 +511,8 @@
       t.appendChild(tr);
     }
     if (fit.max_lora_rank !== null || ["lora", "qlora"].includes(fit.settings.method)) row("largest LoRA rank", int(fit.max_lora_rank));
-    row("fewest GPUs", fit.min_gpus === null ? "more than 1,024" : String(fit.min_gpus));
+    row("fewest GPUs", fit.min_gpus === null ? "more than 1,024" : String(fit.min_gpus) +
+      (fit.min_gpus_strategy ? " with " + fit.min_gpus_strategy + ", " + gib(fit.min_gpus_per_gpu) + " GiB each" : ""));
     drawAdvice(fit);
     // the frontier: largest batch per sequence length, log2 axes
     const svg = $("frontier");
