@@ -192,3 +192,17 @@ def test_one_placer_estimates_each_setting_and_count_once(monkeypatch):
     assert placer.place(e, 1).strategy is None and len(calls) == len(HF_STRATEGIES)  # one GPU: no strategy
     Placer().place(e, 8)  # another answer's placer remembers nothing of this one's
     assert len(calls) == 2 * len(HF_STRATEGIES)
+
+
+def test_compare_on_several_gpus_judges_each_cell_by_the_best_strategy():
+    # 8 GPUs of 24 GiB at the device band's headroom (hf, full): usable 24 x (1 - p90 shortfall). The ideal
+    # split (about 11.3 GiB each, and the pool covers the 86.5 GiB total) would fit that; device_map's about
+    # 23.6 GiB fits the whole GPU but not with the headroom free: tight
+    name, need = _best(8)
+    e = vramwise.estimate(EXAMPLE, **RUN)
+    usable = int(24 * GIB * (1 - e.error_band.device.p90_shortfall))
+    assert e.min_per_gpu(8) <= usable and e.total <= usable * (1 + 0.85 * 7)  # the ideal split's "fits"
+    assert usable < need <= 24 * GIB
+    settings = {k: v for k, v in RUN.items() if k not in ("profile", "method")}
+    c = vramwise.compare(EXAMPLE, methods=("full",), profiles=("hf",), gpu=24 * GIB, gpus=8, **settings)
+    assert c.verdicts == ("tight",) and c.cells[0][4] is False
