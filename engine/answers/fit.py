@@ -59,10 +59,12 @@ class Verdict:
     """Whether the settings fit, with the margin: ``label`` is ``fits`` (the per-GPU need fits with the
     headroom kept free), ``tight`` (it fits the GPU, not with the headroom) or ``does not fit``.
 
-    ``margin_bytes`` is what each GPU has left after the per-GPU need (the GPU's memory less
-    ``min_per_gpu`` on the GPUs asked about; negative: short by that much); ``headroom`` the share of each
-    GPU kept free and ``headroom_source`` where it comes from: ``given``, ``device band`` (the device
-    band's p90 shortfall) or ``none`` (none given and no published run covers the profile and method)."""
+    ``margin_bytes`` is what each GPU has left after the per-GPU need (the GPU's memory less what the run
+    places on each of the GPUs asked about, :attr:`Fit.placement`; negative: short by that much; 0 where
+    every strategy refuses the run there, ``refused`` saying why); ``placed`` names the best strategy where
+    it places a run without one on several GPUs; ``headroom`` the share of each GPU kept free and
+    ``headroom_source`` where it comes from: ``given``, ``device band`` (the device band's p90 shortfall)
+    or ``none`` (none given and no published run covers the profile and method)."""
 
     label: str
     margin_bytes: int
