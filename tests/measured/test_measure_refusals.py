@@ -20,7 +20,7 @@ more experts chosen than a group holds): measure refuses them naming transformer
 where it was raised, each listed with its exception type, so that a new one, or one that goes away, fails
 this test; any exception left to vramwise (an internal error) fails it.
 Every cell takes well under a second except the full-size default configs; the whole matrix takes about
-15 minutes on 2 cores with its child processes (11 when one process ran them all), hence this tier; it is two
+19 minutes of CPU on 2 cores in .ci/run's two workers, about 9.5 for each half, hence this tier; it is two
 modules (this one and test_measure_refusals_second_half.py) so that .ci/run's two workers share it.
 """
 
