@@ -298,3 +298,18 @@ def where(recipe, name: str) -> tuple:
     """(kind, key, line) of where a recipe's setting or extra came from."""
     o = recipe.origins[name]
     return (o.kind, o.key, o.line)
+
+
+def script_module(relative: str, name: str):
+    """The project's script at ``relative`` (to the repository root, e.g. ``benchmarks/gpu_runs.py``) imported as
+    module ``name``, once per process: it is registered in ``sys.modules`` before it runs, so that its dataclasses
+    and the worker processes it starts find it by that name."""
+    import importlib.util
+    import sys
+
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPO / relative)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]

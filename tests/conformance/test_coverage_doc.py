@@ -9,8 +9,6 @@ their default configs are transformers', so another version gives another table.
 from __future__ import annotations
 
 import difflib
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,18 +16,14 @@ import pytest
 pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from helpers import script_module  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "coverage.md"
 
 
 def _script():
-    name = "vramwise_coverage_script"  # not "coverage": that is coverage.py's package
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / "coverage.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # the worker processes find classify() by this name
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return script_module("scripts/coverage.py", "vramwise_coverage_script")  # not "coverage": that is coverage.py's package
 
 
 @pytest.mark.slow

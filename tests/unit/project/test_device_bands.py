@@ -8,13 +8,11 @@ The arithmetic is checked on scored runs made by hand; the expected figures are 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
-from helpers import SHARED_MISSING, shared_present
+from helpers import SHARED_MISSING, script_module, shared_present
 from vramwise.profiles.bands import DEVICE_BANDS_PATH, read_device_bands
 
 REPO = Path(__file__).resolve().parents[3]
@@ -22,13 +20,7 @@ FILE = REPO / DEVICE_BANDS_PATH
 
 
 def _scorer():
-    name = "gpu_runs_scorer"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / "gpu_runs.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses look their module up by name
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return script_module("benchmarks/gpu_runs.py", "gpu_runs_scorer")
 
 
 def _scored(s, error, statistic="total_reported", framework="hf", profile="hf", method="lora"):

@@ -9,12 +9,12 @@ in the diagram is caught.
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
+
+from helpers import script_module
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -25,13 +25,7 @@ NO_GPU = ("no NVIDIA GPU visible: NVML could not start "
 
 
 def _script():
-    name = "build_doc_outputs"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / "build_doc_outputs.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses look their module up by name
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return script_module("scripts/build_doc_outputs.py", "build_doc_outputs")
 
 
 def _report(stale, errors) -> str:

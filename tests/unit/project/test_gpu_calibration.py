@@ -5,9 +5,7 @@ sequence and the converter's choices are checked on figures written here by hand
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,19 +14,15 @@ from vramwise.errors import StackUnsupportedError
 from vramwise.profiles.settings import SETTING_NAMES, SETTINGS
 from vramwise.rules.datafiles import load_data_file, read_data_text
 
+from helpers import script_module
+
 REPO = Path(__file__).resolve().parents[3]
 PARSE = {s.name: s.parse for s in SETTINGS}
 URL = "https://example.org/vramwise/gpu_calibration_result.json"
 
 
 def _script():
-    name = "vramwise_bench_gpu_calibration"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / "gpu_calibration.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return script_module("benchmarks/gpu_calibration.py", "vramwise_bench_gpu_calibration")
 
 
 @pytest.fixture(scope="module")

@@ -16,17 +16,13 @@ import pytest
 
 import vramwise
 
+from helpers import script_module
+
 REPO = Path(__file__).resolve().parents[3]
 
 
 def _scorer():
-    name = "gpu_runs_scorer"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / "gpu_runs.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses look their module up by name
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return script_module("benchmarks/gpu_runs.py", "gpu_runs_scorer")
 
 
 def _run(**changes) -> dict:
