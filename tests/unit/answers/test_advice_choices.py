@@ -5,28 +5,15 @@ are a formula of the settings, so every expected figure is a line of arithmetic.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 
+from unit.answers.advice_fakes import Settings  # the fakes beside this file: FSDP, cross_entropy (no loss or strategy advice)
 from vramwise.answers.advice import advise
 
 USABLE = 100  # bytes each GPU may use: the needs below are small numbers of bytes
-
-
-@dataclass(frozen=True)
-class Settings:
-    method: str = "full"
-    batch_size: int = 8
-    gradient_checkpointing: str = "none"
-    optimizer: str = "adamw_torch"
-    loss: str = "cross_entropy"  # neither standard nor chunked: no loss advice
-    strategy: str = "fsdp"  # a sharded strategy already: no strategy advice
-    offload: str = "none"
-    lora_rank: int = 16
-    seq_len: int = 1024
-    gpus_per_node: int = 8
 
 
 class Run:
