@@ -17,7 +17,7 @@ from vramwise.errors import FileFormatError, SettingsError
 from vramwise.rules.expr.language import _FIELD, Expression, LayerValues, compile_expression, render, round_bytes, template_problem, type_tag
 from vramwise.rules.graph import dependency_order
 from vramwise.models.model import AGGREGATE_NAMES
-from vramwise.rules.expr.codegen import Program, build_program, dynamic_ids
+from vramwise.rules.expr.codegen import Program, dynamic_ids, stored_program
 from vramwise.profiles.settings import DERIVED_FROM, METHODS, RELEASE_SETTINGS, SETTING_NAMES, release_key
 from vramwise.rules.datafiles import DataFile, json_path
 
@@ -313,7 +313,7 @@ class Profile:
         key = (tuple(sorted(model_types.items())), tuple(sorted(layer_types.items())))
         prog = self._programs.get(key)
         if prog is None:
-            prog = build_program(self.formulas, self.dynamic, self.reported, model_types, layer_types,
+            prog = stored_program(self.formulas, self.dynamic, self.reported, model_types, layer_types,
                                  positive=frozenset((self.total,)), finite=frozenset((self.trainable_params, self.min_per_gpu)))
             if len(self._programs) >= 64:
                 self._programs.clear()

@@ -3,7 +3,9 @@
 What reading a data file produces before any rule runs -- its constructed data and the line and column of
 each node -- is stored under the user's cache folder, keyed by a digest of the file's bytes, the schema
 it is read under, vramwise's version and Python's bytecode magic number. A later process that reads the
-same bytes takes the entry instead of composing the YAML again. Nothing else is stored.
+same bytes takes the entry instead of composing the YAML again. Beside it, under the same rules: the checked
+expressions' code (kind ``expressions``), the family index (``family-index``) and the profiles' generated
+dynamic stages (``programs``), each keyed by what it is made from, the source of the code that makes it included.
 
 - Where: ``$VRAMWISE_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/vramwise``, else ``~/.cache/vramwise``
   (``%LOCALAPPDATA%\\vramwise`` on Windows), beside the runs database of ``vramwise runs``;
@@ -46,11 +48,33 @@ _CHECK = 16  # bytes of the entry's checksum
 
 def cache_dir() -> str | None:
     """The cache folder, or None when the cache is turned off (read at each use, so it can be moved at run time)."""
-    env = os.environ.get("VRAMWISE_CACHE_DIR")
+    environ = os.environ
+    key = (environ.get("VRAMWISE_CACHE_DIR"), environ.get("XDG_CACHE_HOME"), environ.get("LOCALAPPDATA"),
+           environ.get("HOME"))
+    try:
+        return _DIRS[key]
+    except KeyError:
+        pass
+    env = key[0]
     if env is not None:
-        return None if env.strip().lower() in _OFF else os.path.abspath(os.path.expanduser(env))
-    base = os.environ.get("XDG_CACHE_HOME") or (os.environ.get("LOCALAPPDATA") if os.name == "nt" else None)
-    return os.path.join(os.path.expanduser(base) if base else os.path.join(os.path.expanduser("~"), ".cache"), "vramwise")
+        if env.strip().lower() in _OFF:
+            return None
+        found = os.path.abspath(os.path.expanduser(env))
+        if not os.path.isabs(os.path.expanduser(env)):
+            return found  # relative to the working folder, which may change: not remembered
+    else:
+        base = environ.get("XDG_CACHE_HOME") or (environ.get("LOCALAPPDATA") if os.name == "nt" else None)
+        found = os.path.join(os.path.expanduser(base) if base else os.path.join(os.path.expanduser("~"), ".cache"),
+                             "vramwise")
+    if len(_DIRS) >= 16:
+        _DIRS.clear()
+    _DIRS[key] = found
+    return found
+
+
+#: cache_dir's answer by the environment variables it reads (a lookup costs four reads of the environment, not the
+#: path arithmetic; a relative VRAMWISE_CACHE_DIR is not kept, the working folder can change)
+_DIRS: dict = {}
 
 
 def source_digest(*files: str) -> bytes:

@@ -18,12 +18,17 @@ formula-by-formula evaluation runs instead and reports the failing formula.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from types import CodeType
 from typing import Any, Callable, Mapping
 
+from vramwise.rules import diskcache
+from vramwise.rules.expr import language
 from vramwise.rules.expr.language import ANY, GLOBALS, NUMBER, emit, type_tag
 
-__all__ = ["DYNAMIC_INPUTS", "Program", "build_program", "dynamic_ids"]
+__all__ = ["DYNAMIC_INPUTS", "Program", "build_program", "dynamic_ids", "stored_program"]
 
 #: Settings that change between the estimates of one model most often.
 DYNAMIC_INPUTS = ("batch_size", "seq_len")
@@ -64,6 +69,7 @@ class Program:
     model_ids: tuple  # dynamic model-scope formula ids, in the order of the first result
     layer_ids: tuple  # dynamic layer-scope formula ids, in the order of the second result
     text: str  # the generated Python code (for reading and debugging)
+    code: CodeType | None = field(default=None, repr=False, compare=False)  # ``text`` compiled (defines ``function``)
 
 
 class Invalid(Exception):
@@ -197,9 +203,54 @@ def build_program(formulas, dynamic: frozenset, rounded: frozenset, model_types:
         "    return (" + "".join(f"v_{i}, " for i in model_out) + "), (" + "".join(f"l_{i}, " for i in layer_out) + ")"
     )
     program_text = "\n".join(lines) + "\n"
+    code = compile(program_text, "<profile program>", "exec")
+    return _program(code, inputs, tuple(model_out), tuple(layer_out), program_text)
+
+
+def _program(code: CodeType, inputs: tuple, model_ids: tuple, layer_ids: tuple, text: str) -> Program:
     scope: dict[str, Any] = dict(_GLOBALS)
-    exec(compile(program_text, "<profile program>", "exec"), scope)  # noqa: S102 - emitted from checked trees only
-    return Program(scope["_dynamic"], inputs, tuple(model_out), tuple(layer_out), program_text)
+    exec(code, scope)  # noqa: S102 - emitted from checked trees only (here or, stored, by an earlier process)
+    return Program(scope["_dynamic"], inputs, model_ids, layer_ids, text, code)
+
+
+@lru_cache(maxsize=1)
+def _source_key() -> bytes:
+    """This module's and the expression language's source: the code a stored program holds is theirs."""
+    return diskcache.source_digest(__file__, language.__file__)
+
+
+def _program_key(formulas, dynamic: frozenset, rounded: frozenset, model_types: Mapping, layer_types: Mapping,
+                 positive: frozenset, finite: frozenset) -> bytes:
+    """Everything :func:`build_program` reads, as a digest: each dynamic formula's id, scope and checked text (the
+    tree it emits from is that text parsed), the ids rounded or guarded, and the type signature."""
+    h = hashlib.blake2b(_source_key(), digest_size=20)
+    for f in formulas:
+        if f.id in dynamic:
+            lit = f.expr.literal if f.expr.code is None else None  # (no tree asked for: a stored one is parsed lazily)
+            h.update(repr((f.id, f.scope, f.expr.text, type(lit).__name__, lit, f.id in rounded, f.id in positive,
+                           f.id in finite)).encode("utf-8", "surrogatepass") + b"\0")
+    for types in (model_types, layer_types):
+        h.update(repr(sorted((n, sorted(t)) for n, t in types.items())).encode("utf-8", "surrogatepass") + b"\1")
+    return h.digest()
+
+
+def stored_program(formulas, dynamic: frozenset, rounded: frozenset, model_types: Mapping[str, frozenset],
+                   layer_types: Mapping[str, frozenset], positive: frozenset = frozenset(),
+                   finite: frozenset = frozenset()) -> Program:
+    """:func:`build_program`, with the generated code kept in the disk cache (:mod:`vramwise.rules.diskcache`,
+    kind ``programs``) by a digest of what it is generated from: a later process execs the stored code instead of
+    generating and compiling it again. The same program either way."""
+    if diskcache.cache_dir() is None:
+        return build_program(formulas, dynamic, rounded, model_types, layer_types, positive, finite)
+    key = _program_key(formulas, dynamic, rounded, model_types, layer_types, positive, finite)
+    entry = diskcache.get("programs", key)
+    if (type(entry) is tuple and len(entry) == 5 and type(entry[0]) is CodeType and type(entry[4]) is str
+            and all(type(x) is tuple for x in entry[1:4])):
+        code, inputs, model_ids, layer_ids, text = entry
+        return _program(code, tuple(tuple(i) for i in inputs), model_ids, layer_ids, text)
+    prog = build_program(formulas, dynamic, rounded, model_types, layer_types, positive, finite)
+    diskcache.put("programs", key, (prog.code, prog.inputs, prog.model_ids, prog.layer_ids, prog.text))
+    return prog
 
 
 def static_tuple(program: Program, env: Mapping, layer_envs) -> tuple:

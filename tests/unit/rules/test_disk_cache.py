@@ -93,7 +93,8 @@ def test_turned_off_writes_nothing_and_gives_the_same_figures(cache, uncached, m
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "flipped", "empty"])
 def test_a_corrupt_entry_is_ignored_and_written_again(cache, uncached, damage):
     assert _figures() == uncached["unsloth"]
-    entries = _entries(cache, "datafiles") + _entries(cache, "expressions")
+    entries = _entries(cache, "datafiles") + _entries(cache, "expressions") + _entries(cache, "programs")
+    assert _entries(cache, "programs")
     for path in entries:
         raw = path.read_bytes()
         path.write_bytes({"garbage": b"\x00not an entry", "truncated": raw[: len(raw) // 2],
@@ -212,6 +213,35 @@ def test_a_stored_expression_is_the_checked_one(cache):
     # another set of allowed names is another entry: the check runs again and refuses
     with pytest.raises(vramwise.ExpressionError, match="unknown name `hidden_size`"):
         compile_expression("a * b + hidden_size // 2 if a > 1 else b", allowed=frozenset({"a", "b"}))
+
+
+def test_a_stored_program_is_the_generated_one(cache, monkeypatch):
+    """A profile's dynamic stage read back from the cache (kind ``programs``) is the program generated from its
+    formulas: the same text and, run, the same figures; the warm path generates nothing."""
+    from vramwise.rules.expr import codegen
+
+    def program_of(registry):
+        e = vramwise.estimate(str(LLAMA), registry=registry, **SETTINGS)
+        profile = registry.profile("unsloth")
+        (prog,) = profile._programs.values()
+        return e, prog
+
+    cold, generated = program_of(vramwise.Registry())
+    assert len(_entries(cache, "programs")) == 1
+    _forget()
+
+    def no_generating(*args, **kwargs):
+        raise AssertionError("the stored program was generated again")
+
+    monkeypatch.setattr(codegen, "build_program", no_generating)
+    warm, stored = program_of(vramwise.Registry())
+    assert stored.text == generated.text and stored.inputs == generated.inputs
+    assert (stored.model_ids, stored.layer_ids) == (generated.model_ids, generated.layer_ids)
+    assert [getattr(warm, c) for c in vramwise.COMPONENTS] == [getattr(cold, c) for c in vramwise.COMPONENTS]
+    assert warm.total == cold.total
+    monkeypatch.setenv("VRAMWISE_CACHE_DIR", "off")  # off: generated, whatever is stored
+    with pytest.raises(AssertionError, match="generated again"):
+        program_of(vramwise.Registry())
 
 
 def test_the_family_index_from_the_cache_is_the_one_built(cache, tmp_path):
