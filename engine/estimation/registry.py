@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import hashlib
 from collections.abc import Mapping
-from importlib import resources
+from vramwise.rules.datafiles import package_files
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -75,12 +75,12 @@ class Registry:
     def __init__(self, families_dir: str | Path | None = None, formulas_dir: str | Path | None = None,
                  *, validate: bool | None = None):
         if families_dir is None:
-            fam_loc, fam_disp = resources.files("vramwise.families"), "families"
+            fam_loc, fam_disp = package_files("vramwise.families"), "families"
         else:
             fam_loc, fam_disp = Path(families_dir), None
         self._families_location = fam_loc  # (its files' bytes key the check of check_all)
         if formulas_dir is None:
-            self._formulas, self._formulas_display = resources.files("vramwise.formulas"), "formulas"
+            self._formulas, self._formulas_display = package_files("vramwise.formulas"), "formulas"
         else:
             self._formulas, self._formulas_display = Path(formulas_dir), None
         # the bundled files are validated by the test suite; files from elsewhere on every load

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
+from vramwise.rules.datafiles import package_files
 from typing import Any, Mapping
 
 from vramwise.errors import ConfigError
@@ -69,7 +69,7 @@ class _Index:
 
 
 def _load_text() -> str:
-    return resources.files("vramwise.catalog").joinpath("models.json").read_text(encoding="utf-8")
+    return package_files("vramwise.catalog").joinpath("models.json").read_text(encoding="utf-8")
 
 
 def build_index(data: Mapping) -> _Index:

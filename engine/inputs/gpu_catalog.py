@@ -28,7 +28,7 @@ import difflib
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
+from vramwise.rules.datafiles import package_files
 
 from vramwise.errors import FileFormatError, SettingsError
 from vramwise.inputs.sizes import UNIT_BASES, parse_size, split_number
@@ -94,7 +94,7 @@ class _Catalog:
 
 
 def _load_text() -> str:
-    return resources.files("vramwise.hardware").joinpath("gpus.yaml").read_text(encoding="utf-8")
+    return package_files("vramwise.hardware").joinpath("gpus.yaml").read_text(encoding="utf-8")
 
 
 def build_catalog(text: str, path: str = CATALOG_PATH, *, validate: bool = True) -> _Catalog:

@@ -55,11 +55,11 @@ class CheckpointStorage:
 @lru_cache(maxsize=1)
 def formats() -> tuple:
     """The bundled formats, compiled (``formats.cache_clear()`` forgets them)."""
-    from importlib import resources
+    from vramwise.rules.datafiles import package_files
 
     from vramwise.rules.datafiles import load_data_file, read_data_text
 
-    item = resources.files("vramwise.formulas").joinpath("checkpoint_formats.yaml")
+    item = package_files("vramwise.formulas").joinpath("checkpoint_formats.yaml")
     return compile_formats(load_data_file(read_data_text(item, FORMATS_PATH), FORMATS_PATH,
                                           "checkpoint-formats-1.schema.json", validate=False))
 

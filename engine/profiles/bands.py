@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
+from vramwise.rules.datafiles import package_files
 from typing import Any
 
 from vramwise.rules.datafiles import DataFile, load_data_file, read_data_text
@@ -186,7 +186,7 @@ def read_bands(text: str, path: str, *, validate: bool = True) -> BandTable:
 @lru_cache(maxsize=1)
 def bundled_bands() -> BandTable:
     """The bundled ``accuracy/bands.yaml``, read once (validated against its schema by the test suite)."""
-    item = resources.files("vramwise.accuracy").joinpath("bands.yaml")
+    item = package_files("vramwise.accuracy").joinpath("bands.yaml")
     return read_bands(read_data_text(item, BANDS_PATH), BANDS_PATH, validate=False)
 
 
@@ -316,7 +316,7 @@ def read_device_bands(text: str, path: str, *, validate: bool = True) -> DeviceB
 @lru_cache(maxsize=1)
 def bundled_device_bands() -> DeviceBandTable:
     """The bundled ``accuracy/device_bands.yaml``, read once (validated against its schema by the test suite)."""
-    item = resources.files("vramwise.accuracy").joinpath("device_bands.yaml")
+    item = package_files("vramwise.accuracy").joinpath("device_bands.yaml")
     return read_device_bands(read_data_text(item, DEVICE_BANDS_PATH), DEVICE_BANDS_PATH, validate=False)
 
 

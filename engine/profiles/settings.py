@@ -34,11 +34,11 @@ SETTINGS_RULES_PATH = "formulas/settings.yaml"
 def settings_file():
     """formulas/settings.yaml (its vocabularies and its derive rules), read once through the data-file
     reader; bundled, so not validated here (the test suite and ``vramwise check`` validate it)."""
-    from importlib import resources
+    from vramwise.rules.datafiles import package_files
 
     from vramwise.rules.datafiles import load_data_file, read_data_text
 
-    item = resources.files("vramwise.formulas").joinpath("settings.yaml")
+    item = package_files("vramwise.formulas").joinpath("settings.yaml")
     return load_data_file(read_data_text(item, SETTINGS_RULES_PATH), SETTINGS_RULES_PATH, "settings-1.schema.json",
                           validate=False)
 
@@ -86,12 +86,12 @@ EXPERTS_LAYOUTS = tuple(_VOCABULARIES["experts_layout"]["names"])
 def _bundled_strategies() -> dict:
     """The bundled strategies manifest (formulas/strategies/strategies.yaml), through the data-file reader;
     not validated here (the test suite and ``vramwise check`` validate it and cross-check its names)."""
-    from importlib import resources
+    from vramwise.rules.datafiles import package_files
 
     from vramwise.rules.datafiles import load_data_file, read_data_text
 
     shown = "formulas/strategies/strategies.yaml"
-    item = resources.files("vramwise.formulas").joinpath("strategies", "strategies.yaml")
+    item = package_files("vramwise.formulas").joinpath("strategies", "strategies.yaml")
     return load_data_file(read_data_text(item, shown), shown, "strategies-1.schema.json", validate=False).data
 
 
@@ -156,12 +156,12 @@ def profile_vocabularies(profile: str) -> dict:
     """The vocabularies bundled profile ``profile`` declares for the settings it reads (the ``settings``
     of formulas/<profile>/profile.yaml): setting -> its choices, or its (first, last) releases; read
     once, through the data-file reader (the registry validates the manifest when it loads the profile)."""
-    from importlib import resources
+    from vramwise.rules.datafiles import package_files
 
     from vramwise.rules.datafiles import load_data_file, read_data_text
 
     shown = f"formulas/{profile}/profile.yaml"
-    item = resources.files("vramwise.formulas").joinpath(profile, "profile.yaml")
+    item = package_files("vramwise.formulas").joinpath(profile, "profile.yaml")
     data = load_data_file(read_data_text(item, shown), shown, "profile-1.schema.json", validate=False).data
     out = {}
     for name, entry in (data.get("settings") or {}).items():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cached_property
-from importlib import resources
+from vramwise.rules.datafiles import package_files
 from typing import Any, Mapping
 
 from vramwise.rules.datafiles import load_data_file, read_data_text, read_folder
@@ -286,7 +286,7 @@ class Formats:
         from vramwise.profiles.settings import SETTING_NAMES
 
         if folder is None:
-            items = read_folder(resources.files("vramwise.frameworks"), FORMATS_DISPLAY)
+            items = read_folder(package_files("vramwise.frameworks"), FORMATS_DISPLAY)
             validate = bool(validate)
         else:
             from pathlib import Path

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
+from importlib.util import find_spec
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vramwise.errors import FileFormatError
@@ -136,10 +138,24 @@ def _check_keys(node: yaml.Node, path: str, problems: list[str], parts: tuple = 
             _check_keys(v, path, problems, parts + (i,))
 
 
+def package_files(package: str):
+    """The folder of files shipped in ``package`` (``vramwise.formulas``, ``vramwise.schemas``, ...): its directory
+    where the package is one (a wheel's install, an editable checkout), else importlib.resources' view of it (a
+    zipped install). The same files :func:`importlib.resources.files` gives, without importing importlib.resources
+    (and the archive modules it brings) on every command's path."""
+    spec = find_spec(package)
+    for location in (spec.submodule_search_locations or ()) if spec is not None else ():
+        if os.path.isdir(location):
+            return Path(location)
+    from importlib import resources
+
+    return resources.files(package)
+
+
 @lru_cache(maxsize=None)
 def load_schema(name: str) -> dict:
     """A schema shipped in ``vramwise.schemas`` (read-only, so caching it is harmless)."""
-    text = resources.files("vramwise.schemas").joinpath(name).read_text(encoding="utf-8")
+    text = package_files("vramwise.schemas").joinpath(name).read_text(encoding="utf-8")
     return json.loads(text)
 
 

@@ -50,7 +50,7 @@ import ipaddress
 import json
 import socket
 import sys
-from importlib import resources
+from vramwise.rules.datafiles import package_files
 from typing import Any, Callable
 
 from vramwise.errors import ConfigError, InternalError, MissingDependencyError, SettingsError, VramwiseError
@@ -304,7 +304,7 @@ _GET = {"families": api_families, "gpus": api_gpus, "catalog": api_catalog, "set
 # -- the application ---------------------------------------------------------------------------
 
 def _web(name: str) -> bytes:
-    return resources.files("vramwise.surfaces").joinpath("web", name).read_bytes()
+    return package_files("vramwise.surfaces").joinpath("web", name).read_bytes()
 
 
 def create_app(*, allowed_hosts: tuple | None = _LOOPBACK_NAMES, limits=None):

@@ -32,7 +32,7 @@ import os
 import re
 import tempfile
 from dataclasses import dataclass
-from importlib import resources
+from vramwise.rules.datafiles import package_files
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -123,7 +123,7 @@ def _classify(paths: Sequence[str | os.PathLike]) -> tuple[dict[str, Path], dict
 
 
 def _bundled(package: str):
-    return resources.files(package)
+    return package_files(package)
 
 
 def _stage(

@@ -38,9 +38,9 @@ def installed(path: str) -> str | None:
     if package is None or not rest:
         return None
     try:
-        from importlib import resources
+        from vramwise.rules.datafiles import package_files
 
-        target = resources.files(package).joinpath(*rest.split("/"))
+        target = package_files(package).joinpath(*rest.split("/"))
         return str(target) if target.is_file() else None
     except Exception:  # noqa: BLE001 - a path that cannot be resolved is shown as it is
         return None

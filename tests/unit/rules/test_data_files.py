@@ -360,3 +360,19 @@ def test_check_takes_the_shared_folder_like_a_profile_folder(tmp_path):
         problems = vramwise.check([given])
         # every profile that lists the file compiles it; the problem is reported once, at the given file
         assert problems == [f"{p}:{line}:11: $.formulas[0].expr: unknown name `seq_lenn` in `batch_size * seq_lenn`"]
+
+
+@pytest.mark.parametrize("package", ["vramwise.formulas", "vramwise.schemas", "vramwise.families", "vramwise.accuracy",
+                                     "vramwise.hardware", "vramwise.catalog", "vramwise.frameworks"])
+def test_package_files_are_the_files_importlib_resources_gives(package):
+    """datafiles.package_files (no import of importlib.resources on a command's path) names the folder whose files
+    importlib.resources.files gives, name for name and byte for byte."""
+    from importlib import resources
+
+    from vramwise.rules.datafiles import package_files
+
+    ours, theirs = package_files(package), resources.files(package)
+    names = sorted(p.name for p in ours.iterdir() if p.is_file())
+    assert names and names == sorted(p.name for p in theirs.iterdir() if p.is_file())
+    for name in names:
+        assert ours.joinpath(name).read_bytes() == theirs.joinpath(name).read_bytes()
