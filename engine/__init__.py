@@ -17,29 +17,33 @@ Public surface::
 Errors all derive from :class:`VramwiseError` (see ``vramwise.errors`` for the tree).
 """
 
-from vramwise.profiles.bands import DeviceBand, ErrorBand, ErrorBands
-from vramwise.errors import (
-    ConfigError,
-    EvaluationError,
-    ExpressionError,
-    FileFormatError,
-    GpuSelectionError,
-    InternalError,
-    MeasurementError,
-    MissingDependencyError,
-    RecipeError,
-    SettingsError,
-    StackUnsupportedError,
-    UnknownFamilyError,
-    UsageError,
-    VramwiseError,
-)
-from vramwise.estimation.estimate import COMPONENTS, Estimate, RankEstimate, TraceEntry, estimate, load_model
-from vramwise.estimation.size_only import estimate_from_size
-from vramwise.models.model import LayerClass, ModelSpec, Module
-from vramwise.estimation.recipe import Origin, Recipe
-from vramwise.estimation.registry import Registry
-from vramwise.profiles.settings import SETTINGS, Setting, TrainingSettings
+from vramwise.rules.classcode import compiled_methods as _compiled_methods
+
+# the data classes' generated methods from the disk cache (vramwise.rules.classcode): most of an import's time
+with _compiled_methods():
+    from vramwise.profiles.bands import DeviceBand, ErrorBand, ErrorBands
+    from vramwise.errors import (
+        ConfigError,
+        EvaluationError,
+        ExpressionError,
+        FileFormatError,
+        GpuSelectionError,
+        InternalError,
+        MeasurementError,
+        MissingDependencyError,
+        RecipeError,
+        SettingsError,
+        StackUnsupportedError,
+        UnknownFamilyError,
+        UsageError,
+        VramwiseError,
+    )
+    from vramwise.estimation.estimate import COMPONENTS, Estimate, RankEstimate, TraceEntry, estimate, load_model
+    from vramwise.estimation.size_only import estimate_from_size
+    from vramwise.models.model import LayerClass, ModelSpec, Module
+    from vramwise.estimation.recipe import Origin, Recipe
+    from vramwise.estimation.registry import Registry
+    from vramwise.profiles.settings import SETTINGS, Setting, TrainingSettings
 
 # GPU discovery and measurement are imported when first used: an estimate needs neither.
 _LAZY = {
@@ -62,7 +66,8 @@ def __getattr__(name: str):
         raise AttributeError(f"module 'vramwise' has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    with _compiled_methods():
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
     return value
 

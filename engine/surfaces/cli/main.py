@@ -22,8 +22,11 @@ import sys
 from typing import Callable, Sequence
 
 from vramwise.errors import InternalError, VramwiseError
-from vramwise.surfaces.cli.format import one_line
-from vramwise.surfaces.cli.parser import BadValue, CommandLineError, build_parser
+from vramwise.rules.classcode import compiled_methods
+
+with compiled_methods():  # the data classes' generated methods from the disk cache (vramwise.rules.classcode)
+    from vramwise.surfaces.cli.format import one_line
+    from vramwise.surfaces.cli.parser import BadValue, CommandLineError, build_parser
 
 __all__ = ["main", "build_parser", "EXIT_INTERNAL", "EXIT_USAGE"]
 
@@ -107,6 +110,11 @@ COMMANDS: dict[str, Callable] = {
 }
 
 
+#: Commands that run without :func:`~vramwise.rules.classcode.compiled_methods`: they import other libraries'
+#: data classes (torch, transformers) or serve for hours, and the table is for vramwise's own.
+_UNCACHED = frozenset({"measure", "serve"})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (see the module's docstring). Never raises."""
     try:
@@ -154,7 +162,10 @@ def _main(argv: Sequence[str] | None) -> int:
     if extra:  # refused by the command's own parser, which names its closest flags
         parser.subparser(cmd).error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        return COMMANDS[cmd](args, sys.stdout)
+        if cmd in _UNCACHED:
+            return COMMANDS[cmd](args, sys.stdout)
+        with compiled_methods():
+            return COMMANDS[cmd](args, sys.stdout)
     except BadValue as e:
         raise CommandLineError(str(e), f"vramwise {cmd}") from None
 

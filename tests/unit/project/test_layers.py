@@ -52,6 +52,9 @@ RANKS = [  # longest prefix first
     ("vramwise", 10),
 ]
 EVAL_HOME = "vramwise.rules.expr"
+#: The one module outside it that compiles and execs: it stands in for exec inside dataclasses, and compiles and runs
+#: only the sources dataclasses generates for a class's methods (never text from a data file or a user).
+CLASS_CODE = "vramwise.rules.classcode"
 
 
 def _modules() -> dict[str, Path]:
@@ -197,12 +200,26 @@ def test_the_checker_sees_a_circle_and_an_upward_import():
 def test_eval_exec_and_compile_only_in_the_expression_language():
     found = []
     for m, p in MODULES.items():
-        if m == EVAL_HOME or m.startswith(EVAL_HOME + "."):
+        if m == EVAL_HOME or m.startswith(EVAL_HOME + ".") or m == CLASS_CODE:
             continue
         for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("eval", "exec", "compile"):
                 found.append(f"{p.relative_to(ENGINE)}:{node.lineno}: {node.func.id}()")
     assert not found, "\n".join(found)
+
+
+def test_the_class_code_module_runs_only_what_dataclasses_hands_it():
+    """classcode's compile and exec are inside the function it puts in dataclasses' namespace for ``exec``, run on
+    the source that function is given, and nowhere else."""
+    tree = ast.parse(MODULES[CLASS_CODE].read_text(encoding="utf-8"))
+    calls = {}
+    for fn in ast.walk(tree):
+        if isinstance(fn, ast.FunctionDef):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("eval", "exec", "compile"):
+                    calls.setdefault(node.func.id, set()).add(fn.name)
+                    assert isinstance(node.args[0], ast.Name) and node.args[0].id in ("source", "code"), ast.unparse(node)
+    assert calls == {"exec": {"_exec"}, "compile": {"_exec"}}
 
 
 def test_subpackages_do_not_import_the_top_package():
