@@ -412,16 +412,18 @@ CHECKED_EXPRESSIONS = CheckedExpressions(1 << 16)
 
 class StoredExpressions:
     """The checked expressions kept between processes, in the cache on disk (:mod:`vramwise.rules.diskcache`):
-    each one's names and code by a digest of its text, allowed names and per-layer names, in one entry keyed by
-    this module's source (the checks and the code emitted are this module's). Read on the first lookup; what
-    this process checked is added at its exit. A hit is not checked, emitted or compiled; its tree is parsed
-    again only where it is read (:class:`_Reparsed`). Bounded: at most ``size`` expressions, the oldest go."""
+    each one's names and code by a digest of its text, allowed names and per-layer names, in one entry per data
+    file the expressions were read from (its shown path; ``""`` for none), keyed by that path and this module's
+    source (the checks and the code emitted are this module's). A file's entry is read on its first lookup, so a
+    process reads the entries of the files it compiles and no others; what this process checked is added at its
+    exit. A hit is not checked, emitted or compiled; its tree is parsed again only where it is read
+    (:class:`_Reparsed`). Bounded: at most ``size`` expressions a file, the oldest go."""
 
     def __init__(self, size: int):
         self._size = size
-        self._data: dict | None = None
+        self._shards: dict = {}  # file -> {digest: (names, code)}
         self._root: str | None = None
-        self._added = 0
+        self._added: set = set()  # files whose entry this process added to
         self._registered = False
         self._allowed: dict = {}
 
@@ -434,30 +436,33 @@ class StoredExpressions:
         raw = text.encode("utf-8", "surrogatepass")  # length first: no text can run into the names
         return hashlib.blake2b(b"%d\1%s\1%s\1%s" % (len(raw), raw, names, per_layer), digest_size=16).digest()
 
-    def _entries(self, root: str) -> dict:
-        if self._data is None or root != self._root:  # first use, or the cache was moved
+    def _entries(self, root: str, shard: str) -> dict:
+        if root != self._root:  # first use, or the cache was moved
             self.save()
-            stored = diskcache.get("expressions", _source_key())
-            self._data, self._root = (stored if type(stored) is dict else {}), root
-        return self._data
+            self._shards, self._root = {}, root
+        data = self._shards.get(shard)
+        if data is None:
+            stored = diskcache.get("expressions", _shard_key(shard))
+            data = self._shards[shard] = stored if type(stored) is dict else {}
+        return data
 
-    def get(self, key: tuple):
+    def get(self, key: tuple, shard: str = ""):
         """(names, None, code) of ``key`` stored by an earlier process, or None (the tree is parsed when needed)."""
         root = diskcache.cache_dir()
         if root is None:
             return None
-        entry = self._entries(root).get(self._digest(key))
+        entry = self._entries(root, shard).get(self._digest(key))
         if type(entry) is not tuple or len(entry) != 2 or type(entry[1]) is not CodeType or type(entry[0]) is not tuple:
             return None
         hit = (frozenset(entry[0]), None, entry[1])  # no tree: parsed when an expression made from it asks
         CHECKED_EXPRESSIONS.put(key, hit)
         return hit
 
-    def add(self, key: tuple, names, code: CodeType) -> None:
+    def add(self, key: tuple, names, code: CodeType, shard: str = "") -> None:
         root = diskcache.cache_dir()
         if root is None:
             return
-        data = self._entries(root)
+        data = self._entries(root, shard)
         digest = self._digest(key)
         if digest in data:
             return
@@ -467,18 +472,24 @@ class StoredExpressions:
         if not self._registered:
             atexit.register(self.save)
             self._registered = True
-        self._added += 1
+        self._added.add(shard)
 
     def save(self) -> None:
-        """Write what this process added to the folder it read (nothing when it added nothing)."""
-        if self._added and self._data is not None:
-            diskcache.put("expressions", _source_key(), self._data, root=self._root)
-            self._added = 0
+        """Write the entries this process added to, to the folder it read (nothing when it added nothing)."""
+        if self._added and self._root is not None:
+            for shard in sorted(self._added):
+                if shard in self._shards:
+                    diskcache.put("expressions", _shard_key(shard), self._shards[shard], root=self._root)
+        self._added = set()
 
     def clear(self) -> None:
         """Forget the entries read and any not yet written (the next lookup reads the cache again)."""
-        self._data, self._root, self._added = None, None, 0
+        self._shards, self._root, self._added = {}, None, set()
         self._allowed.clear()
+
+
+def _shard_key(shard: str) -> bytes:
+    return _source_key() + b"\0" + shard.encode("utf-8", "surrogatepass")
 
 
 @lru_cache(maxsize=1)
@@ -488,7 +499,7 @@ def _source_key() -> bytes:
 
 
 #: The checked expressions kept between processes.
-STORED_EXPRESSIONS = StoredExpressions(1 << 12)  # about 1 MB: read whole by every process that compiles
+STORED_EXPRESSIONS = StoredExpressions(1 << 12)  # per data file: a family's or a profile's few hundred at most
 
 
 def compile_expression(
@@ -529,7 +540,7 @@ def compile_expression(
     if key is not None:
         hit = CHECKED_EXPRESSIONS.get(key)
         if hit is None:
-            hit = STORED_EXPRESSIONS.get(key)
+            hit = STORED_EXPRESSIONS.get(key, df.path if df is not None else "")
         if hit is not None:
             names_seen, stmt, code = hit  # the code, under this expression's file name (no compiling)
             code = code if code.co_filename == place else code.replace(co_filename=place)
@@ -603,7 +614,7 @@ def compile_expression(
     code = compile(emitted, place, "eval")
     if key is not None:
         CHECKED_EXPRESSIONS.put(key, (frozenset(names), stmt, code))
-        STORED_EXPRESSIONS.add(key, names, code)
+        STORED_EXPRESSIONS.add(key, names, code, df.path if df is not None else "")
     return Expression(text=text, names=frozenset(names), where=place, node=stmt, code=code)
 
 

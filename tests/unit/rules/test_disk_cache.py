@@ -80,6 +80,7 @@ def test_cold_and_warm_cache_give_the_figures_of_no_cache(cache, uncached):
     for profile in ("unsloth", "hf"):
         assert _figures(profile=profile) == uncached[profile]  # cold: composes, checks and stores
     assert _entries(cache, "datafiles") and _entries(cache, "expressions")
+    assert len(_entries(cache, "expressions")) > 2  # one entry per data file read: the family's, each profile file's
     for profile in ("unsloth", "hf"):
         assert _figures(profile=profile) == uncached[profile]  # warm: reads what was stored
 
