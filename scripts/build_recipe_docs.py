@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Write docs/recipes.md from the recipe formats (frameworks/*.yaml): for each format, how each setting
-is read (key, conditions, value map) and the framework's defaults with their sources.
+is read (key, conditions, value map) and the framework's defaults with their sources; then the launchers
+of launch lines (frameworks/launchers.yaml): their programs, the flags read and what each gives.
 
     python scripts/build_recipe_docs.py [--check]
 
@@ -48,7 +49,7 @@ vramwise.fit(recipe, gpu="H100").advice                 # what to change, writte
   TrainingArguments' `deepspeed`, accelerate's `deepspeed_config_file`) is read relative to the
   file that names it. Further parts can be given: `--recipe train.yaml --recipe accelerate.yaml`.
 - **Each setting** takes the first value found: the flags given on the command line and `--set`
-  (or `overrides=`); the recipe's own keys (the main file first, then its parts); the frameworks'
+  (or `overrides=`); the launch line (`--launch`, below); the recipe's own keys (the main file first, then its parts); the frameworks'
   defaults (the version the format file records, with the framework's source file); vramwise's
   default. `Recipe.origins` says which for every setting; `explain --recipe` prints them all.
 - **Warnings, not failures**: a key vramwise does not know is named in a warning; a key that changes
@@ -61,8 +62,51 @@ vramwise.fit(recipe, gpu="H100").advice                 # what to change, writte
 - The page of `vramwise serve` takes a recipe upload; files it names are not read there (upload
   them as further parts).
 
+## Launch lines
+
+The command the run is started with, pasted in quotes, gives the world size, the nodes and the
+multi-GPU strategy, and names the recipe files:
+
+```bash
+vramwise estimate --launch "tune run --nproc_per_node 8 lora_finetune_distributed --config 70B_lora.yaml"
+vramwise estimate Qwen/Qwen3-8B --launch "deepspeed --num_gpus 8 train.py --deepspeed ds_config.json"
+vramwise fit examples/llama-3.1-8b.json --gpu H100 --profile hf --launch "torchrun --nproc_per_node 4 train.py"
+```
+
+- **Figures**: processes per node times nodes is the world size (accelerate's `--num_processes`
+  counts every machine's processes already); the processes per node are also the GPUs per node.
+  `--nproc_per_node gpu` (or `auto`, or no count where the launcher starts one process per GPU)
+  counts `CUDA_VISIBLE_DEVICES=0,1,...` when the line sets it; otherwise the count is not stated:
+  the world size is left unset and a note says so. It is never guessed. `--nnodes 1:4` (an elastic
+  range) and a DeepSpeed hostfile leave the nodes unstated the same way.
+- **Strategy**: a word of the line that names one (`--use_fsdp`, `--zero_stage 3`,
+  `--fsdp_sharding_strategy`, a torchtune recipe whose name ends in `_distributed`: FSDP); the
+  `deepspeed` launcher's ZeRO stage is the DeepSpeed config's (`--deepspeed FILE`, read as a part
+  of the recipe). A launcher that only implies one (torchrun or accelerate on several processes:
+  DDP; LitGPT on several devices: FSDP) gives way to a recipe's own key (an axolotl or LLaMA-Factory
+  recipe's `deepspeed:` file).
+- **Order**: the flags given (`--world-size`, `--strategy`, `--gpus-per-node`, `--set`) win over the
+  line, and the line over the recipe's keys; `--recipe` wins over the files the line names (they are
+  then not read). The settings table says `launch line --nproc_per_node 8` where a value came from.
+- **Files**: the recipe files the line names (`--config`, `--config_file`, `--deepspeed`, a positional
+  YAML) are read as the recipe when they exist, the main recipe first. A torchtune config named
+  rather than given as a file (`--config llama3_1/70B_lora`) is shipped with torchtune, not with
+  vramwise: a warning says so, and the model and settings come from `--recipe FILE` or the model
+  argument. tune-style `key=value` overrides are listed, not applied.
+- **Text**: backslash continuations, several lines, quotes, comments, environment prefixes
+  (`CUDA_VISIBLE_DEVICES`, LLaMA-Factory's `NNODES` / `NPROC_PER_NODE`) and a module run by
+  another launcher (`accelerate launch -m axolotl.cli.train config.yml`) are read. An unknown
+  program, an unbalanced quote (its column), a count that is not a number or a line of more than
+  10,000 characters is one error line.
+- **Server**: the body's `launch` field is read the same way; no file it names is read (a note names
+  each, unless an uploaded recipe part has its name).
+- **Python**: `vramwise.recipes.read_launch(text)` returns a `LaunchLine` (the figures, the words each
+  came from, the strategy, the files by role, the notes); `read_recipe(paths, launch=line)` reads a
+  recipe under it.
+
 The rest of this page is generated from the format files (`frameworks/*.yaml`, schema
-`schemas/recipe-format-1.schema.json`) by `scripts/build_recipe_docs.py`.
+`schemas/recipe-format-1.schema.json`) and the launchers (`frameworks/launchers.yaml`, schema
+`schemas/launchers-1.schema.json`) by `scripts/build_recipe_docs.py`.
 """
 
 
@@ -174,7 +218,77 @@ def render() -> str:
         lines.append(f"Keys known not to change memory: {len(fmt.ignored)} (listed under `ignored` in "
                      f"frameworks/{Path(fmt.file).name}).")
         lines.append("")
+    lines += _launchers()
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _gives(flag) -> str:
+    if flag.gives == "strategy":
+        if flag.mapping is not None:
+            return "strategy: " + ", ".join(f"{k} → {v}" for k, v in flag.mapping.items())
+        return "strategy " + ("from the DeepSpeed config" if flag.strategy == "deepspeed_config" else flag.strategy)
+    if flag.gives == "file":
+        role = {"config": "the recipe file", "accelerate": "an accelerate config file",
+                "deepspeed": "a DeepSpeed config file"}[flag.role]
+        return role + (" (or a config shipped with the framework, by name)" if flag.config_names else "")
+    text = {"processes_per_node": "processes per node", "world_size": "processes in all (the world size)",
+            "nodes": "nodes (N, or MIN:MAX: not stated)", "module": "the entry is a module (python -m)",
+            "hostfile": "nodes from a hostfile (not stated)"}[flag.gives]
+    if flag.words:
+        text += " (" + ", ".join(f"{k}: {'one per visible GPU' if v == 'visible' else 'not stated'}"
+                                 for k, v in flag.words.items()) + ")"
+    return text
+
+
+def _flag_rows(flags, where: str = "") -> list[str]:
+    seen, rows = set(), []
+    for flag in flags.values():
+        if flag.names in seen or flag.gives is None:
+            continue
+        seen.add(flag.names)
+        rows.append(f"| {' / '.join(f'`{n}`' for n in flag.names)}{where} | {_gives(flag)} |")
+    return rows
+
+
+def _launchers() -> list[str]:
+    from vramwise.recipes.launch import load_launchers
+
+    launchers = load_launchers(ROOT / "frameworks" / "launchers.yaml", validate=True)
+    lines = ["## launchers", "",
+             "The launchers a launch line is read with (`frameworks/launchers.yaml`). A flag not listed is "
+             "skipped (with the value after it); the table lists the flags that give something.", ""]
+    for launcher in launchers.launchers:
+        lines.append(f"### {launcher.name}")
+        lines.append("")
+        lines.append(f"{' '.join(launcher.description.split())}. Source: {' '.join(launcher.source.split())}.")
+        lines.append("")
+        lines.append("Started by: " + ", ".join(f"`{p}`" for p in launcher.program_texts()) + ".")
+        entry = {"script": "a script (or a module, with -m)", "recipe": "a recipe's name or file",
+                 "config": "the recipe file", "checkpoint": "the checkpoint folder"}[launcher.entry]
+        lines.append(f"The first word after its flags is {entry}" +
+                     ("; a YAML or JSON file after it is a recipe file" if launcher.positional_files else "") +
+                     ("; `key=value` words after it are overrides (listed, not applied)" if launcher.overrides else "") +
+                     ".")
+        env = [f"`{n}` ({g.replace('_', ' ')})" for n, g in launcher.environment.items() if g]
+        if env:
+            lines.append("Environment: " + ", ".join(env) + ".")
+        many = (f"; on more than one process, with nothing naming a strategy: {launcher.when_many[0]} "
+                f"({' '.join(launcher.when_many[1].split())})") if launcher.when_many else ""
+        if launcher.strategy_from:
+            many += "; the strategy is the DeepSpeed config's"
+        missing = "one per visible GPU" if launcher.missing_processes == "visible" else "not stated"
+        lines.append(f"Without a count: {missing}; without nodes: {launcher.nodes_default} "
+                     f"({' '.join(launcher.nodes_source.split())}){many}.")
+        for regex, strategy, world_size, source in launcher.entry_rules:
+            lines.append(f"A recipe matching `{regex.pattern}`: strategy {strategy}" +
+                         (f" on {world_size} device" if world_size else "") + f" ({' '.join(source.split())}).")
+        lines.append("")
+        before = {f.names for f in launcher.flags.values()}
+        rows = _flag_rows(launcher.flags) + _flag_rows(
+            {n: f for n, f in launcher.after.items() if f.names not in before}, " (after it)")
+        if rows:
+            lines += ["| flag | gives |", "|---|---|", *rows, ""]
+    return lines
 
 
 def main() -> int:

@@ -13,14 +13,15 @@ from typing import Any, Mapping
 __all__ = ["Origin", "Recipe", "ORIGIN_KINDS", "unpack"]
 
 #: Where a resolved value can come from, in the order they win.
-ORIGIN_KINDS = ("override", "recipe", "framework default", "vramwise default")
+ORIGIN_KINDS = ("override", "launch line", "recipe", "framework default", "vramwise default")
 
 
 @dataclass(frozen=True)
 class Origin:
     """Where one resolved value came from.
 
-    ``kind`` is one of :data:`ORIGIN_KINDS`. A recipe key has its ``file``, ``line`` and ``key``
+    ``kind`` is one of :data:`ORIGIN_KINDS`. A launch line's value has the words it came from as ``key``
+    (``--nproc_per_node 8``) and the launcher's program as ``source``. A recipe key has its ``file``, ``line`` and ``key``
     (dotted path); a framework default its ``framework``, ``version`` and ``source`` (the framework's
     file that defines it); a rule that reads a key may carry a ``source`` too (how the framework
     reads it).
@@ -45,6 +46,8 @@ class Origin:
         """One line: ``recipe.yaml:12 micro_batch_size``, ``axolotl 0.12.2 default (source)``..."""
         if self.kind == "override":
             return f"override {self.key}" if self.key else "override"
+        if self.kind == "launch line":
+            return f"launch line {self.key}" if self.key else "launch line"
         if self.kind == "recipe":
             where = self.location or "the recipe"
             return f"{where} {self.key}" if self.key else where

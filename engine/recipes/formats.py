@@ -10,6 +10,7 @@ setting is written back (``write``). Nothing here knows a framework by name.
 from __future__ import annotations
 
 import re
+from pathlib import PurePath
 from dataclasses import dataclass
 from functools import cached_property
 from vramwise.rules.datafiles import package_files
@@ -22,6 +23,8 @@ __all__ = ["Rule", "Format", "Formats", "MISSING", "canon", "lookup", "version_t
 
 FORMATS_DISPLAY = "frameworks"
 SCHEMA = "recipe-format-1.schema.json"
+#: The launchers' grammar (``vramwise.recipes.launch``) lives beside the formats and is not one of them.
+LAUNCHERS_FILE = "launchers.yaml"
 
 
 class _Missing:
@@ -296,6 +299,8 @@ class Formats:
         formats: dict = {}
         problems: list = []
         for shown, text in items:
+            if PurePath(shown).name == LAUNCHERS_FILE:
+                continue
             df = load_data_file(text, shown, SCHEMA, validate=validate)
             fmt = _compile(df)
             for name in fmt.settings:

@@ -453,7 +453,7 @@ def _profile_for_strategy(profile: str, settings: dict, origins: dict, warnings:
 
 
 def read_recipe(source: Any, *, framework: str | None = None, overrides: Mapping[str, Any] | None = None,
-                formats: Formats | None = None, registry=None, read_files: bool = True) -> Recipe:
+                formats: Formats | None = None, registry=None, read_files: bool = True, launch=None) -> Recipe:
     """Read a training recipe: a path, a mapping, or a list of them (the main recipe first, then the
     parts that complete it: a DeepSpeed or accelerate config, a PEFT adapter config...).
 
@@ -463,6 +463,9 @@ def read_recipe(source: Any, *, framework: str | None = None, overrides: Mapping
     A part may also be a :class:`RecipeText` (an upload). With ``read_files`` false no file is read:
     parts are mappings or texts, and a file a recipe names is reported in a warning instead (the server
     reads no file named by a request).
+    ``launch`` (a :class:`~vramwise.recipes.launch.LaunchLine`) gives the settings its line states (strategy,
+    world_size, gpus_per_node), under the overrides and over the recipe's keys, except a strategy the launcher
+    only implies (torchrun on several processes: ddp), which gives way to a recipe's own key.
     Raises :class:`RecipeError` naming file, line and key for a recipe that cannot be read.
     """
     formats = formats or bundled_formats()
@@ -491,6 +494,7 @@ def read_recipe(source: Any, *, framework: str | None = None, overrides: Mapping
         over["load_in_4bit"] = None
     settings: dict = {}
     origins: dict = {}
+    stated = launch.settings() if launch is not None else {}
     for s in SETTINGS:
         if s.applies_to == ("inference",) and s.name not in over:  # serving settings: no training recipe sets them
             continue
@@ -498,6 +502,10 @@ def read_recipe(source: Any, *, framework: str | None = None, overrides: Mapping
             value, origin = over[s.name], Origin("override", key=s.name)
         else:
             found = _resolve(lambda f, n=s.name: f.settings.get(n, ()), parts, versions, warnings, s.name)
+            if s.name in stated:
+                value, origin, implied = stated[s.name]
+                if not (implied and found is not None and found.origin.kind == "recipe"):
+                    found = _Found(value, origin)
             value, origin = (s.default, Origin("vramwise default")) if found is None else (found.value, found.origin)
         if origin.kind == "vramwise default":  # vramwise's own default, kept as the table has it (None: resolved later)
             settings[s.name] = s.default
