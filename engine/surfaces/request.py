@@ -21,7 +21,8 @@ from vramwise.errors import ConfigError, SettingsError
 from vramwise.profiles.settings import DEFAULT_PROFILE, SETTINGS
 from vramwise.surfaces.views import count, count_bytes, strategy_gpus_problem
 
-__all__ = ["Request", "read_flags", "read_flags_recipe", "read_body", "read_body_recipe", "refuse_serving_gpus",
+__all__ = ["Request", "read_flags", "read_flags_recipe", "read_flags_launch", "read_body", "read_body_recipe",
+           "read_body_launch", "refuse_serving_gpus",
            "MAX_RECIPE_PARTS", "MAX_LIST", "CLI_NAMES", "API_NAMES"]
 
 #: Parts of an uploaded recipe a request may hold.
@@ -41,7 +42,7 @@ API_NAMES = {"strategy": "strategy", "gpus": "gpus", "world_size": "world_size",
 class Request:
     """What a request asks: the model (a source the library reads, or a size-only ``ModelSpec``), the
     profile, the label the output calls the model, the settings by name (a recipe's under the ones
-    given) and the recipe read (None without one)."""
+    given), the recipe read (None without one) and the launch line read (None without one)."""
 
     model: Any
     profile: str
@@ -50,6 +51,7 @@ class Request:
     size_only: bool = False
     recipe: Any = None
     trust_remote_code: bool = False
+    launch: Any = None
 
     def settings_dict(self, skip: Sequence[str] = ()) -> dict:
         """The settings as a new dict, less the names in ``skip``."""
@@ -64,6 +66,18 @@ class Request:
 
         settings = self.settings_dict(("target_modules",) if self.size_only else ())
         return estimate(self.model, profile=self.profile, trust_remote_code=self.trust_remote_code, **settings)
+
+    def with_launch_gpus(self, gpus: int | None, world_size_given: bool) -> tuple[int | None, "Request"]:
+        """(gpus, request) of an answer about a number of GPUs (fit): as a recipe's processes are, a launch line's
+        world size under a strategy is the GPUs asked about when none are given, and GPUs given replace it.
+        ``world_size_given``: a world size was given explicitly (it is the answer's to refuse or take)."""
+        strategy = self.settings.get("strategy")
+        if self.recipe is not None or self.launch is None or self.launch.world_size is None or world_size_given \
+                or strategy in (None, "none"):
+            return gpus, self
+        if gpus is None:
+            return self.settings.get("world_size"), self
+        return gpus, self.with_settings(world_size=gpus)
 
     def with_strategy_gpus(self, gpus: Sequence[int], world_size: Any, names: Mapping[str, str]) -> "Request":
         """Under a strategy one GPU count is the number of GPUs it runs on (its world size); several
@@ -93,13 +107,40 @@ def _no_model(recipe, where: str) -> SettingsError:
 
 # -- the command line ---------------------------------------------------------------------------
 
+def _launch_settings(launch, given) -> dict:
+    """The settings a launch line states, less those ``given`` explicitly (a flag, a body field)."""
+    if launch is None:
+        return {}
+    return {name: value for name, (value, _, _) in launch.settings().items() if name not in given}
+
+
+def read_flags_launch(args):
+    """The launch line of ``--launch`` (read once per command and kept on ``args``, with notes on the files it
+    names), or None without one. The recipe files it names are read unless ``--recipe`` gives the recipe."""
+    text = getattr(args, "launch", None)
+    if text is None:
+        return None
+    cached = getattr(args, "_launch", None)
+    if cached is not None:
+        return cached
+    from vramwise.recipes.launch import launch_parts, read_launch, with_notes
+
+    launch = read_launch(text)
+    paths, notes = launch_parts(launch, read_files=True, recipe_given=bool(getattr(args, "recipe", None)))
+    args._launch, args._launch_paths = with_notes(launch, notes), paths
+    return args._launch
+
+
 def read_flags_recipe(args):
-    """The recipe of ``--recipe`` (read once per command and kept on ``args``), or None without one. The
-    flags given on the command line, MODEL and ``--set`` override what the recipe says."""
-    paths = getattr(args, "recipe", None)
+    """The recipe of ``--recipe`` (read once per command and kept on ``args``), else the recipe files the launch
+    line names (``--launch``), or None without either. The flags given on the command line, MODEL and ``--set``
+    override what the recipe says; the launch line's figures come under them and over the recipe's keys."""
+    launch = read_flags_launch(args)
+    paths = getattr(args, "recipe", None) or (getattr(args, "_launch_paths", None) if launch is not None else None)
     if not paths:
         if getattr(args, "set_values", None) or getattr(args, "framework", None):
-            raise SettingsError("--set and --framework apply to a recipe: give --recipe FILE")
+            raise SettingsError("--set and --framework apply to a recipe: give --recipe FILE" +
+                                (" (the launch line names no recipe file that exists here)" if launch is not None else ""))
         return None
     cached = getattr(args, "_recipe", None)
     if cached is not None:
@@ -123,7 +164,8 @@ def read_flags_recipe(args):
         if key in overrides:
             raise SettingsError(f"--set {key} given twice")
         overrides[key] = value
-    recipe = read_recipe(paths if len(paths) > 1 else paths[0], framework=args.framework, overrides=overrides)
+    recipe = read_recipe(paths if len(paths) > 1 else paths[0], framework=args.framework, overrides=overrides,
+                         launch=launch)
     args._recipe = recipe
     return recipe
 
@@ -132,7 +174,9 @@ def _flags_settings(args, recipe) -> dict:
     if recipe is not None:
         given = getattr(args, "given_flags", set())
         return {name: getattr(args, name) if name in given else value for name, value in recipe.settings.items()}
-    return {s.name: getattr(args, s.name) for s in SETTINGS if hasattr(args, s.name)}  # compare has no --method
+    settings = {s.name: getattr(args, s.name) for s in SETTINGS if hasattr(args, s.name)}  # compare has no --method
+    stated = _launch_settings(read_flags_launch(args), getattr(args, "given_flags", set()))
+    return {**settings, **{k: v for k, v in stated.items() if k in settings}}
 
 
 def read_flags(args) -> Request:
@@ -145,7 +189,7 @@ def read_flags(args) -> Request:
             raise _no_model(recipe, "give MODEL or --set model=ORG/NAME")
         label = recipe.model if isinstance(recipe.model, str) else "the recipe's model"
         return Request(recipe.model, recipe.profile, label, MappingProxyType(_flags_settings(args, recipe)),
-                       recipe=recipe, trust_remote_code=trust)
+                       recipe=recipe, trust_remote_code=trust, launch=read_flags_launch(args))
     model, params, weight_bytes = args.model, args.params, args.weight_bytes
     size_only = params is not None or weight_bytes is not None
     if model is None and not size_only:
@@ -167,8 +211,9 @@ def read_flags(args) -> Request:
             raise SettingsError(f"--hub reads a hub id, but {model} is a local path")
         model = model if model.startswith(HUB_PREFIX) else HUB_PREFIX + model
     settings = MappingProxyType(_flags_settings(args, None))
+    launch = read_flags_launch(args)
     if not size_only:
-        return Request(model, args.profile, label, settings, trust_remote_code=trust)
+        return Request(model, args.profile, label, settings, trust_remote_code=trust, launch=launch)
     if args.profile not in ("size_only", DEFAULT_PROFILE):
         raise SettingsError(f"--params and --weight-bytes estimate shares of the model size (profile size_only); "
                             f"profile {args.profile} needs the model's config: give MODEL")
@@ -178,14 +223,34 @@ def read_flags(args) -> Request:
     from vramwise.estimation.size_only import size_only_model
 
     spec = size_only_model(params=params, weight_bytes=int(weight_bytes) if weight_bytes is not None else None)
-    return Request(spec, "size_only", label, settings, size_only=True, trust_remote_code=trust)
+    return Request(spec, "size_only", label, settings, size_only=True, trust_remote_code=trust, launch=launch)
 
 
 # -- the JSON API -------------------------------------------------------------------------------
 
-def read_body_recipe(body: Mapping[str, Any]):
+def read_body_launch(body: Mapping[str, Any]):
+    """The launch line a request gives (``launch``: the command's text), or None. No file it names is read: the
+    notes name them (unless an uploaded recipe part has the file's name) and the config names it gives."""
+    text = body.get("launch")
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise SettingsError("launch must be the text of the command a run is launched with")
+    from vramwise.recipes.launch import launch_parts, read_launch, with_notes
+
+    launch = read_launch(text)
+    parts = body.get("recipe")
+    parts = [parts] if isinstance(parts, dict) else parts if isinstance(parts, list) else []
+    names = frozenset(p["name"] for p in parts if isinstance(p, dict) and isinstance(p.get("name"), str))
+    _, notes = launch_parts(launch, read_files=False, given_names=names, recipe_flag="an uploaded recipe (recipe)",
+                            model_field="model")
+    return with_notes(launch, notes)
+
+
+def read_body_recipe(body: Mapping[str, Any], launch=None):
     """The training recipe a request uploads (``recipe``: a list of {name, text}, the main part first;
-    ``framework``: its format when its content does not tell), read without reading any file; or None."""
+    ``framework``: its format when its content does not tell), read without reading any file; or None.
+    ``launch``: the request's launch line, whose figures come over the recipe's keys."""
     parts = body.get("recipe")
     if parts is None:
         if body.get("framework") is not None:
@@ -208,7 +273,7 @@ def read_body_recipe(body: Mapping[str, Any]):
     framework = body.get("framework")
     if framework is not None and not isinstance(framework, str):
         raise SettingsError("framework must be a format name such as axolotl or torchtune@0.6.1")
-    return read_recipe(texts, framework=framework, read_files=False)
+    return read_recipe(texts, framework=framework, read_files=False, launch=launch)
 
 
 def _body_model(body: Mapping[str, Any], recipe=None) -> tuple[Any, str]:
@@ -248,10 +313,11 @@ def _body_model(body: Mapping[str, Any], recipe=None) -> tuple[Any, str]:
             "the uploaded config")
 
 
-def _body_settings(body: Mapping[str, Any], own: tuple, recipe=None) -> tuple[dict, str]:
-    """The settings and profile a body gives (over an uploaded recipe's); ``own``: the answer's own fields."""
+def _body_settings(body: Mapping[str, Any], own: tuple, recipe=None, launch=None) -> tuple[dict, str]:
+    """The settings and profile a body gives (over an uploaded recipe's, or a launch line's without one);
+    ``own``: the answer's own fields."""
     names = {s.name: s for s in SETTINGS}
-    known = set(names) | {"model", "config", "config_text", "profile", "recipe", "framework"} | set(own)
+    known = set(names) | {"model", "config", "config_text", "profile", "recipe", "framework", "launch"} | set(own)
     unknown = sorted(k for k in body if k not in known)
     if unknown:
         raise SettingsError(f"unknown field(s) {', '.join(repr(k)[:60] for k in unknown[:5])}; fields: "
@@ -275,6 +341,8 @@ def _body_settings(body: Mapping[str, Any], own: tuple, recipe=None) -> tuple[di
         raise SettingsError(f"profile must be a name, got {type(profile).__name__}")
     if recipe is not None:
         settings = {**recipe.settings, **settings}
+    else:
+        settings = {**_launch_settings(launch, settings), **settings}
     for name in own:  # the answer's own field (fit's gpu is the GPU it answers for)
         settings.pop(name, None)
     return settings, profile
@@ -282,10 +350,11 @@ def _body_settings(body: Mapping[str, Any], own: tuple, recipe=None) -> tuple[di
 
 def read_body(body: Mapping[str, Any], own: tuple = ()) -> Request:
     """The request of a JSON body: ``model`` (a catalog name) or ``config`` or ``config_text``, or an
-    uploaded ``recipe`` (and ``framework``); ``profile``; the settings by name. ``own``: the answer's own
+    uploaded ``recipe`` (and ``framework``); ``launch`` (a launch line); ``profile``; the settings by name. ``own``: the answer's own
     fields (fit's ``gpu``, estimate's ``gpus``...), accepted and left out of the settings; any other
     field is refused naming the fields there are. Nothing is read from a file or fetched."""
-    recipe = read_body_recipe(body)
-    settings, profile = _body_settings(body, own, recipe)
+    launch = read_body_launch(body)
+    recipe = read_body_recipe(body, launch)
+    settings, profile = _body_settings(body, own, recipe, launch)
     model, label = _body_model(body, recipe)
-    return Request(model, profile, label, MappingProxyType(settings), recipe=recipe)
+    return Request(model, profile, label, MappingProxyType(settings), recipe=recipe, launch=launch)

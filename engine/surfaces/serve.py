@@ -130,8 +130,11 @@ def is_loopback(host: str) -> bool:
 MAX_RECIPE_PARTS = _request.MAX_RECIPE_PARTS
 
 
-def _with_recipe(data: dict, recipe) -> dict:
-    return data if recipe is None else {**data, "recipe": recipe.to_dict()}
+def _with_recipe(data: dict, recipe, launch=None) -> dict:
+    """The answer with the recipe read under "recipe" and the launch line under "launch" (where there are)."""
+    if recipe is not None:
+        data = {**data, "recipe": recipe.to_dict()}
+    return data if launch is None else {**data, "launch": launch.to_dict()}
 
 
 def _int_field(body: dict, name: str, default, low: int, high: int):
@@ -190,14 +193,14 @@ def api_estimate(body: dict) -> dict:
     est = req.estimate()
     if body.get("gpus") is not None:
         _request.refuse_serving_gpus(est, _request.API_NAMES)
-    return _with_recipe(estimate_view(est, gpus), req.recipe)
+    return _with_recipe(estimate_view(est, gpus), req.recipe, req.launch)
 
 
 def api_explain(body: dict) -> dict:
     from vramwise.surfaces.views import explain_view
 
     req = _request.read_body(body)
-    return _with_recipe(explain_view(req.estimate()), req.recipe)
+    return _with_recipe(explain_view(req.estimate()), req.recipe, req.launch)
 
 
 def api_fit(body: dict) -> dict:
@@ -207,15 +210,16 @@ def api_fit(body: dict) -> dict:
     headroom = body.get("headroom")  # absent or null: the device band's p90 shortfall (answers/fit.py)
     if headroom is not None and (isinstance(headroom, bool) or not isinstance(headroom, (int, float))):
         raise SettingsError("headroom must be a share from 0 to 0.9")
+    gpus, req = req.with_launch_gpus(_int_field(body, "gpus", None, 1, 1024), body.get("world_size") is not None)
     model, settings = req.model, req.settings_dict()
     if req.recipe is not None:  # the recipe itself, so that advice is written in its keys
         from dataclasses import replace
 
         model, settings = replace(req.recipe, model=model, settings=settings, profile=req.profile), {}
-    f = fit(model, gpu=_gpu_field(body, True), gpus=_int_field(body, "gpus", None, 1, 1024),
+    f = fit(model, gpu=_gpu_field(body, True), gpus=gpus,
             headroom=None if headroom is None else float(headroom), seq_lens=_int_list(body, "seq_lens", None, 1, 1 << 25), profile=req.profile,
             **settings)
-    return _with_recipe(f.to_dict(), req.recipe)
+    return _with_recipe(f.to_dict(), req.recipe, req.launch)
 
 
 def api_compare(body: dict) -> dict:
@@ -235,7 +239,7 @@ def api_compare(body: dict) -> dict:
     if gpus is not None and gpu is None:
         raise SettingsError("gpus needs gpu (the kind of GPU to count)")
     c = compare(req.model, methods=methods, profiles=profiles, gpu=gpu, gpus=gpus, **settings)
-    return _with_recipe(c.to_dict(), req.recipe)
+    return _with_recipe(c.to_dict(), req.recipe, req.launch)
 
 
 def api_recipe(body: dict) -> dict:

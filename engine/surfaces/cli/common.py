@@ -4,7 +4,7 @@ as the server's are), the recipe's lines, the note that names the other profile,
 from __future__ import annotations
 
 from vramwise.estimation.estimate import Estimate
-from vramwise.surfaces.request import Request, read_flags, read_flags_recipe
+from vramwise.surfaces.request import Request, read_flags, read_flags_launch, read_flags_recipe
 from vramwise.surfaces.cli.format import gib
 
 
@@ -49,16 +49,37 @@ def recipe_lines(recipe, everything: bool = False) -> list[str]:
     return lines
 
 
+def launch_lines(launch) -> list[str]:
+    """What a launch line gave: its program, each figure (or "not stated") with the words it came from, the
+    files it names and its notes."""
+    if launch is None:
+        return []
+    runs = f", running {launch.runs}" if launch.runs else ""
+    lines = [f"launch line: {launch.program}{runs}"]
+    figures = (("processes per node", launch.processes_per_node, "processes_per_node"),
+               ("nodes", launch.nodes, "nodes"), ("world size", launch.world_size, "world_size"),
+               ("strategy", launch.strategy, "strategy"))
+    for name, value, key in figures:
+        shown = "not stated" if value is None else str(value)
+        lines.append(f"  {name:<18}  {shown:<12} {launch.sources.get(key, '')}".rstrip())
+    lines += [f"  file: {role} {path}" for role, path in launch.files]
+    lines += [f"  note: {n}" for n in launch.notes]
+    return lines
+
+
 def show_recipe(args, out, everything: bool = False) -> None:
-    """Write the recipe's lines (nothing without --recipe)."""
-    for line in recipe_lines(recipe_of(args), everything):
+    """Write the launch line's lines and the recipe's (nothing without --launch or --recipe)."""
+    for line in launch_lines(read_flags_launch(args)) + recipe_lines(recipe_of(args), everything):
         out.write(line + "\n")
 
 
 def with_recipe(args, data: dict) -> dict:
-    """A command's JSON with the recipe it read under "recipe" (unchanged without --recipe)."""
-    recipe = recipe_of(args)
-    return data if recipe is None else {**data, "recipe": recipe.to_dict()}
+    """A command's JSON with the recipe it read under "recipe" and the launch line under "launch" (unchanged
+    without --recipe or --launch)."""
+    recipe, launch = recipe_of(args), read_flags_launch(args)
+    if recipe is not None:
+        data = {**data, "recipe": recipe.to_dict()}
+    return data if launch is None else {**data, "launch": launch.to_dict()}
 
 
 def note_line(note) -> str | None:

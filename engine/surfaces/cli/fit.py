@@ -26,10 +26,11 @@ def run(args, out) -> int:
         f = fit(req.recipe, gpu=args.gpu, gpus=args.gpus, headroom=args.headroom, seq_lens=seq_lens,
                 trust_remote_code=args.trust_remote_code)
     else:
+        gpus, req = req.with_launch_gpus(args.gpus, "world_size" in getattr(args, "given_flags", ()))
         settings = req.settings_dict(skip=("gpu",))
         if req.size_only:
             settings["target_modules"] = None
-        f = fit(req.model, gpu=args.gpu, gpus=args.gpus, headroom=args.headroom, seq_lens=seq_lens, profile=req.profile,
+        f = fit(req.model, gpu=args.gpu, gpus=gpus, headroom=args.headroom, seq_lens=seq_lens, profile=req.profile,
                 trust_remote_code=args.trust_remote_code, **settings)
     serving = not hasattr(f, "frontier")  # a serving profile's answers (vramwise.answers.serving.ServingFit)
     if args.json:

@@ -179,8 +179,9 @@ def set_pair(text: str) -> tuple:
     return key, value.strip()
 
 
-def recipe_args(p: argparse.ArgumentParser) -> None:
-    """--recipe, --framework and --set: the run described by a training recipe."""
+def recipe_args(p: argparse.ArgumentParser, launch: bool = False) -> None:
+    """--recipe, --framework and --set: the run described by a training recipe (and with ``launch``, --launch:
+    the command it is launched with)."""
     p.add_argument("--recipe", action="append", default=None, metavar="FILE",
                    help="a training recipe (axolotl, LLaMA-Factory, torchtune, LitGPT, TrainingArguments/TRL, DeepSpeed, "
                         "accelerate, PEFT adapter_config.json); repeat it to add parts (an accelerate config beside the "
@@ -189,6 +190,12 @@ def recipe_args(p: argparse.ArgumentParser) -> None:
                    help="the first recipe's format, when it cannot be told from its content (e.g. torchtune@0.6.1)")
     p.add_argument("--set", dest="set_values", action="append", type=set_pair, default=None, metavar="KEY=VALUE",
                    help="override one setting of the recipe (a setting name, model, profile or gradient_accumulation_steps)")
+    if launch:
+        p.add_argument("--launch", default=None, metavar="LINE",
+                       help="the command the run is launched with, in quotes (torchrun, tune run, accelerate launch, "
+                            "deepspeed, llamafactory-cli train, axolotl train, litgpt finetune): its world size, nodes "
+                            "and strategy, and the recipe files it names (read when they exist); --world-size, "
+                            "--strategy and --recipe win over it")
 
 
 def _training_args(p: argparse.ArgumentParser, *, skip: tuple = (), lists: tuple = (), json_flag: bool = True,
@@ -198,7 +205,7 @@ def _training_args(p: argparse.ArgumentParser, *, skip: tuple = (), lists: tuple
         help=model_help or "config.json, model folder, or hub id (read from the local cache when offline); "
         "optional with --params or --weight-bytes, or with --recipe (where it replaces the recipe's model)",
     )
-    recipe_args(p)
+    recipe_args(p, launch=True)
     p.add_argument("--params", type=param_count, default=None,
                    help="no config: estimate from a parameter count alone (e.g. 8B, 7.5B, 70e9)")
     p.add_argument("--weight-bytes", type=byte_size, default=None,
