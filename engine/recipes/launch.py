@@ -333,6 +333,13 @@ class _State:
         self.visible: tuple | None = None  # (count, words)
 
 
+def _clip(words: str, limit: int = 80) -> str:
+    """Words as a message shows them: on one line, at most ``limit`` characters."""
+    one = " ".join(words.split()) if any(c in words for c in "\n\r\t\v\f") else words
+    one = "".join(c if c.isprintable() else "?" for c in one)
+    return one if len(one) <= limit else one[:limit - 3] + "..."
+
+
 def _whole(value: str, words: str, what: str, allowed: tuple = ()) -> int:
     text = value.strip()
     if re.fullmatch(r"[0-9]{1,7}", text) and int(text) >= 1:
@@ -399,7 +406,7 @@ def _parse(launcher: Launcher, rest: list, state: _State, launchers: Launchers, 
                 takes = not eq and j + 1 < len(rest) and not rest[j + 1].startswith("-") \
                     and not (entry_seen and (launcher.overrides and _OVERRIDE.match(rest[j + 1])))
                 if not entry_seen:
-                    shown = f"{w} {rest[j + 1]}" if takes else w
+                    shown = _clip(f"{w} {rest[j + 1]}" if takes else w)
                     state.notes.append(f"{shown}: a flag of {' '.join(launcher.programs[0])} vramwise does not read: "
                                        "skipped")
                 j += 2 if takes else 1
@@ -415,7 +422,7 @@ def _parse(launcher: Launcher, rest: list, state: _State, launchers: Launchers, 
                     j += 1
                 else:
                     raise RecipeError(f"launch line: {w} needs a value")
-                shown = f"{name}={value}" if eq else f"{name} {value}"
+                shown = _clip(f"{name}={value}" if eq else f"{name} {value}")
             else:
                 if eq:
                     raise RecipeError(f"launch line: {name} takes no value, got {w!r}")
@@ -453,7 +460,7 @@ def _read_entry(launcher: Launcher, entry: str, state: _State) -> None:
     name = PurePath(entry).name
     for regex, strategy, world_size, source in launcher.entry_rules:
         if regex.search(name):
-            state.entry_rule = (strategy, world_size, entry, source)
+            state.entry_rule = (strategy, world_size, _clip(entry), source)
             break
 
 
@@ -493,6 +500,7 @@ def read_launch(text: str, launchers: Launchers | None = None) -> LaunchLine:
                           f"{', '.join(launchers.programs())})")
     state = _State()
     for name, value, word in env:
+        word = _clip(word)
         gives = launcher.environment.get(name, launchers.environment.get(name))
         if gives == "visible_devices":
             ids = [x for x in value.split(",") if x.strip()]
@@ -517,25 +525,25 @@ def _finish(text: str, launcher: Launcher, program: str, state: _State) -> Launc
         else:
             what = f"{ppn_words} starts" if ppn_words else f"{program} starts"
             notes.append(f"{what} one process per visible GPU, and the line does not say how many are visible "
-                         "(CUDA_VISIBLE_DEVICES): world size not stated")
+                         "(CUDA_VISIBLE_DEVICES): the line states no world size")
             ppn = None
     elif ppn == "not_stated":
-        notes.append(f"{ppn_words} does not say how many processes: world size not stated")
+        notes.append(f"{ppn_words} does not say how many processes: the line states no world size")
         ppn = None
     elif ppn is None and "world_size" not in state.counts and not (state.entry_rule and state.entry_rule[1]):
-        notes.append(f"the line does not say how many processes {program} starts: world size not stated")
+        notes.append(f"the line does not say how many processes {program} starts: the line states no world size")
     nodes, nodes_words = state.counts.get("nodes", (None, None))
     if nodes is None:
         if state.elastic is not None:
-            notes.append(f"{state.elastic}: an elastic range of nodes: world size not stated")
+            notes.append(f"{state.elastic}: an elastic range of nodes: the line states no world size")
         elif state.hostfile is not None:
-            notes.append(f"{state.hostfile}: the nodes are the hostfile's: world size not stated")
+            notes.append(f"{state.hostfile}: the nodes are the hostfile's: the line states no world size")
         else:
             nodes = launcher.nodes_default
     world, world_words = state.counts.get("world_size", (None, None))
     if world is not None:
         if world == "visible" or world == "not_stated":
-            notes.append(f"{world_words} does not say how many processes: world size not stated")
+            notes.append(f"{world_words} does not say how many processes: the line states no world size")
             world = None
         elif nodes is not None and ppn is None and world % nodes == 0:
             ppn, ppn_words = world // nodes, world_words

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from vramwise.errors import FileFormatError, RecipeError
 from vramwise.recipes import read_recipe
@@ -49,7 +50,7 @@ def test_torchrun_multi_node_and_elastic():
     elastic = read_launch("torchrun --nnodes=1:4 --nproc-per-node=8 --rdzv-backend=c10d "
                           "--rdzv-endpoint=node0:29400 YOUR_TRAINING_SCRIPT.py")
     assert elastic.nodes is None and elastic.world_size is None and elastic.strategy is None
-    assert any("--nnodes=1:4" in n and "not stated" in n for n in elastic.notes)
+    assert any("--nnodes=1:4" in n and "states no world size" in n for n in elastic.notes)
     assert read_launch("torchrun --nnodes 2:2 --nproc_per_node 2 t.py").world_size == 4  # 2:2 is 2 nodes
 
 
@@ -175,7 +176,7 @@ def test_continuations_comments_prompt_and_visible_devices():
     several = read_launch("torchrun --nproc_per_node 2\n  train.py")  # lines without backslashes: one command
     assert several.world_size == 2 and several.entry == "train.py"
     gpu = read_launch("torchrun --nproc_per_node gpu train.py")  # gpu and no CUDA_VISIBLE_DEVICES: not stated
-    assert gpu.world_size is None and any("not stated" in n for n in gpu.notes)
+    assert gpu.world_size is None and any("states no world size" in n for n in gpu.notes)
     assert read_launch("torchrun train.py").world_size is None  # no count: not stated, never a guess
 
 
@@ -199,6 +200,26 @@ def test_a_bad_line_is_one_recipe_error_line(text, message):
         read_launch(text)
     assert message in str(info.value) and "\n" not in str(info.value)
     assert str(info.value).startswith("launch line: ")
+
+
+_WORDS = ["torchrun", "tune", "run", "accelerate", "launch", "deepspeed", "llamafactory-cli", "train", "axolotl",
+          "litgpt", "finetune", "python", "-m", "torch.distributed.run", "axolotl.cli.train", "--nproc_per_node",
+          "--nnodes", "--num_processes", "--num_gpus", "--devices", "--use_fsdp", "--zero_stage", "--config",
+          "--deepspeed", "--", "-", "=", "gpu", "auto", "1:4", "0", "8", "-1", "x.yaml", "a=b", "~k", "NNODES=2",
+          "CUDA_VISIBLE_DEVICES=0,1", "'", '"', "\\", "\\\n", "\n", "#", "$", " ", "lora_finetune_distributed"]
+
+
+@settings(max_examples=300, derandomize=True, database=None, deadline=None)
+@given(st.lists(st.sampled_from(_WORDS), max_size=14), st.text(max_size=12))
+def test_any_text_is_a_launch_line_or_one_recipe_error(words, noise):
+    text = " ".join(words) + noise
+    try:
+        line = read_launch(text)
+    except RecipeError as e:
+        assert "\n" not in str(e) and str(e).startswith("launch line: ")
+        return
+    assert line.world_size is None or line.world_size >= 1
+    assert line.strategy in (None, "none", "ddp", "fsdp", "fsdp_shard_grad_op", "fsdp_hybrid", "zero1", "zero2", "zero3")
 
 
 def test_an_unknown_launcher_flag_is_skipped_with_its_value_and_said():
