@@ -82,9 +82,10 @@ vramwise fit examples/llama-3.1-8b.json --gpu H100 --profile hf --launch "torchr
 - **Strategy**: a word of the line that names one (`--use_fsdp`, `--zero_stage 3`,
   `--fsdp_sharding_strategy`, a torchtune recipe whose name ends in `_distributed`: FSDP); the
   `deepspeed` launcher's ZeRO stage is the DeepSpeed config's (`--deepspeed FILE`, read as a part
-  of the recipe). A launcher that only implies one (torchrun or accelerate on several processes:
-  DDP; LitGPT on several devices: FSDP) gives way to a recipe's own key (an axolotl or LLaMA-Factory
-  recipe's `deepspeed:` file).
+  of the recipe), and so is any launcher's when the line names a DeepSpeed config; an accelerate
+  config named (`--config_file`) holds the strategy likewise. A launcher that only implies one
+  (torchrun or accelerate on several processes: DDP; LitGPT on several devices: FSDP) gives way to a
+  recipe's own key (an axolotl or LLaMA-Factory recipe's `deepspeed:` file).
 - **Order**: the flags given (`--world-size`, `--strategy`, `--gpus-per-node`, `--set`) win over the
   line, and the line over the recipe's keys; `--recipe` wins over the files the line names (they are
   then not read). The settings table says `launch line --nproc_per_node 8` where a value came from.

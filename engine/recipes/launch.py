@@ -567,16 +567,21 @@ def _finish(text: str, launcher: Launcher, program: str, state: _State) -> Launc
             elif world != rule_world:
                 notes.append(f"{entry} runs on {rule_world} device{'s' if rule_world > 1 else ''}, but the line starts "
                              f"{world} processes")
-    elif launcher.strategy_from is not None:
-        strategy = "deepspeed_config"
+    elif launcher.strategy_from is not None or any(role == "deepspeed" for role, _ in state.files):
+        strategy = "deepspeed_config"  # a DeepSpeed config named: its ZeRO stage, never the launcher's default
+    accelerate = [_clip(p) for role, p in state.files if role == "accelerate"]
     if strategy == "deepspeed_config":
-        named = [p for role, p in state.files if role == "deepspeed"]
+        named = [_clip(p) for role, p in state.files if role == "deepspeed"]
         if named:
             notes.append(f"the ZeRO stage is the DeepSpeed config's ({', '.join(named)})")
+        elif accelerate:
+            notes.append(f"the ZeRO stage is the accelerate config's ({', '.join(accelerate)})")
         else:
             notes.append("the line names no DeepSpeed config (--deepspeed FILE): the ZeRO stage is not stated")
         strategy = None
         sources.pop("strategy", None)
+    elif strategy is None and accelerate:
+        notes.append(f"the strategy is the accelerate config's ({', '.join(accelerate)})")
     elif strategy is None and world is not None and world > 1 and launcher.when_many is not None:
         strategy = launcher.when_many[0]
         sources["strategy"] = f"{program} on {world} processes"

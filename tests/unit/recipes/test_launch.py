@@ -106,6 +106,11 @@ def test_accelerate_launch():
     cfg = read_launch("accelerate launch --config_file fsdp.yaml train.py")
     assert cfg.world_size is None and cfg.files == (("accelerate", "fsdp.yaml"),)
     assert any("does not say how many processes" in n for n in cfg.notes)
+    # a config named on the line holds the strategy: no data parallel implied even on several processes
+    named = read_launch("accelerate launch --config_file fsdp.yaml --num_processes 4 train.py")
+    assert named.strategy is None and "the strategy is the accelerate config's (fsdp.yaml)" in named.notes
+    ds = read_launch("torchrun --nproc_per_node 4 train.py --deepspeed ds_z3.json")
+    assert ds.strategy is None and "the ZeRO stage is the DeepSpeed config's (ds_z3.json)" in ds.notes
 
 
 def test_accelerate_running_axolotl_as_a_module():
@@ -113,6 +118,8 @@ def test_accelerate_running_axolotl_as_a_module():
     line = read_launch("accelerate launch --num_processes 2 -m axolotl.cli.train examples/openllama-3b/lora.yml")
     assert (line.launcher, line.runs, line.world_size, line.strategy) == ("accelerate", "axolotl", 2, "ddp")
     assert line.files == (("config", "examples/openllama-3b/lora.yml"),) and "strategy" in line.implied
+    module = read_launch("python -m axolotl.cli.train examples/openllama-3b/lora.yml")  # one process, no launcher
+    assert (module.launcher, module.files, module.world_size) == ("axolotl", (("config", "examples/openllama-3b/lora.yml"),), None)
     cli = read_launch("axolotl train examples/llama-3/lora-1b.yml")  # docs.axolotl.ai/docs/cli.html
     assert cli.launcher == "axolotl" and cli.files == (("config", "examples/llama-3/lora-1b.yml"),)
     assert cli.world_size is None
