@@ -86,6 +86,8 @@ vramwise fit examples/llama-3.1-8b.json --gpu H100 --profile hf --launch "torchr
   config named (`--config_file`) holds the strategy likewise. A launcher that only implies one
   (torchrun or accelerate on several processes: DDP; LitGPT on several devices: FSDP) gives way to a
   recipe's own key (an axolotl or LLaMA-Factory recipe's `deepspeed:` file).
+  A world size is the ranks of a strategy: where neither the line, nor the recipe, nor a flag
+  states one, the line's world size is not used, and a note says so.
 - **Order**: the flags given (`--world-size`, `--strategy`, `--gpus-per-node`, `--set`) win over the
   line, and the line over the recipe's keys; `--recipe` wins over the files the line names (they are
   then not read). The settings table says `launch line --nproc_per_node 8` where a value came from.

@@ -586,6 +586,9 @@ def _finish(text: str, launcher: Launcher, program: str, state: _State) -> Launc
         strategy = launcher.when_many[0]
         sources["strategy"] = f"{program} on {world} processes"
         implied.add("strategy")
+    if strategy is None and world is not None and world > 1:
+        notes.append(f"the line states no strategy: its world size {world} applies with the strategy a recipe "
+                     "part or a setting gives")
     if world is not None:
         sources["world_size"] = world_words
     runs = state.runs

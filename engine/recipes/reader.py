@@ -516,6 +516,12 @@ def read_recipe(source: Any, *, framework: str | None = None, overrides: Mapping
         except SettingsError as e:
             raise RecipeError(_value_problem(origin, s.name, e)) from None
         origins[s.name] = origin
+    if launch is not None and settings["strategy"] in (None, "none") and settings["world_size"] != 1 \
+            and origins["world_size"].kind == "launch line":  # a world size is the ranks of a strategy
+        warnings.append(f"world size {settings['world_size']} ({origins['world_size'].describe()}) is not used: "
+                        "neither the launch line nor the recipe states a multi-GPU strategy; set strategy "
+                        "(--set strategy=NAME)")
+        settings["world_size"], origins["world_size"] = _BY_NAME["world_size"].default, Origin("vramwise default")
     _joint_rules(settings, origins, warnings, parts)
     extras: dict = {}
     for name in sorted(extras_names):

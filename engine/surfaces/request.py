@@ -107,11 +107,16 @@ def _no_model(recipe, where: str) -> SettingsError:
 
 # -- the command line ---------------------------------------------------------------------------
 
-def _launch_settings(launch, given) -> dict:
-    """The settings a launch line states, less those ``given`` explicitly (a flag, a body field)."""
+def _launch_settings(launch, given, strategy: Any = None) -> dict:
+    """The settings a launch line states, less those ``given`` explicitly (a flag, a body field; ``strategy``: the
+    one given). Its world size is the ranks of a strategy: without one stated or given it is left out (the line's
+    notes say so)."""
     if launch is None:
         return {}
-    return {name: value for name, (value, _, _) in launch.settings().items() if name not in given}
+    stated = {name: value for name, (value, _, _) in launch.settings().items() if name not in given}
+    if ("strategy" in given and strategy in (None, "none")) or ("strategy" not in given and launch.strategy is None):
+        stated.pop("world_size", None)
+    return stated
 
 
 def read_flags_launch(args):
@@ -175,7 +180,8 @@ def _flags_settings(args, recipe) -> dict:
         given = getattr(args, "given_flags", set())
         return {name: getattr(args, name) if name in given else value for name, value in recipe.settings.items()}
     settings = {s.name: getattr(args, s.name) for s in SETTINGS if hasattr(args, s.name)}  # compare has no --method
-    stated = _launch_settings(read_flags_launch(args), getattr(args, "given_flags", set()))
+    stated = _launch_settings(read_flags_launch(args), getattr(args, "given_flags", set()),
+                              getattr(args, "strategy", None))
     return {**settings, **{k: v for k, v in stated.items() if k in settings}}
 
 
@@ -342,7 +348,7 @@ def _body_settings(body: Mapping[str, Any], own: tuple, recipe=None, launch=None
     if recipe is not None:
         settings = {**recipe.settings, **settings}
     else:
-        settings = {**_launch_settings(launch, settings), **settings}
+        settings = {**_launch_settings(launch, settings, settings.get("strategy")), **settings}
     for name in own:  # the answer's own field (fit's gpu is the GPU it answers for)
         settings.pop(name, None)
     return settings, profile

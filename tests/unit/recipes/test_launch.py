@@ -298,6 +298,19 @@ def test_a_stated_strategy_wins_over_the_recipes_and_an_implied_one_gives_way():
     assert stated.settings["strategy"] == "fsdp" and stated.origins["strategy"].describe() == "launch line --use_fsdp"
 
 
+def test_a_world_size_without_a_strategy_is_not_used_and_said():
+    # deepspeed --num_gpus 4 names no DeepSpeed config, and the recipe (LLaMA-Factory, no deepspeed key) no strategy
+    line = read_launch("deepspeed --num_gpus 4 train.py")
+    assert line.world_size == 4 and line.strategy is None
+    r = read_recipe(str(RECIPES / "llama-factory-lora.yaml"), launch=line)
+    assert r.settings["strategy"] == "none" and r.settings["world_size"] == 1
+    assert r.origins["world_size"].kind == "vramwise default"
+    assert any("world size 4 (launch line --num_gpus 4) is not used" in w for w in r.warnings)
+    # with the strategy given, the line's world size applies
+    given = read_recipe(str(RECIPES / "llama-factory-lora.yaml"), launch=line, overrides={"strategy": "zero2"})
+    assert given.settings["world_size"] == 4 and given.origins["world_size"].kind == "launch line"
+
+
 def test_files_are_not_read_where_files_are_not_read():
     line = read_launch("deepspeed --num_gpus 2 train.py --deepspeed ds_config.json --config recipe.yaml")
     paths, notes = launch_parts(line, read_files=False, given_names=frozenset({"recipe.yaml"}))

@@ -135,9 +135,13 @@ def test_the_body_reads_a_launch_line_and_no_file_it_names():
     body = {"config": SMALL, "profile": "hf", "launch": "deepspeed --num_gpus 4 train.py --deepspeed ds.json "
                                                         "--config recipe.yaml"}
     req = read_body(body)
-    # --num_gpus 4 on 1 node: world size 4; the ZeRO stage is in ds.json, which the server does not read
-    assert req.settings["world_size"] == 4 and req.settings["gpus_per_node"] == 4 and req.recipe is None
+    # --num_gpus 4 on 1 node: world size 4; the ZeRO stage is in ds.json, which the server does not read, so no
+    # strategy is stated and the world size waits for one (a world size is the ranks of a strategy)
+    assert req.launch.world_size == 4 and "world_size" not in req.settings and req.settings["gpus_per_node"] == 4
+    assert req.recipe is None
     notes = req.launch.notes
+    assert any("states no strategy: its world size 4 applies with the strategy" in n for n in notes)
+    assert read_body({**body, "strategy": "zero3"}).settings["world_size"] == 4  # a strategy given: the line's 4
     assert any("'ds.json', which is not read here" in n for n in notes)
     assert any("'recipe.yaml', which is not read here" in n for n in notes)
     given = read_body({**body, "world_size": 2, "strategy": "zero3"})  # the body's fields win over the line
