@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import PurePath
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Mapping
 
 from vramwise.errors import FileFormatError, RecipeError
 from vramwise.estimation.recipe import Origin
