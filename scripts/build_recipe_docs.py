@@ -88,6 +88,10 @@ vramwise fit examples/llama-3.1-8b.json --gpu H100 --profile hf --launch "torchr
   recipe's own key (an axolotl or LLaMA-Factory recipe's `deepspeed:` file).
   A world size is the ranks of a strategy: where neither the line, nor the recipe, nor a flag
   states one, the line's world size is not used, and a note says so.
+- **Profile**: a launcher that runs one stack (`tune run`: torchtune's; `litgpt`: LitGPT's; `accelerate`,
+  `deepspeed`, `axolotl`, `llamafactory-cli`: transformers + PEFT, the `hf` profile) gives the default
+  profile of that framework's recipe format where no recipe is read and `--profile` is not given;
+  `torchrun` runs a script of any stack and gives none. A recipe read decides its own profile.
 - **Order**: the flags given (`--world-size`, `--strategy`, `--gpus-per-node`, `--set`) win over the
   line, and the line over the recipe's keys; `--recipe` wins over the files the line names (they are
   then not read). The settings table says `launch line --nproc_per_node 8` where a value came from.
@@ -272,6 +276,9 @@ def _launchers() -> list[str]:
                      ("; a YAML or JSON file after it is a recipe file" if launcher.positional_files else "") +
                      ("; `key=value` words after it are overrides (listed, not applied)" if launcher.overrides else "") +
                      ".")
+        if launcher.format:
+            lines.append(f"It runs the stack of the `{launcher.format}` format: without a recipe read or `--profile`, "
+                         f"the estimate takes that format's default profile.")
         env = [f"`{n}` ({g.replace('_', ' ')})" for n, g in launcher.environment.items() if g]
         if env:
             lines.append("Environment: " + ", ".join(env) + ".")

@@ -79,6 +79,7 @@ class Launcher:
     missing_processes: str
     when_many: tuple | None  # (strategy, source)
     strategy_from: str | None
+    format: str | None = None  # the recipe format of the stack it runs (its default profile is the line's profile)
 
     def program_texts(self) -> list[str]:
         return [" ".join(p) for p in self.programs]
@@ -175,7 +176,8 @@ def compile_launchers(df) -> Launchers:
             overrides=bool(spec.get("overrides", False)), entry_rules=tuple(rules),
             nodes_default=spec["defaults"]["nodes"], nodes_source=spec["defaults"]["source"],
             missing_processes=spec["missing_processes"],
-            when_many=(many["strategy"], many["source"]) if many else None, strategy_from=spec.get("strategy_from")))
+            when_many=(many["strategy"], many["source"]) if many else None, strategy_from=spec.get("strategy_from"),
+            format=spec.get("format")))
     if problems:
         raise FileFormatError(problems)
     return Launchers(tuple(out), MappingProxyType(_env(data.get("environment"))), df.path)
@@ -229,6 +231,7 @@ class LaunchLine:
     overrides: tuple = ()
     entry: str | None = None
     runs: str | None = None  # the launcher of the module it runs (accelerate launch -m axolotl.cli.train: axolotl)
+    profile: str | None = None  # the profile of the stack the launcher runs (its recipe format's default), if it says
     sources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     implied: frozenset = frozenset()
     notes: tuple = ()
@@ -247,13 +250,15 @@ class LaunchLine:
             out["world_size"] = (self.world_size, self.origin("world_size"), "world_size" in self.implied)
         if self.processes_per_node is not None:
             out["gpus_per_node"] = (self.processes_per_node, self.origin("processes_per_node"), False)
+        if self.profile is not None:
+            out["profile"] = (self.profile, self.origin("profile"), True)
         return out
 
     def to_dict(self) -> dict:
         """Plain data, suitable for JSON."""
         return {"launcher": self.launcher, "framework": self.framework, "program": self.program,
                 "processes_per_node": self.processes_per_node, "nodes": self.nodes, "world_size": self.world_size,
-                "strategy": self.strategy, "files": [{"role": r, "path": p} for r, p in self.files],
+                "strategy": self.strategy, "profile": self.profile, "files": [{"role": r, "path": p} for r, p in self.files],
                 "config_names": list(self.config_names), "overrides": [{"key": k, "value": v} for k, v in self.overrides],
                 "entry": self.entry, "runs": self.runs, "sources": dict(self.sources),
                 "implied": sorted(self.implied), "notes": list(self.notes)}
@@ -592,13 +597,32 @@ def _finish(text: str, launcher: Launcher, program: str, state: _State) -> Launc
     if world is not None:
         sources["world_size"] = world_words
     runs = state.runs
+    profile = _stack_profile(runs if runs is not None and runs.format is not None else launcher)
+    if profile is not None:
+        sources["profile"] = profile[1]
+        implied.add("profile")
     return LaunchLine(
         text=text, launcher=launcher.name, framework=launcher.framework, program=program,
         processes_per_node=ppn, nodes=nodes, world_size=world, strategy=strategy,
         files=tuple(sorted(dict.fromkeys(state.files), key=lambda f: _READ_ORDER.index(f[0]))),
         config_names=tuple(dict.fromkeys(state.config_names)), overrides=tuple(state.overrides), entry=state.entry,
-        runs=runs.name if runs is not None else None, sources=MappingProxyType(sources),
+        runs=runs.name if runs is not None else None, profile=profile[0] if profile is not None else None,
+        sources=MappingProxyType(sources),
         implied=frozenset(implied), notes=tuple(dict.fromkeys(notes)))
+
+
+def _stack_profile(launcher: Launcher) -> tuple[str, str] | None:
+    """(profile, why) of the stack ``launcher`` runs: the default profile of its recipe format (the rule of the
+    format's ``profile`` marked default, with no condition), or None where the launcher names no format."""
+    if launcher.format is None:
+        return None
+    from vramwise.recipes.reader import bundled_formats
+
+    fmt = bundled_formats().get(launcher.format)
+    for rule in fmt.profile:
+        if rule.default and not rule.when and isinstance(rule.value, str):
+            return rule.value, f"{launcher.name} runs {fmt.framework}'s stack ({fmt.file}: profile)"
+    return None
 
 
 # -- the files it names -------------------------------------------------------------------------

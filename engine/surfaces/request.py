@@ -113,7 +113,7 @@ def _launch_settings(launch, given, strategy: Any = None) -> dict:
     notes say so)."""
     if launch is None:
         return {}
-    stated = {name: value for name, (value, _, _) in launch.settings().items() if name not in given}
+    stated = {name: value for name, (value, _, _) in launch.settings().items() if name not in given and name != "profile"}
     if ("strategy" in given and strategy in (None, "none")) or ("strategy" not in given and launch.strategy is None):
         stated.pop("world_size", None)
     return stated
@@ -218,8 +218,11 @@ def read_flags(args) -> Request:
         model = model if model.startswith(HUB_PREFIX) else HUB_PREFIX + model
     settings = MappingProxyType(_flags_settings(args, None))
     launch = read_flags_launch(args)
+    profile = args.profile
+    if launch is not None and launch.profile is not None and "profile" not in getattr(args, "given_flags", set()):
+        profile = launch.profile  # the stack the launcher runs (tune run: torchtune's), unless --profile is given
     if not size_only:
-        return Request(model, args.profile, label, settings, trust_remote_code=trust, launch=launch)
+        return Request(model, profile, label, settings, trust_remote_code=trust, launch=launch)
     if args.profile not in ("size_only", DEFAULT_PROFILE):
         raise SettingsError(f"--params and --weight-bytes estimate shares of the model size (profile size_only); "
                             f"profile {args.profile} needs the model's config: give MODEL")
@@ -342,7 +345,8 @@ def _body_settings(body: Mapping[str, Any], own: tuple, recipe=None, launch=None
             raise SettingsError(f"{name} must be a single value, got {type(value).__name__}")
         if isinstance(value, float) and not math.isfinite(value):
             raise SettingsError(f"{name} must be finite")
-    profile = body.get("profile", recipe.profile if recipe is not None else DEFAULT_PROFILE)
+    stack = launch.profile if launch is not None and launch.profile is not None else DEFAULT_PROFILE
+    profile = body.get("profile", recipe.profile if recipe is not None else stack)
     if not isinstance(profile, str):
         raise SettingsError(f"profile must be a name, got {type(profile).__name__}")
     if recipe is not None:

@@ -58,7 +58,7 @@ def launch_lines(launch) -> list[str]:
     lines = [f"launch line: {launch.program}{runs}"]
     figures = (("processes per node", launch.processes_per_node, "processes_per_node"),
                ("nodes", launch.nodes, "nodes"), ("world size", launch.world_size, "world_size"),
-               ("strategy", launch.strategy, "strategy"))
+               ("strategy", launch.strategy, "strategy"), ("profile", launch.profile, "profile"))
     for name, value, key in figures:
         shown = "not stated" if value is None else str(value)
         lines.append(f"  {name:<18}  {shown:<12} {launch.sources.get(key, '')}".rstrip())

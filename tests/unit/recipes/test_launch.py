@@ -94,7 +94,7 @@ def test_accelerate_launch():
     # huggingface.co/docs/accelerate/basic_tutorials/launch: accelerate launch --num_processes 4 --use_fsdp train.py
     line = read_launch("accelerate launch --num_processes 4 --use_fsdp train.py")
     assert (line.launcher, line.world_size, line.nodes, line.processes_per_node) == ("accelerate", 4, 1, 4)
-    assert line.strategy == "fsdp" and line.sources["strategy"] == "--use_fsdp" and not line.implied
+    assert line.strategy == "fsdp" and line.sources["strategy"] == "--use_fsdp" and line.implied == {"profile"}  # accelerate runs the hf stack (implied)
     # --num_processes is every machine's processes: 16 on 2 machines is 8 per node; --zero_stage 3 is ZeRO-3
     ds = read_launch("accelerate launch --use_deepspeed --zero_stage 3 --num_processes 16 --num_machines 2 train.py")
     assert (ds.world_size, ds.nodes, ds.processes_per_node, ds.strategy) == (16, 2, 8, "zero3")

@@ -182,3 +182,42 @@ def test_an_estimate_with_a_launch_line_does_not_import_torch(tmp_path, cfg):
     proc = subprocess.run([sys.executable, "-c", code, cfg, line], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["settings"]["strategy"] == "zero2"  # the file's stage 2
+
+
+@pytest.mark.parametrize("line,profile", [
+    # tune run runs torchtune's recipes: frameworks/torchtune.yaml's default profile is torchtune
+    ("tune run --nproc_per_node 2 lora_finetune_distributed --config llama3_1/8B_lora", "torchtune"),
+    # litgpt's finetune commands run LitGPT's own model and loop: frameworks/litgpt.yaml's default is litgpt
+    ("litgpt finetune_lora meta-llama/Llama-3.1-8B --devices 2", "litgpt"),
+    # deepspeed runs a (transformers) script: frameworks/deepspeed.yaml's default profile is hf
+    ("deepspeed --num_gpus 2 train.py --deepspeed ds.json", "hf"),
+])
+def test_a_launcher_that_runs_one_stack_gives_its_profile_unless_one_is_given(cfg, line, profile, capsys):
+    """Without a recipe read and without --profile, the profile is the one of the stack the launcher runs; the
+    same estimate as --profile of that name; --profile wins; torchrun (a script of any stack) gives none."""
+    common = [cfg, "--method", "lora", "--json"]
+    launched = _json(["estimate", *common, "--launch", line], capsys)
+    assert launched["profile"] == profile and launched["launch"]["profile"] == profile
+    named = _json(["estimate", *common, "--launch", line, "--profile", profile], capsys)
+    assert {k: launched.get(k) for k in FIGURES} == {k: named.get(k) for k in FIGURES} and launched["total"] > 0
+    other = "hf" if profile != "hf" else "torchtune"
+    assert _json(["estimate", *common, "--launch", line, "--profile", other], capsys)["profile"] == other
+    plain = _json(["estimate", *common, "--launch", "torchrun --nproc_per_node 2 train.py"], capsys)
+    assert plain["launch"]["profile"] is None and plain["profile"] == "unsloth"  # vramwise's default
+
+
+def test_the_server_takes_the_launchers_stack_profile_too():
+    body = {"config": SMALL, "method": "lora", "launch": "tune run --nproc_per_node 2 lora_finetune_distributed"}
+    assert read_body(body).profile == "torchtune"
+    assert read_body({**body, "profile": "hf"}).profile == "hf"
+
+
+def test_every_launchers_format_is_a_recipe_format_with_a_default_profile():
+    from vramwise.recipes.launch import bundled_launchers
+    from vramwise.recipes.reader import bundled_formats
+
+    named = [launcher for launcher in bundled_launchers().launchers if launcher.format is not None]
+    assert {launcher.name for launcher in named} >= {"tune", "litgpt"}
+    for launcher in named:
+        fmt = bundled_formats().get(launcher.format)
+        assert any(rule.default and not rule.when and isinstance(rule.value, str) for rule in fmt.profile), launcher.name
