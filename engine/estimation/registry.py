@@ -14,12 +14,11 @@ from __future__ import annotations
 import copy
 import hashlib
 from collections.abc import Mapping
-from vramwise.rules.datafiles import package_files
 from pathlib import Path
 from typing import Any, Iterable
 
 from vramwise.estimation.caches import BoundedCache, config_key, json_like, same_config
-from vramwise.rules.datafiles import DataFile, read_folder
+from vramwise.rules.datafiles import DataFile, package_files, read_folder
 from vramwise.errors import ConfigError, FileFormatError, SettingsError, UnknownFamilyError
 from vramwise.models.family import Family, compile_family
 from vramwise.models.family_index import OWN_KEYS, FamilyFiles, build_index, read_head

@@ -28,10 +28,10 @@ import difflib
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from vramwise.rules.datafiles import package_files
 
 from vramwise.errors import FileFormatError, SettingsError
 from vramwise.inputs.sizes import UNIT_BASES, parse_size, split_number
+from vramwise.rules.datafiles import package_files
 
 __all__ = ["GpuSpec", "gpu_spec", "list_gpus", "CATALOG_PATH"]
 

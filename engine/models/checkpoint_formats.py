@@ -55,9 +55,7 @@ class CheckpointStorage:
 @lru_cache(maxsize=1)
 def formats() -> tuple:
     """The bundled formats, compiled (``formats.cache_clear()`` forgets them)."""
-    from vramwise.rules.datafiles import package_files
-
-    from vramwise.rules.datafiles import load_data_file, read_data_text
+    from vramwise.rules.datafiles import load_data_file, package_files, read_data_text
 
     item = package_files("vramwise.formulas").joinpath("checkpoint_formats.yaml")
     return compile_formats(load_data_file(read_data_text(item, FORMATS_PATH), FORMATS_PATH,

@@ -127,9 +127,7 @@ def compile_manifest(df) -> StackManifest:
 @lru_cache(maxsize=1)
 def stack_manifest() -> StackManifest:
     """The bundled manifest, read once (``stack_manifest.cache_clear()`` forgets it)."""
-    from vramwise.rules.datafiles import package_files
-
-    from vramwise.rules.datafiles import load_data_file, read_data_text
+    from vramwise.rules.datafiles import load_data_file, package_files, read_data_text
 
     item = package_files("vramwise.formulas").joinpath("stacks.yaml")
     return compile_manifest(load_data_file(read_data_text(item, MANIFEST_PATH), MANIFEST_PATH, _SCHEMA, validate=False))

@@ -40,10 +40,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from vramwise.rules.datafiles import package_files
 from typing import Any
 
-from vramwise.rules.datafiles import DataFile, load_data_file, read_data_text
+from vramwise.rules.datafiles import DataFile, load_data_file, package_files, read_data_text
 from vramwise.errors import FileFormatError
 
 __all__ = ["ErrorBand", "BandTable", "read_bands", "bundled_bands", "band_for", "percent", "BANDS_PATH",

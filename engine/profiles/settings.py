@@ -34,9 +34,7 @@ SETTINGS_RULES_PATH = "formulas/settings.yaml"
 def settings_file():
     """formulas/settings.yaml (its vocabularies and its derive rules), read once through the data-file
     reader; bundled, so not validated here (the test suite and ``vramwise check`` validate it)."""
-    from vramwise.rules.datafiles import package_files
-
-    from vramwise.rules.datafiles import load_data_file, read_data_text
+    from vramwise.rules.datafiles import load_data_file, package_files, read_data_text
 
     item = package_files("vramwise.formulas").joinpath("settings.yaml")
     return load_data_file(read_data_text(item, SETTINGS_RULES_PATH), SETTINGS_RULES_PATH, "settings-1.schema.json",
@@ -86,9 +84,7 @@ EXPERTS_LAYOUTS = tuple(_VOCABULARIES["experts_layout"]["names"])
 def _bundled_strategies() -> dict:
     """The bundled strategies manifest (formulas/strategies/strategies.yaml), through the data-file reader;
     not validated here (the test suite and ``vramwise check`` validate it and cross-check its names)."""
-    from vramwise.rules.datafiles import package_files
-
-    from vramwise.rules.datafiles import load_data_file, read_data_text
+    from vramwise.rules.datafiles import load_data_file, package_files, read_data_text
 
     shown = "formulas/strategies/strategies.yaml"
     item = package_files("vramwise.formulas").joinpath("strategies", "strategies.yaml")
@@ -156,9 +152,7 @@ def profile_vocabularies(profile: str) -> dict:
     """The vocabularies bundled profile ``profile`` declares for the settings it reads (the ``settings``
     of formulas/<profile>/profile.yaml): setting -> its choices, or its (first, last) releases; read
     once, through the data-file reader (the registry validates the manifest when it loads the profile)."""
-    from vramwise.rules.datafiles import package_files
-
-    from vramwise.rules.datafiles import load_data_file, read_data_text
+    from vramwise.rules.datafiles import load_data_file, package_files, read_data_text
 
     shown = f"formulas/{profile}/profile.yaml"
     item = package_files("vramwise.formulas").joinpath(profile, "profile.yaml")

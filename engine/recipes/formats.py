@@ -13,10 +13,9 @@ import re
 from pathlib import PurePath
 from dataclasses import dataclass
 from functools import cached_property
-from vramwise.rules.datafiles import package_files
 from typing import Any, Mapping
 
-from vramwise.rules.datafiles import load_data_file, read_data_text, read_folder
+from vramwise.rules.datafiles import load_data_file, package_files, read_data_text, read_folder
 from vramwise.errors import FileFormatError, SettingsError
 
 __all__ = ["Rule", "Format", "Formats", "MISSING", "canon", "lookup", "version_tuple"]

@@ -50,11 +50,11 @@ import ipaddress
 import json
 import socket
 import sys
-from vramwise.rules.datafiles import package_files
 from typing import Any, Callable
 
 from vramwise.errors import ConfigError, InternalError, MissingDependencyError, SettingsError, VramwiseError
 from vramwise.profiles.settings import COMPARED_METHODS, DEFAULT_PROFILE
+from vramwise.rules.datafiles import package_files
 from vramwise.surfaces import request as _request
 from vramwise.surfaces import serve_address as _address
 

@@ -32,11 +32,10 @@ import os
 import re
 import tempfile
 from dataclasses import dataclass
-from vramwise.rules.datafiles import package_files
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from vramwise.rules.datafiles import MAX_FILE_BYTES, load_data_file, read_data_text
+from vramwise.rules.datafiles import MAX_FILE_BYTES, load_data_file, package_files, read_data_text
 from vramwise.errors import FileFormatError, UsageError, VramwiseError
 from vramwise.estimation.estimate import estimate, load_model
 from vramwise.tooling.cases import read_cases, run_cases

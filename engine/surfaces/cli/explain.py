@@ -39,7 +39,6 @@ def installed(path: str) -> str | None:
         return None
     try:
         from vramwise.rules.datafiles import package_files
-
         target = package_files(package).joinpath(*rest.split("/"))
         return str(target) if target.is_file() else None
     except Exception:  # noqa: BLE001 - a path that cannot be resolved is shown as it is
