@@ -23,12 +23,13 @@ The file is read the first time a name is looked up; an estimate from a path nev
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import lru_cache
-from vramwise.rules.datafiles import package_files
 from typing import Any, Mapping
 
 from vramwise.errors import ConfigError
+from vramwise.rules.datafiles import package_files
 
 __all__ = ["CatalogModel", "catalog_model", "list_models", "find_model", "CATALOG_FILE", "HUB_PREFIX", "CATALOG_PREFIX"]
 
@@ -121,6 +122,53 @@ def catalog_model(name: str) -> CatalogModel:
     close = difflib.get_close_matches(str(name), names, n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else "; `vramwise catalog` lists it"
     raise ConfigError(f"{str(name)[:200]!r} is not in the model catalog{hint}")
+
+
+#: Words of a repository's name that mark a variant of the same architecture (a chat tuning, a quantized or
+#: converted copy): left out when looking for the nearest catalog names.
+_VARIANT_WORDS = ("instruct", "it", "chat", "base", "hf", "sft", "dpo", "rl", "awq", "gptq", "gguf", "fp8", "int4",
+                  "int8", "bnb", "4bit", "8bit", "unsloth", "bf16", "fp16", "distill")
+
+
+def _core(name: str) -> str:
+    """The part of a model's name that says its architecture and size: no organisation, no variant words."""
+    tail = name.rsplit("/", 1)[-1].lower().replace("_", "-").replace(".", "-")
+    return "-".join(w for w in tail.split("-") if w and w not in _VARIANT_WORDS)
+
+
+def near_models(name: str, n: int = 3) -> list[str]:
+    """The catalog ids closest to ``name`` (a hub id the catalog lacks), best first: ids whose name without
+    organisation and variant words (``-Instruct``, ``-it``, ``-AWQ``...) is the same come first, then the
+    closest by difflib's ratio of those cores (at least 0.6)."""
+    import difflib
+
+    if not isinstance(name, str) or not name or len(name) > 300:
+        return []
+    core = _core(name)
+    scored = []
+    for m in _index().models:
+        best = max(difflib.SequenceMatcher(None, core, _core(x)).ratio() for x in (m.id, *m.aliases))
+        if best >= 0.6:
+            scored.append((-best, m.id))
+    return [i for _, i in sorted(scored)[:n]]
+
+
+_SIZE = re.compile(r"(?<![\dx.])(\d+(?:\.\d+)?)\s*[bB](?![a-zA-Z0-9])")
+
+
+def ways_on(name: str) -> str:
+    """What to do when the config of hub id ``name`` cannot be had here: the nearest catalog entries (read
+    offline), a local config, the size-only estimate of the size the name states, going online."""
+    ways = []
+    near = near_models(name)
+    if near:
+        ways.append("the model catalog's nearest (offline): " + ", ".join(CATALOG_PREFIX + i for i in near))
+    ways.append("a local config.json or model folder as MODEL")
+    sizes = [m.group(1) for m in _SIZE.finditer(name.rsplit("/", 1)[-1])]
+    if len(sizes) == 1:  # one size in the name (OLMoE-1B-7B states two, Mixtral-8x7B a product: no guess)
+        ways.append(f"--params {sizes[0]}B (an estimate from the size alone)")
+    ways.append("the hub reachable, or HF_HUB_OFFLINE=1 with the config in the local Hugging Face cache")
+    return "; ".join(ways)
 
 
 def list_models(query: str | None = None) -> list[CatalogModel]:

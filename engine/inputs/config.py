@@ -281,11 +281,6 @@ def _catalog_config(entry) -> dict:
 
 # -- the hub ---------------------------------------------------------------------------------------
 
-_OFFLINE_HINT = (
-    "set HF_HUB_OFFLINE=1 to use the local Hugging Face cache, or pass a local config.json or model folder"
-)
-
-
 def _truthy(value: str | None) -> bool:
     return (value or "").strip().upper() in ("1", "ON", "YES", "TRUE")
 
@@ -362,7 +357,7 @@ def _read_hub(repo_id: str, trust_remote_code: bool) -> dict:
     local_only = offline  # HF_HUB_OFFLINE honoured even when it was set after huggingface_hub was imported
     if not offline and not _hub_reachable(repo_id):
         if not _cached_config(repo_id):
-            raise ConfigError(f"cannot reach the Hugging Face hub to get {repo_id!r}: {_OFFLINE_HINT}")
+            raise ConfigError(f"cannot reach the Hugging Face hub to get {repo_id!r}; ways on: {_ways_on(repo_id)}")
         local_only = True  # the hub is unreachable but the cache has the config: use it as offline mode would
     try:
         from transformers import AutoConfig
@@ -381,13 +376,19 @@ def _read_hub(repo_id: str, trust_remote_code: bool) -> dict:
         if offline and not _cached_config(repo_id):
             raise ConfigError(
                 f"cannot get config.json of {repo_id!r}: it is not in the local Hugging Face cache and "
-                "HF_HUB_OFFLINE is set; unset it to download the config, or pass a local config.json or model folder"
+                f"HF_HUB_OFFLINE is set (unset it to download the config); ways on: {_ways_on(repo_id)}"
             ) from None
         raise ConfigError(
             f"cannot get config.json of {repo_id!r} from the hub or the local cache ({_first_line(e)}); "
-            "pass a local config.json or model folder instead"
+            f"ways on: {_ways_on(repo_id)}"
         ) from None
     return _read_json(Path(local))
+
+
+def _ways_on(repo_id: str) -> str:
+    from vramwise.inputs.catalog import ways_on
+
+    return ways_on(repo_id)
 
 
 def _first_line(e: BaseException) -> str:

@@ -174,3 +174,36 @@ def test_catalog_file_is_what_the_script_generates_now():
     text = script.dump(script.build(SHARED))
     on_disk = (repo / "catalog" / "models.json").read_text(encoding="utf-8")
     assert on_disk == text, "catalog/models.json is out of date: run python scripts/build_catalog.py"
+
+
+# -- a hub id the catalog lacks, when the hub cannot be reached --------------------------------------
+
+def test_near_models_put_the_same_model_without_its_variant_words_first():
+    from vramwise.inputs.catalog import find_model, near_models
+
+    # Qwen/Qwen2.5-14B-Instruct is the chat tuning of Qwen/Qwen2.5-14B (same architecture): without the
+    # organisation and "instruct" both read "qwen2-5-14b", so the base model comes first
+    assert find_model("Qwen/Qwen2.5-14B") is not None and find_model("Qwen/Qwen2.5-14B-Instruct") is None
+    assert near_models("Qwen/Qwen2.5-14B-Instruct")[0] == "Qwen/Qwen2.5-14B"
+    assert near_models("someone/Qwen2.5-14B-AWQ")[0] == "Qwen/Qwen2.5-14B"
+    assert near_models("zzzz/qqqq-xyzzy") == []  # nothing close: no guess
+    assert near_models("x" * 301) == []
+
+
+@pytest.mark.parametrize("name,params", [
+    ("Qwen/Qwen2.5-14B-Instruct", "--params 14B"),
+    ("meta-llama/Meta-Llama-3-8B-Instruct", "--params 8B"),
+    ("google/gemma-3-27b-it", "--params 27B"),
+    ("Qwen/Qwen1.5-0.5B", "--params 0.5B"),
+    ("mistralai/Mixtral-8x7B-v0.1", None),  # 8x7B is a product of experts, not the parameter count
+    ("allenai/OLMoE-1B-7B-0924", None),  # two sizes (active and total): no guess
+])
+def test_ways_on_name_the_catalog_a_local_config_the_size_and_going_online(name, params):
+    from vramwise.inputs.catalog import ways_on
+
+    text = ways_on(name)
+    assert "a local config.json or model folder as MODEL" in text and "HF_HUB_OFFLINE=1" in text
+    if params is None:
+        assert "--params" not in text
+    else:
+        assert f"{params} (an estimate from the size alone)" in text
