@@ -211,6 +211,8 @@ class Format:
     write: Mapping[str, Mapping[str, Mapping[str, Any]]]
     file: str
     warn_unknown: bool = True  # an unknown key gives a warning
+    header_launch: tuple | None = None  # (launcher, source): a launch line its files' leading comment may hold
+    shipped_configs: tuple | None = None  # (folder under frameworks/, source): the configs its releases ship
 
     def score(self, data: Mapping) -> int:
         """How strongly ``data`` looks like this format (0: not at all)."""
@@ -268,6 +270,9 @@ def _compile(df) -> Format:
         write={k: {canon(v) if v != "*" else "*": dict(keys) for v, keys in table.items()}
                for k, table in d.get("write", {}).items()},
         file=path, warn_unknown=d.get("unknown_keys", "warn") == "warn",
+        header_launch=(d["header_launch"]["launcher"], d["header_launch"]["source"]) if "header_launch" in d else None,
+        shipped_configs=(d["shipped_configs"]["folder"], d["shipped_configs"]["source"]) if "shipped_configs" in d
+        else None,
     )
 
 

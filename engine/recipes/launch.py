@@ -24,7 +24,7 @@ from vramwise.estimation.recipe import Origin
 from vramwise.rules.datafiles import load_data_file, package_files, read_data_text
 
 __all__ = ["LaunchLine", "Launcher", "Launchers", "read_launch", "bundled_launchers", "load_launchers",
-           "launch_parts", "MAX_LAUNCH_CHARS", "LAUNCH_ORIGIN"]
+           "launch_parts", "header_launch", "MAX_LAUNCH_CHARS", "LAUNCH_ORIGIN"]
 
 #: The longest launch line read (characters).
 MAX_LAUNCH_CHARS = 10_000
@@ -616,7 +616,7 @@ def _stack_profile(launcher: Launcher) -> tuple[str, str] | None:
     format's ``profile`` marked default, with no condition), or None where the launcher names no format."""
     if launcher.format is None:
         return None
-    from vramwise.recipes.reader import bundled_formats
+    from vramwise.recipes.bundled import bundled_formats
 
     fmt = bundled_formats().get(launcher.format)
     for rule in fmt.profile:
@@ -625,14 +625,58 @@ def _stack_profile(launcher: Launcher) -> tuple[str, str] | None:
     return None
 
 
+# -- the launch line a recipe's header gives ----------------------------------------------------
+
+#: The comment lines at the head of a file that are searched for its launch line.
+MAX_HEADER_LINES = 200
+
+
+def header_launch(text: str | None, fmt, file: str | None):
+    """The launch line the leading comment of ``text`` (a recipe of format ``fmt``) gives: the first comment line
+    that starts with the program words of the format's ``header_launch`` launcher, read by :func:`read_launch`,
+    its figures' origins naming the file's line and all of them only implied (the recipe's own keys win). None where
+    the format has no such rule or the header holds no such line."""
+    if fmt.header_launch is None or not text:
+        return None
+    launchers = bundled_launchers()
+    launcher = next((x for x in launchers.launchers if x.name == fmt.header_launch[0]), None)
+    if launcher is None:
+        raise RecipeError(f"{fmt.file}: header_launch names launcher {fmt.header_launch[0]!r}, which launchers.yaml "
+                          "does not define")
+    programs = launcher.program_texts()
+    for number, line in enumerate(text.splitlines()[:MAX_HEADER_LINES], 1):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if not stripped.startswith("#"):
+            break  # the header ends at the first key
+        words = stripped.lstrip("#").strip()
+        if not any(words == p or words.startswith(p + " ") for p in programs):
+            continue
+        try:
+            launch = read_launch(words, launchers)
+        except RecipeError as e:
+            raise RecipeError(f"{file or 'the recipe'}:{number}: the header's launch line: {e}") from None
+        where = f"{file or 'the recipe'}:{number}"
+        sources = {k: f"{v}, in the header comment of {where}" for k, v in launch.sources.items()}
+        # the config's own keys (fsdp_cpu_offload: FSDP) win over its comment: every figure is only implied
+        return replace(launch, sources=MappingProxyType(sources), config_names=(), files=(), overrides=(),
+                       implied=frozenset(launch.settings()) | {"processes_per_node"},
+                       notes=(f"the launch line is the one the header comment of {where} gives ({words[:120]}); "
+                              "a launch line given (--launch) or a setting given wins over it",) + launch.notes)
+    return None
+
+
 # -- the files it names -------------------------------------------------------------------------
 
 def launch_parts(launch: LaunchLine, *, read_files: bool, given_names: frozenset = frozenset(),
                  recipe_flag: str = "--recipe FILE", model_field: str = "the model argument",
-                 recipe_given: bool = False) -> tuple[list, tuple]:
+                 recipe_given: bool = False, shipped_read: bool = False) -> tuple[list, tuple]:
     """The files of ``launch`` to read as parts of the recipe (the main recipe first) and the notes on those
     that are not read: a file that does not exist, any file where files are not read (``read_files`` false:
     unless a part of that name was given, ``given_names``), a config named but shipped with its framework.
+    ``shipped_read``: the configs the line names were read from the framework's release as shipped with vramwise
+    (:func:`vramwise.recipes.shipped.launch_shipped`), so they are not noted.
     ``recipe_given``: the recipe is given otherwise (``--recipe``), which wins: no file of the line is read."""
     from pathlib import Path
 
@@ -655,7 +699,7 @@ def launch_parts(launch: LaunchLine, *, read_files: bool, given_names: frozenset
             paths.append(str(p))
         else:
             notes.append(f"the launch line names the {role} file {path!r}, which does not exist here: not read")
-    for name in launch.config_names:
+    for name in () if shipped_read else launch.config_names:
         notes.append(f"the launch line names the {launch.framework} config {name!r}, which is shipped with "
                      f"{launch.framework}, not with vramwise: the model and settings must come from {recipe_flag} "
                      f"(a copy of the config) or {model_field}")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -22,6 +21,7 @@ from vramwise.rules.datafiles import DataFile, MAX_FILE_BYTES, compose_yaml, ite
 from vramwise.errors import RecipeError, SettingsError, VramwiseError
 from vramwise.estimation.recipe import Origin, Recipe
 from vramwise.profiles.settings import DEFAULT_PROFILE, SETTINGS
+from vramwise.recipes.bundled import bundled_formats
 from vramwise.recipes.formats import MISSING, Format, Formats, Rule, canon, lookup, version_tuple
 
 __all__ = ["read_recipe", "bundled_formats", "RecipeText", "MAX_PARTS", "MAX_WARNED_KEYS"]
@@ -44,12 +44,6 @@ class RecipeText:
 
     text: str
     name: str = "uploaded recipe"
-
-
-@lru_cache(maxsize=1)
-def bundled_formats() -> Formats:
-    """The bundled recipe formats (``frameworks/``), read once (``bundled_formats.cache_clear()`` forgets them)."""
-    return Formats.load()
 
 
 class _Part:
@@ -99,7 +93,7 @@ def _parse_text(text: str, shown: str) -> tuple[Any, DataFile | None]:
         data, root = compose_yaml(text, lambda node: _check_nodes(node, shown))
         if root is None:
             raise RecipeError(f"{shown}:1: the recipe is empty")
-        return data, DataFile(path=shown, data=data, root=root)
+        return data, DataFile(path=shown, data=data, root=root, text=text)
     except yaml.MarkedYAMLError as e:
         try:  # JSON that YAML does not take (tabs): the data without positions
             return json.loads(text), None
@@ -487,6 +481,10 @@ def read_recipe(source: Any, *, framework: str | None = None, overrides: Mapping
         _references(part, formats, parts, seen, 1, read_files, warnings,
                     frozenset(Path(p.file).name for p in given if p.file))
     main = given[0]
+    if launch is None:  # the launch line the recipe's own header comment gives (torchtune's configs)
+        from vramwise.recipes.launch import header_launch
+
+        launch = header_launch(main.df.text if main.df is not None else None, main.fmt, main.file)
     versions = [forced_version if p is main else None for p in parts]
     extras_names = {n for p in parts for n in p.fmt.extras}
     over = _overrides(overrides, extras_names)

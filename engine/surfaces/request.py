@@ -129,10 +129,13 @@ def read_flags_launch(args):
     if cached is not None:
         return cached
     from vramwise.recipes.launch import launch_parts, read_launch, with_notes
+    from vramwise.recipes.shipped import launch_shipped
 
     launch = read_launch(text)
-    paths, notes = launch_parts(launch, read_files=True, recipe_given=bool(getattr(args, "recipe", None)))
-    args._launch, args._launch_paths = with_notes(launch, notes), paths
+    given = bool(getattr(args, "recipe", None))
+    shipped = [] if given else launch_shipped(launch, getattr(args, "framework", None))  # --config NAME
+    paths, notes = launch_parts(launch, read_files=True, recipe_given=given, shipped_read=bool(shipped))
+    args._launch, args._launch_paths = with_notes(launch, notes), shipped + paths
     return args._launch
 
 
@@ -246,13 +249,16 @@ def read_body_launch(body: Mapping[str, Any]):
     if not isinstance(text, str):
         raise SettingsError("launch must be the text of the command a run is launched with")
     from vramwise.recipes.launch import launch_parts, read_launch, with_notes
+    from vramwise.recipes.shipped import launch_shipped
 
     launch = read_launch(text)
+    framework = body.get("framework") if isinstance(body.get("framework"), str) else None
+    shipped = launch_shipped(launch, framework) if body.get("recipe") is None else []  # vramwise's data, not a file
     parts = body.get("recipe")
     parts = [parts] if isinstance(parts, dict) else parts if isinstance(parts, list) else []
     names = frozenset(p["name"] for p in parts if isinstance(p, dict) and isinstance(p.get("name"), str))
     _, notes = launch_parts(launch, read_files=False, given_names=names, recipe_flag="an uploaded recipe (recipe)",
-                            model_field="model")
+                            model_field="model", shipped_read=bool(shipped))
     return with_notes(launch, notes)
 
 
@@ -261,6 +267,15 @@ def read_body_recipe(body: Mapping[str, Any], launch=None):
     ``framework``: its format when its content does not tell), read without reading any file; or None.
     ``launch``: the request's launch line, whose figures come over the recipe's keys."""
     parts = body.get("recipe")
+    if parts is None and launch is not None:  # a config the launch line names that its framework ships
+        from vramwise.recipes.shipped import launch_shipped
+
+        framework = body.get("framework")
+        shipped = launch_shipped(launch, framework if isinstance(framework, str) else None)
+        if shipped:
+            from vramwise.recipes.reader import read_recipe
+
+            return read_recipe(shipped, framework=framework, read_files=False, launch=launch)
     if parts is None:
         if body.get("framework") is not None:
             raise SettingsError("framework names the format of a recipe: give recipe too")

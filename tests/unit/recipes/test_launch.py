@@ -78,6 +78,10 @@ def test_tune_run_distributed_recipe_with_a_config_name():
     _, notes = launch_parts(line, read_files=True)
     assert any("torchtune config 'llama3_1/70B_lora'" in n and "not with vramwise" in n and "--recipe FILE" in n
                for n in notes)
+    # read from torchtune 0.6.1's release as shipped with vramwise (tests/unit/recipes/test_shipped_configs.py),
+    # it is not noted
+    _, read = launch_parts(line, read_files=True, shipped_read=True)
+    assert not any("not with vramwise" in n for n in read)
     assert any("batch_size=2" in n and "not applied" in n for n in notes)
 
 

@@ -159,14 +159,20 @@ def test_qwen_lora_without_apply_lora_to_output():
     assert unknown_keys(r) == []
 
 
-def test_distributed_lora_cannot_be_told_from_its_keys():
+def test_distributed_lora_is_told_by_its_header():
     # 8B_lora.yaml (lora_finetune_distributed) differs from 8B_lora_single_device.yaml only in comments,
-    # output_dir and enable_activation_checkpointing: nothing says FSDP or how many processes.
+    # output_dir and enable_activation_checkpointing: no key says FSDP or how many processes, but its header
+    # comment (fixture line 10) holds "tune run --nproc_per_node 2 lora_finetune_distributed --config
+    # llama3_1/8B_lora": 2 processes on torchtune's default of 1 node, FSDP for the _distributed recipe
+    # (frameworks/launchers.yaml, tune's entry_rules).
     f = fixture("llama3_1_8B_lora.yaml")
     r = read(f)
     assert r.settings["gradient_checkpointing"] == "none"
     assert_from(r, "gradient_checkpointing", f, 92, "enable_activation_checkpointing")
-    assert r.settings["strategy"] == "none" and r.origins["strategy"].kind == "vramwise default"
+    assert (r.settings["strategy"], r.settings["world_size"]) == ("fsdp", 2)
+    for name in ("strategy", "world_size"):
+        assert r.origins[name].kind == "launch line"
+        assert f"in the header comment of {f}:10" in r.origins[name].key
     r2 = read(f, overrides={"strategy": "fsdp", "world_size": 2})
     assert (r2.settings["strategy"], r2.settings["world_size"]) == ("fsdp", 2)
     assert r2.origins["world_size"].kind == "override" and r2.origins["strategy"].kind == "override"
@@ -187,9 +193,11 @@ def test_distributed_full_with_cpu_offload():
     assert_from(r, "optimizer", f, 60, "optimizer._component_")
     assert s["optimizer_in_bwd"] is False
     assert_from(r, "optimizer_in_bwd", f, 82, "optimizer_in_bwd")
-    # the number of processes is not in the config: one GPU until world_size is given
-    assert s["world_size"] == 1
-    assert any("world_size" in w for w in r.warnings)
+    # the number of processes is not in the config's keys: its header comment (fixture line 10) gives
+    # "tune run --nproc_per_node 8 full_finetune_distributed": 8 processes on 1 node
+    assert s["world_size"] == 8
+    assert r.origins["world_size"].kind == "launch line" and f"{f}:10" in r.origins["world_size"].key
+    assert not any("world_size" in w for w in r.warnings)
     # tensor_parallel_dim: 1 is no tensor parallelism
     assert not any("tensor_parallel_dim" in w for w in r.warnings)
     assert unknown_keys(r) == []

@@ -44,8 +44,9 @@ def _json(args, capsys) -> dict:
     # accelerate --use_deepspeed --zero_stage 2 on 4 processes: zero2
     ("accelerate launch --use_deepspeed --zero_stage 2 --num_processes 4 train.py",
      ["--strategy", "zero2", "--world-size", "4", "--gpus-per-node", "4"]),
-    # tune run's *_distributed recipes shard with FSDP: 4 processes x 2 nodes
-    ("tune run --nnodes 2 --nproc_per_node 4 full_finetune_distributed --config llama3_1/8B_full",
+    # tune run's *_distributed recipes shard with FSDP: 4 processes x 2 nodes (no --config: a config named would
+    # be read as the recipe, tests/unit/recipes/test_shipped_configs.py)
+    ("tune run --nnodes 2 --nproc_per_node 4 full_finetune_distributed",
      ["--strategy", "fsdp", "--world-size", "8", "--gpus-per-node", "4"]),
 ])
 def test_an_estimate_through_launch_equals_the_same_flags(cfg, line, flags, capsys):
@@ -80,16 +81,17 @@ def test_the_files_a_launch_line_names_are_the_recipe(tmp_path, cfg, capsys):
     assert "launch line: deepspeed" in out and "world_size" in out and "launch line --num_gpus 8" in out
 
 
-def test_recipe_wins_over_the_files_of_the_line_and_a_config_name_is_said(cfg, capsys):
+def test_recipe_wins_over_the_files_of_the_line_and_a_config_name_is_read_without_one(cfg, capsys):
     recipe = str(ROOT / "examples" / "recipes" / "torchtune-lora.yaml")
     line = "tune run --nproc_per_node 4 lora_finetune_distributed --config llama3_1/70B_lora"
     data = _json(["estimate", "--recipe", recipe, "--json", "--launch", line], capsys)
     assert data["settings"]["world_size"] == 4 and data["settings"]["strategy"] == "fsdp"
     assert data["recipe"]["origins"]["strategy"]["text"] == "launch line lora_finetune_distributed"
     assert any("'llama3_1/70B_lora' not read: the recipe given is read instead" in n for n in data["launch"]["notes"])
+    # without --recipe, the config the line names is torchtune 0.6.1's shipped one (MODEL replaces its model)
     alone = _json(["estimate", cfg, "--profile", "torchtune", "--method", "lora", "--json", "--launch", line], capsys)
-    assert any("torchtune config 'llama3_1/70B_lora'" in n and "--recipe FILE" in n for n in alone["launch"]["notes"])
-    assert "recipe" not in alone and alone["settings"]["world_size"] == 4
+    assert alone["recipe"]["origins"]["lora_rank"]["file"] == "torchtune 0.6.1's shipped config llama3_1/70B_lora"
+    assert alone["settings"]["world_size"] == 4
 
 
 @pytest.mark.parametrize("line,message", [
