@@ -68,7 +68,7 @@ The command the run is started with, pasted in quotes, gives the world size, the
 multi-GPU strategy, and names the recipe files:
 
 ```bash
-vramwise estimate --launch "tune run --nproc_per_node 8 lora_finetune_distributed --config 70B_lora.yaml"
+vramwise estimate --launch "tune run --nproc_per_node 8 lora_finetune_distributed --config llama3_1/70B_lora"
 vramwise estimate Qwen/Qwen3-8B --launch "deepspeed --num_gpus 8 train.py --deepspeed ds_config.json"
 vramwise fit examples/llama-3.1-8b.json --gpu H100 --profile hf --launch "torchrun --nproc_per_node 4 train.py"
 ```
@@ -96,17 +96,31 @@ vramwise fit examples/llama-3.1-8b.json --gpu H100 --profile hf --launch "torchr
   line, and the line over the recipe's keys; `--recipe` wins over the files the line names (they are
   then not read). The settings table says `launch line --nproc_per_node 8` where a value came from.
 - **Files**: the recipe files the line names (`--config`, `--config_file`, `--deepspeed`, a positional
-  YAML) are read as the recipe when they exist, the main recipe first. A torchtune config named
-  rather than given as a file (`--config llama3_1/70B_lora`) is shipped with torchtune, not with
-  vramwise: a warning says so, and the model and settings come from `--recipe FILE` or the model
-  argument. tune-style `key=value` overrides are listed, not applied.
+  YAML) are read as the recipe when they exist, the main recipe first. tune-style `key=value`
+  overrides are listed, not applied.
+- **Shipped configs**: a torchtune config named rather than given as a file (`--config
+  llama3_1/70B_lora`) is the config torchtune's release ships: vramwise carries the 156 configs of
+  torchtune 0.6.1 (`frameworks/torchtune_configs/0.6.1/`, with torchtune's BSD-3 license, written by
+  `scripts/build_torchtune_configs.py`) and reads the one named as the recipe; the settings table
+  says `torchtune 0.6.1's shipped config llama3_1/70B_lora:19 model.lora_rank`. The release is the
+  one the format is pinned to; `--framework torchtune@VERSION` names another (an error says which
+  releases are shipped). An unknown name is one error line with the nearest names. A config's
+  model outside the offline catalog (`llama3_1/70B_lora` builds Llama 3.1 70B) is replaced by the
+  model argument (a local config.json). `--recipe` takes files only: a config is named on the
+  launch line (`--recipe` wins over it).
+- **The config's header**: torchtune's configs say how they are launched in their leading comment
+  (`#   tune run --nproc_per_node 8 lora_finetune_distributed --config llama3_1/70B_lora`). Where
+  no launch line is given, a recipe of a format with a `header_launch` rule (torchtune's) takes the
+  first such line of its header as its launch line: its figures say `in the header comment of
+  70B_lora.yaml:9`, and the recipe's own keys, a `--launch` given and the flags win over them.
 - **Text**: backslash continuations, several lines, quotes, comments, environment prefixes
   (`CUDA_VISIBLE_DEVICES`, LLaMA-Factory's `NNODES` / `NPROC_PER_NODE`) and a module run by
   another launcher (`accelerate launch -m axolotl.cli.train config.yml`) are read. An unknown
   program, an unbalanced quote (its column), a count that is not a number or a line of more than
   10,000 characters is one error line.
 - **Server**: the body's `launch` field is read the same way; no file it names is read (a note names
-  each, unless an uploaded recipe part has its name).
+  each, unless an uploaded recipe part has its name), but a shipped config it names is (it is
+  vramwise's data) where no recipe is uploaded.
 - **Python**: `vramwise.recipes.read_launch(text)` returns a `LaunchLine` (the figures, the words each
   came from, the strategy, the files by role, the notes); `read_recipe(paths, launch=line)` reads a
   recipe under it.
@@ -207,6 +221,14 @@ def render() -> str:
             other["profile"] = fmt.profile
         other.update(fmt.extras)
         lines += _table("other value", other)
+        if fmt.header_launch is not None:
+            lines.append(f"Launch line: the first `{fmt.header_launch[0]}` line of a file's leading comment, where no "
+                         f"launch line is given ({' '.join(fmt.header_launch[1].split())}).")
+            lines.append("")
+        if fmt.shipped_configs is not None:
+            lines.append(f"Shipped configs: `frameworks/{fmt.shipped_configs[0]}/<release>/`, by the name a launch line "
+                         f"gives ({' '.join(fmt.shipped_configs[1].split())}).")
+            lines.append("")
         if fmt.references:
             lines.append("Files it names: " + "; ".join(f"`{k}` ({t}: {d})" for k, t, d in fmt.references) + ".")
             lines.append("")
