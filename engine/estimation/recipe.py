@@ -34,6 +34,8 @@ class Origin:
     framework: str | None = None
     version: str | None = None
     source: str | None = None
+    rule: str | None = None
+    written: str | None = None
 
     @property
     def location(self) -> str | None:
@@ -50,15 +52,22 @@ class Origin:
             return f"launch line {self.key}" if self.key else "launch line"
         if self.kind == "recipe":
             where = self.location or "the recipe"
-            return f"{where} {self.key}" if self.key else where
+            where = f"{where} {self.key}" if self.key else where
+            return f"{where}: {self.rule}" if self.rule else where
         if self.kind == "framework default":
+            if self.rule:
+                return f"{self.framework} {self.version}: {self.rule}"
             return f"{self.framework} {self.version} default" + (f" ({self.source})" if self.source else "")
         return "vramwise default"
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "key": self.key, "file": self.file, "line": self.line,
                 "framework": self.framework, "version": self.version, "source": self.source,
-                "text": self.describe()}
+                "rule": self.rule, "written": self.written, "text": self.describe()}
+
+    def shown(self, value: str) -> str:
+        """A value's text as the settings table shows it: with the recipe's own word where a map renamed it."""
+        return f"{value} (recipe: {self.written})" if self.written is not None else value
 
 
 @dataclass(frozen=True)
@@ -102,8 +111,25 @@ class Recipe:
             return tuple(changes)
         return self.writer(self, changes)[1]
 
-    def to_dict(self) -> dict:
-        """Plain data, suitable for JSON."""
+    def shown(self, name: str, lora_targets: tuple | None = None) -> str:
+        """A setting's or extra's value as the settings table shows it: the recipe's own word beside vramwise's
+        where a format's map renamed it (``adamw_8bit (recipe: adamw_bnb_8bit)``), and, given ``lora_targets``
+        (the modules an estimate of this recipe adapts), the targets a keyword such as ``all-linear`` expands
+        to on the model beside it (``all-linear (adapts: down_proj,...)``)."""
+        value = self.settings[name] if name in self.settings else self.extras[name]
+        text = ",".join(value) if isinstance(value, (tuple, list)) else str(value)
+        origin = self.origins.get(name)
+        if origin is not None:
+            text = origin.shown(text)
+        if name == "target_modules" and lora_targets and value is not None:
+            given = set(value) if isinstance(value, (tuple, list)) else {value}
+            if given != set(lora_targets):
+                text += f" (adapts: {','.join(lora_targets)})"
+        return text
+
+    def to_dict(self, lora_targets: tuple | None = None) -> dict:
+        """Plain data, suitable for JSON; ``shown`` holds each value as the settings table shows it (see
+        :meth:`shown`; ``lora_targets``: the modules an estimate of the recipe adapts)."""
         settings = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.settings.items()}
         return {
             "model": self.model if isinstance(self.model, (str, type(None))) else "<config mapping>",
@@ -112,6 +138,7 @@ class Recipe:
             "parts": [{"format": f, "file": p} for f, p in self.parts],
             "settings": settings, "extras": dict(self.extras),
             "origins": {k: o.to_dict() for k, o in self.origins.items()},
+            "shown": {k: self.shown(k, lora_targets) for k in (*self.settings, *self.extras)},
             "warnings": list(self.warnings),
         }
 

@@ -140,6 +140,7 @@ class Rule:
     collect: tuple = ()  # ((key, items mapping or None, if_true tuple or None, absent), ...)
     when_any: tuple = ()  # conditions of which one must hold
     wins: bool = False  # wins over the other parts' own keys
+    description: str | None = None  # what the framework does to the recipe here, shown beside the value
 
     def holds(self, data: Any) -> bool:
         """The rule's conditions hold for ``data`` (all of when, one of when_any)."""
@@ -185,6 +186,7 @@ def _rule(r: Mapping, where: str) -> Rule:
                       for c in r.get("collect", ())),
         when_any=_conditions(r.get("when_any")),
         wins=bool(r.get("wins", False)),
+        description=r.get("description"),
     )
 
 

@@ -238,10 +238,11 @@ def _apply(rule: Rule, part: _Part, version: tuple | None, warnings: list, name:
         value = rule.value
         if rule.default:
             return _Found(value, Origin("framework default", framework=fmt.framework,
-                                        version=_version_text(fmt, version), source=rule.source))
+                                        version=_version_text(fmt, version), source=rule.source,
+                                        rule=rule.description))
         key = rule.when[0].key if rule.when else None
         return _Found(value, Origin("recipe", key=key, file=part.file, line=part.line(key) if key else None,
-                                    source=rule.source))
+                                    source=rule.source, rule=rule.description))
     raw = lookup(part.data, rule.key)
     if raw is MISSING or raw is None or canon(raw) in rule.skip:
         return None
@@ -251,10 +252,13 @@ def _apply(rule: Rule, part: _Part, version: tuple | None, warnings: list, name:
         if m is None:
             return None
         value = _scalar(m.group(1) if m.groups() else m.group(0))
+    written = None
     if rule.mapping is not None:
         text = canon(value)
         if text in rule.mapping:
             value = rule.mapping[text]
+            if canon(value) != text:  # the recipe's word is not vramwise's: the table says both
+                written = text
         elif rule.strict_map:
             warnings.append(f"{part.where(rule.key)}: {rule.key} = {canon(raw)[:60]!r} is not a value vramwise "
                             f"knows for {name}: not used")
@@ -265,8 +269,10 @@ def _apply(rule: Rule, part: _Part, version: tuple | None, warnings: list, name:
             return None
     if rule.default:
         return _Found(value, Origin("framework default", key=rule.key, framework=fmt.framework,
-                                    version=_version_text(fmt, version), source=rule.source))
-    return _Found(value, Origin("recipe", key=rule.key, file=part.file, line=part.line(rule.key), source=rule.source))
+                                    version=_version_text(fmt, version), source=rule.source,
+                                    rule=rule.description, written=written))
+    return _Found(value, Origin("recipe", key=rule.key, file=part.file, line=part.line(rule.key), source=rule.source,
+                                rule=rule.description, written=written))
 
 
 def _collect(rule: Rule, part: _Part, version: tuple | None) -> _Found | None:
@@ -296,8 +302,10 @@ def _collect(rule: Rule, part: _Part, version: tuple | None) -> _Found | None:
     fmt = part.fmt
     if rule.default or first is None:  # every switch at its default: the framework's choice
         return _Found(tuple(names), Origin("framework default", framework=fmt.framework,
-                                           version=_version_text(fmt, version), source=rule.source))
-    return _Found(tuple(names), Origin("recipe", key=first, file=part.file, line=part.line(first), source=rule.source))
+                                           version=_version_text(fmt, version), source=rule.source,
+                                           rule=rule.description))
+    return _Found(tuple(names), Origin("recipe", key=first, file=part.file, line=part.line(first), source=rule.source,
+                                       rule=rule.description))
 
 
 def _arithmetic(rule: Rule, part: _Part, raw: Any, value: Any) -> Any:

@@ -92,13 +92,28 @@ def test_settings_agree_with_litgpts_parser(parser, name):
 @pytest.mark.parametrize("name", NAMES)
 def test_optimizer_is_the_one_litgpt_builds(parser, name):
     import torch
-    from litgpt.utils import instantiate_torch_optimizer
+    from litgpt.utils import instantiate_bnb_optimizer, instantiate_torch_optimizer
 
     _, ns = parsed(parser, name)
-    opt = instantiate_torch_optimizer(ns.optimizer, [torch.nn.Parameter(torch.zeros(4))])
+    params = [torch.nn.Parameter(torch.zeros(4))]
+    got = vramwise.read_recipe(FIXTURES / name).settings["optimizer"]
+    quantize = ns.get("quantize")  # finetune_full has no quantize
+    if quantize is not None and quantize.startswith("bnb."):
+        # BitsandbytesPrecision (finetune/lora.py:138-146) makes main() call instantiate_bnb_optimizer (lora.py:213-215)
+        bnb = pytest.importorskip("bitsandbytes")
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # paged states fall back to plain ones on the CPU
+            opt = instantiate_bnb_optimizer(ns.optimizer, params)
+        # bitsandbytes' 32-bit paged AdamW: vramwise's paged_adamw_32bit
+        assert type(opt) is bnb.optim.PagedAdamW and opt.is_paged and opt.args.optim_bits == 32
+        assert got == "paged_adamw_32bit"
+        return
+    opt = instantiate_torch_optimizer(ns.optimizer, params)
     # torch's AdamW without fused=True is transformers' adamw_torch (the name the profiles' tables use)
     assert type(opt) is torch.optim.AdamW and not opt.defaults.get("fused")
-    assert vramwise.read_recipe(FIXTURES / name).settings["optimizer"] == "adamw_torch"
+    assert got == "adamw_torch"
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -76,7 +76,9 @@ CASES = {
             "lora_rank": (32, ("recipe", "lora_r", 21)),
             "lora_dropout": (0.05, ("recipe", "lora_dropout", 27)),
             "target_modules": (("q_proj", "v_proj"), ("recipe", "lora_query", 30)),
-            "optimizer": ("adamw_torch", ("recipe", "optimizer.class_path", 122)),
+            # optimizer.class_path torch.optim.AdamW (line 122), but quantize bnb.nf4 (line 12) makes LitGPT build
+            # bnb.optim.PagedAdamW instead (lora.py:138-146, 213-215; utils.py:572-586): two float32 states, paged
+            "optimizer": ("paged_adamw_32bit", ("recipe", "quantize", 12)),
             "world_size": (1, ("recipe", "devices", 15)),
             **ONE_DEVICE,
         },
@@ -352,3 +354,70 @@ def test_estimate_of_a_recipe_is_the_estimate_of_its_settings():
                                 lora_rank=32, lora_dropout=0.05, target_modules=["q_proj", "v_proj"],
                                 optimizer="adamw_torch", gradient_checkpointing="none", loss="chunked")
     assert vramwise.estimate(read("llama-3.1-8b-lora.yaml")).total == by_hand.total
+
+
+# -- what LitGPT does to the recipe's optimizer under quantize ------------------------------------------------
+# quantize bnb.* makes setup() use BitsandbytesPrecision (finetune/lora.py:138-146); main() then builds the
+# optimizer with instantiate_bnb_optimizer (lora.py:213-215), which builds bnb.optim.PagedAdamW - bitsandbytes'
+# 32-bit paged AdamW, vramwise's paged_adamw_32bit - for any optimizer whose name holds "AdamW" and raises for
+# the others (utils.py:572-586).
+
+def test_quantize_makes_litgpt_build_paged_adamw():
+    r = read("llama-3.1-8b-qlora.yaml")  # quantize: bnb.nf4 (line 12), optimizer.class_path torch.optim.AdamW
+    assert r.settings["optimizer"] == "paged_adamw_32bit"
+    o = r.origins["optimizer"]
+    assert origin(r, "optimizer") == ("recipe", "quantize", 12)
+    # the origin names the rule: what LitGPT does, and where
+    assert "PagedAdamW" in o.rule and "utils.py:572-586" in o.source
+    assert o.describe().endswith(f"llama-3.1-8b-qlora.yaml:12 quantize: {o.rule}")
+    assert o.written is None  # a rule's value, not a word of the recipe renamed
+
+
+@pytest.mark.parametrize("optimizer", [
+    None,  # no optimizer key: setup's "AdamW" (lora.py:76)
+    "AdamW",
+    "bitsandbytes.optim.AdamW8bit",  # "AdamW" is in the name: PagedAdamW all the same (utils.py:573-581)
+    {"class_path": "torch.optim.AdamW", "init_args": {"lr": 2e-4, "fused": True}},  # fused is not PagedAdamW's
+    {"class_path": "bitsandbytes.optim.PagedAdamW8bit"},
+])
+@pytest.mark.parametrize("quantize", ["bnb.nf4", "bnb.nf4-dq", "bnb.fp4", "bnb.int8-training"])
+def test_every_adamw_under_bnb_quantize_is_paged_adamw(quantize, optimizer):
+    recipe = {"checkpoint_dir": CKPT, "quantize": quantize, "precision": "bf16-true"}
+    if optimizer is not None:
+        recipe["optimizer"] = optimizer
+    r = read(recipe)
+    assert r.settings["optimizer"] == "paged_adamw_32bit"
+    assert origin(r, "optimizer") == ("recipe", "quantize", None)
+
+
+def test_without_quantize_the_recipes_optimizer_stands():
+    assert read({"checkpoint_dir": CKPT, "lora_r": 8}).settings["optimizer"] == "adamw_torch"  # lora.py:76
+    r = read({"checkpoint_dir": CKPT, "lora_r": 8, "optimizer": "bitsandbytes.optim.AdamW8bit"})
+    assert r.settings["optimizer"] == "adamw_8bit" and r.origins["optimizer"].rule is None
+    # a fixture without quantize keeps its torch.optim.AdamW (line 120)
+    assert read("llama-3.1-8b-lora.yaml").settings["optimizer"] == "adamw_torch"
+
+
+def test_a_non_adamw_optimizer_under_quantize_is_not_swapped():
+    # LitGPT raises for it (utils.py:573-576): the recipe's SGD stands and the litgpt profile refuses it
+    r = read({"checkpoint_dir": CKPT, "quantize": "bnb.nf4", "precision": "bf16-true", "optimizer": "SGD"})
+    assert r.settings["optimizer"] == "sgd"
+    e = vramwise.estimate(r)
+    assert any("only accepts AdamW" in w for w in e.warnings)
+
+
+def test_paged_adamw_is_charged_two_float32_states_per_adapter_parameter():
+    # llama-3.1-8b-qlora.yaml: rank 32 (line 21) on q_proj and v_proj of Llama 3.1 8B (hidden 4096, 8 KV heads of
+    # 128: v out 1024, 32 layers). LoRA A (r x in) + B (out x r) per module:
+    #   q: 32 * (4096 + 4096) = 262,144; v: 32 * (4096 + 1024) = 163,840; per layer 425,984; x 32 = 13,631,488
+    # PagedAdamW: two float32 states (bitsandbytes Optimizer2State, optim_bits 32) = 8 bytes each -> 109,051,904
+    e = vramwise.estimate(read("llama-3.1-8b-qlora.yaml"))
+    assert e.optimizer == 13_631_488 * 8 == 109_051_904
+    assert not any("optimizer" in w for w in e.warnings)
+    # bnb.int8-training (16-bit base in vramwise): the same PagedAdamW, at setup's lora_r 8 (lora.py:55) on q and v:
+    #   q: 8 * 8192 = 65,536; v: 8 * 5120 = 40,960; x 32 layers = 3,407,872 params; x 8 bytes = 27,262,976, and no
+    #   torch step temporaries (bitsandbytes' 32-bit update runs in place)
+    r = read({"checkpoint_dir": CKPT, "quantize": "bnb.int8-training", "precision": "bf16-true"})
+    e = vramwise.estimate(r)
+    assert e.optimizer == 3_407_872 * 8 == 27_262_976
+    assert not any("optimizer" in w for w in e.warnings)
