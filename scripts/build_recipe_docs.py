@@ -52,6 +52,12 @@ vramwise.fit(recipe, gpu="H100").advice                 # what to change, writte
   (or `overrides=`); the launch line (`--launch`, below); the recipe's own keys (the main file first, then its parts); the frameworks'
   defaults (the version the format file records, with the framework's source file); vramwise's
   default. `Recipe.origins` says which for every setting; `explain --recipe` prints them all.
+- **What the framework does to the recipe** is said beside the value: a rule that replaces a setting
+  (LitGPT builds bitsandbytes' PagedAdamW whatever AdamW a `quantize: bnb.*` recipe names) gives its
+  words in the origin (`Origin.rule`); a recipe word that a format maps to another vramwise name is
+  shown with it, `adamw_8bit (recipe: adamw_bnb_8bit)` (`Origin.written`); a target keyword
+  (`all-linear`, `lora_target_linear: true`) is shown with the modules the estimate adapts on the
+  model.
 - **Warnings, not failures**: a key vramwise does not know is named in a warning; a key that changes
   memory but is not modelled (Liger kernels other than the fused loss, sample packing, NEFTune...)
   is named with the reason. A key with a value of the wrong type, a file that is not a recipe or a
@@ -168,6 +174,10 @@ def _rule(r) -> str:
         text = _value(r.value)
     if r.when:
         text += " when " + " and ".join(_cond(c) for c in r.when)
+    if r.when_any:
+        text += (" and " if r.when else " when ") + "one of " + ", ".join(_cond(c) for c in r.when_any)
+    if r.description:
+        text += f" ({' '.join(r.description.split())}; source: {' '.join((r.source or '').split())})"
     return text.replace("|", "\\|")
 
 

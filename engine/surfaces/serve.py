@@ -130,10 +130,11 @@ def is_loopback(host: str) -> bool:
 MAX_RECIPE_PARTS = _request.MAX_RECIPE_PARTS
 
 
-def _with_recipe(data: dict, recipe, launch=None) -> dict:
-    """The answer with the recipe read under "recipe" and the launch line under "launch" (where there are)."""
+def _with_recipe(data: dict, recipe, launch=None, est=None) -> dict:
+    """The answer with the recipe read under "recipe" and the launch line under "launch" (where there are);
+    given the recipe's estimate, the recipe's ``shown`` values name the modules it adapts (as the CLI's table)."""
     if recipe is not None:
-        data = {**data, "recipe": recipe.to_dict()}
+        data = {**data, "recipe": recipe.to_dict(est.lora_targets if est is not None else None)}
     return data if launch is None else {**data, "launch": launch.to_dict()}
 
 
@@ -193,14 +194,15 @@ def api_estimate(body: dict) -> dict:
     est = req.estimate()
     if body.get("gpus") is not None:
         _request.refuse_serving_gpus(est, _request.API_NAMES)
-    return _with_recipe(estimate_view(est, gpus), req.recipe, req.launch)
+    return _with_recipe(estimate_view(est, gpus), req.recipe, req.launch, est)
 
 
 def api_explain(body: dict) -> dict:
     from vramwise.surfaces.views import explain_view
 
     req = _request.read_body(body)
-    return _with_recipe(explain_view(req.estimate()), req.recipe, req.launch)
+    est = req.estimate()
+    return _with_recipe(explain_view(est), req.recipe, req.launch, est)
 
 
 def api_fit(body: dict) -> dict:

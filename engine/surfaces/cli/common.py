@@ -26,9 +26,10 @@ def run_estimate(args) -> Estimate:
     return request_of(args).estimate()
 
 
-def recipe_lines(recipe, everything: bool = False) -> list[str]:
+def recipe_lines(recipe, everything: bool = False, lora_targets: tuple | None = None) -> list[str]:
     """What a recipe gave: its parts, each setting it set (with file:line and key; ``everything``: the
-    defaults too, with theirs) and its warnings."""
+    defaults too, with theirs; a value as :meth:`~vramwise.Recipe.shown` words it, ``lora_targets`` being
+    the modules the estimate adapts) and its warnings."""
     if recipe is None:
         return []
     from vramwise.estimation.recipe import Origin
@@ -36,14 +37,14 @@ def recipe_lines(recipe, everything: bool = False) -> list[str]:
     parts = ", ".join(f"{fmt} {path}" if path else fmt for fmt, path in recipe.parts)
     lines = [f"recipe: {parts} ({recipe.framework} {recipe.framework_version}; profile {recipe.profile}, "
              f"{recipe.origins.get('profile', Origin('vramwise default')).describe()})"]
-    shown = [(n, recipe.settings[n]) for n in recipe.settings
+    shown = [(n, recipe.shown(n, lora_targets)) for n in recipe.settings
              if everything or recipe.origins[n].kind != "vramwise default"]
-    shown += [(n, v) for n, v in recipe.extras.items()]
+    shown += [(n, recipe.shown(n)) for n in recipe.extras]
     if "model" in recipe.origins:
-        shown.insert(0, ("model", recipe.model if isinstance(recipe.model, str) else "(a config mapping)"))
+        model = recipe.model if isinstance(recipe.model, str) else "(a config mapping)"
+        shown.insert(0, ("model", recipe.origins["model"].shown(model)))
     width = max((len(n) for n, _ in shown), default=0)
-    for name, value in shown:
-        text = ",".join(value) if isinstance(value, tuple) else str(value)
+    for name, text in shown:
         lines.append(f"  {name:<{width}}  {text:<24} {recipe.origins[name].describe()}")
     lines += [f"  warning: {w}" for w in recipe.warnings]
     return lines
@@ -67,18 +68,20 @@ def launch_lines(launch) -> list[str]:
     return lines
 
 
-def show_recipe(args, out, everything: bool = False) -> None:
-    """Write the launch line's lines and the recipe's (nothing without --launch or --recipe)."""
-    for line in launch_lines(read_flags_launch(args)) + recipe_lines(recipe_of(args), everything):
+def show_recipe(args, out, everything: bool = False, estimate: Estimate | None = None) -> None:
+    """Write the launch line's lines and the recipe's (nothing without --launch or --recipe); given the
+    ``estimate`` of the recipe, its target keywords are shown with the modules it adapts."""
+    targets = estimate.lora_targets if estimate is not None else None
+    for line in launch_lines(read_flags_launch(args)) + recipe_lines(recipe_of(args), everything, targets):
         out.write(line + "\n")
 
 
-def with_recipe(args, data: dict) -> dict:
+def with_recipe(args, data: dict, estimate: Estimate | None = None) -> dict:
     """A command's JSON with the recipe it read under "recipe" and the launch line under "launch" (unchanged
-    without --recipe or --launch)."""
+    without --recipe or --launch); given the recipe's ``estimate``, as :func:`show_recipe`."""
     recipe, launch = recipe_of(args), read_flags_launch(args)
     if recipe is not None:
-        data = {**data, "recipe": recipe.to_dict()}
+        data = {**data, "recipe": recipe.to_dict(estimate.lora_targets if estimate is not None else None)}
     return data if launch is None else {**data, "launch": launch.to_dict()}
 
 

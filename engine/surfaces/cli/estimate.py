@@ -36,14 +36,14 @@ def run(args, out) -> int:
     if args.gpus is not None:
         _usage(refuse_serving_gpus, est, CLI_NAMES)
     if args.json:
-        print_json(with_recipe(args, estimate_view(est, gpus)), out)
+        print_json(with_recipe(args, estimate_view(est, gpus), est), out)
     elif est.serving is not None:
         from vramwise.surfaces.cli.serving import print_serving_estimate
 
-        show_recipe(args, out)
+        show_recipe(args, out, estimate=est)
         print_serving_estimate(est, req.label, out)
     else:
-        show_recipe(args, out)
+        show_recipe(args, out, estimate=est)
         print_table(est, req.label, gpus, out, note=note_line(other_profile(est)))
     plot("estimate", est, args.plot, sys.stderr)
     return 0

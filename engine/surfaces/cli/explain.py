@@ -24,9 +24,9 @@ def run(args, out) -> int:
     req = request_of(args)
     est = req.estimate()
     if args.json:
-        print_json(with_recipe(args, explain_view(est)), out)
+        print_json(with_recipe(args, explain_view(est), est), out)
     else:
-        show_recipe(args, out, everything=True)
+        show_recipe(args, out, everything=True, estimate=est)
         print_trace(est, req.label, out, args.all, note_line(other_profile(est)))
     return 0
 

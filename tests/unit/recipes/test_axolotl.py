@@ -97,13 +97,15 @@ def test_qlora_1b():
     assert s["load_in_4bit"] is True  # load_in_4bit: true (line 7)
     assert s["lora_rank"] == 32  # lora_r: 32 (line 24)
     assert s["batch_size"] == 2  # micro_batch_size: 2 (line 43)
-    assert s["optimizer"] == "adamw_bnb_8bit"  # line 45
+    # optimizer: adamw_bnb_8bit (line 45), transformers' other name of adamw_8bit (training_args.py:129-130)
+    assert s["optimizer"] == "adamw_8bit"
+    assert (r.origins["optimizer"].written, r.origins["optimizer"].line) == ("adamw_bnb_8bit", 45)
     assert r.extras["gradient_accumulation_steps"] == 4  # line 42
     assert where(r, "load_in_4bit") == ("recipe", "load_in_4bit", 7)
     model = "meta-llama/Llama-3.2-1B-Instruct"
     by_hand = dict(method="qlora", load_in_4bit=True, batch_size=2, seq_len=2048, lora_rank=32, lora_dropout=0.05,
                    target_modules=["gate_proj", "down_proj", "up_proj", "q_proj", "v_proj", "k_proj", "o_proj"],
-                   gradient_checkpointing="true", optimizer="adamw_bnb_8bit", attention="flash_attention_2")
+                   gradient_checkpointing="true", optimizer="adamw_8bit", attention="flash_attention_2")
     got = vramwise.estimate(read("llama-3-qlora-1b.yml", overrides={"model": model})).total
     assert got == vramwise.estimate(model, profile="hf", **by_hand).total
 
@@ -323,3 +325,49 @@ def test_changes_are_written_in_axolotl_keys():
     assert r.write({"gradient_checkpointing": "true"}) == {"gradient_checkpointing": True}
     assert r.write({"optimizer": "paged_adamw_8bit"}) == {"optimizer": "paged_adamw_8bit"}
     assert r.write({"target_modules": "all-linear"}) == {"lora_target_linear": True}
+
+
+# -- what the settings table says: a target keyword expanded on the model, a renamed optimizer -----------------
+
+# PEFT's all-linear (peft/tuners/tuners_utils.py _maybe_include_all_linear_layers) targets every nn.Linear but the
+# output layer. LlamaForCausalLM (transformers models/llama/modeling_llama.py) has as nn.Linear: LlamaAttention's
+# q_proj, k_proj, v_proj, o_proj; LlamaMLP's gate_proj, up_proj, down_proj; and lm_head, the output layer. In
+# sorted order, as the estimate lists its targets:
+LLAMA_ALL_LINEAR = ("down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj")
+LLAMA_1B = "meta-llama/Llama-3.2-1B-Instruct"  # in the model catalog: no hub needed
+
+
+def test_lora_target_linear_is_shown_with_the_modules_it_adapts(tmp_path):
+    from vramwise.surfaces.cli.common import recipe_lines
+
+    path = write_recipe(tmp_path, f"base_model: {LLAMA_1B}\nadapter: lora\nlora_r: 8\nlora_target_linear: true\n"
+                                  "micro_batch_size: 1\nsequence_len: 512\noptimizer: adamw_bnb_8bit\n")
+    r = vramwise.read_recipe(path)
+    assert r.settings["target_modules"] == ("all-linear",)  # the keyword, as read (adapter.py:174-182)
+    e = vramwise.estimate(r)
+    assert e.lora_targets == LLAMA_ALL_LINEAR
+    expanded = "all-linear (adapts: " + ",".join(LLAMA_ALL_LINEAR) + ")"
+    assert r.shown("target_modules", e.lora_targets) == expanded
+    assert r.shown("target_modules") == "all-linear"  # no estimate, no expansion
+    lines = recipe_lines(r, lora_targets=e.lora_targets)
+    # the table: the expanded modules beside the keyword, with the origin (line 4: lora_target_linear)
+    line = next(x for x in lines if x.lstrip().startswith("target_modules"))
+    assert expanded in line and line.endswith(f"{path}:4 lora_target_linear")
+    # adamw_bnb_8bit (line 7) is transformers' other name of adamw_8bit (training_args.py:129-130)
+    line = next(x for x in lines if x.lstrip().startswith("optimizer"))
+    assert "adamw_8bit (recipe: adamw_bnb_8bit)" in line and line.endswith(f"{path}:7 optimizer")
+    # the JSON says the same
+    d = r.to_dict(e.lora_targets)
+    assert d["shown"]["target_modules"] == expanded and d["shown"]["optimizer"] == "adamw_8bit (recipe: adamw_bnb_8bit)"
+    assert d["origins"]["optimizer"]["written"] == "adamw_bnb_8bit"
+
+
+def test_named_targets_are_shown_as_written(tmp_path):
+    # lora_target_modules names the modules: nothing to expand (the adapted set is the named one)
+    path = write_recipe(tmp_path, f"base_model: {LLAMA_1B}\nadapter: lora\nlora_r: 8\n"
+                                  "lora_target_modules: [q_proj, v_proj]\noptimizer: adamw_torch\n")
+    r = vramwise.read_recipe(path)
+    e = vramwise.estimate(r)
+    assert e.lora_targets == ("q_proj", "v_proj")
+    assert r.shown("target_modules", e.lora_targets) == "q_proj,v_proj"
+    assert r.shown("optimizer") == "adamw_torch"  # not renamed: no alias

@@ -270,3 +270,19 @@ def test_changes_are_written_in_llama_factory_keys():
     assert r.write({"optimizer": "adamw_8bit", "attention": "flash_attention_2"}) == {
         "optim": "adamw_8bit", "flash_attn": "fa2"}
     assert r.write({"loss": "fused"}) == {"enable_liger_kernel": True}
+
+
+def test_lora_target_all_is_shown_with_its_keyword_and_the_modules_it_adapts():
+    # lora_target: all is LLaMA-Factory's word for every linear layer but the output head
+    # (model/model_utils/misc.py find_all_linear_modules), PEFT's all-linear. On LlamaForCausalLM the nn.Linear
+    # modules are q_proj, k_proj, v_proj, o_proj (LlamaAttention), gate_proj, up_proj, down_proj (LlamaMLP) and
+    # lm_head, the output layer left out; sorted, as the estimate lists them:
+    adapted = ("down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj")
+    r = vramwise.read_recipe({"model_name_or_path": "meta-llama/Llama-3.2-1B-Instruct", "stage": "sft",
+                              "finetuning_type": "lora", "lora_target": "all", "per_device_train_batch_size": 1,
+                              "cutoff_len": 512})
+    e = vramwise.estimate(r)
+    assert e.lora_targets == adapted
+    # the recipe's word, vramwise's keyword and the modules, and where it came from
+    assert r.shown("target_modules", e.lora_targets) == f"all-linear (recipe: all) (adapts: {','.join(adapted)})"
+    assert r.origins["target_modules"].key == "lora_target"

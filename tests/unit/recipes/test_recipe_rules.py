@@ -57,8 +57,10 @@ MAPS = {
         {}, {True: "true", False: "none", "offload": "true", "offload_disk": "true"}),
     ("axolotl", "settings", "activation_offloading", "activation_offloading"): (
         {}, {True: True, False: False, "legacy": True, "disk": True}),
-    # torchao's 8-bit AdamW under axolotl's two names
-    ("axolotl", "settings", "optimizer", "optimizer"): ({}, {"adamw_torch_8bit": "adamw_8bit", "ao_adamw_8bit": "adamw_8bit"}),
+    # torchao's 8-bit AdamW under axolotl's two names; transformers' adamw_bnb_8bit is its adamw_8bit
+    # (training_args.py:129-130: "just an alias"; trainer_optimizer.py:257 optim_bits 8 for both)
+    ("axolotl", "settings", "optimizer", "optimizer"): (
+        {}, {"adamw_torch_8bit": "adamw_8bit", "ao_adamw_8bit": "adamw_8bit", "adamw_bnb_8bit": "adamw_8bit"}),
     ("axolotl", "settings", "attention", "attn_implementation"): ({}, ATTN),
     ("axolotl", "settings", "compile", "torch_compile"): ({}, {True: True, False: False, "auto": True}),
     ("bitsandbytes", "settings", "load_in_4bit", "load_in_4bit"): ({}, BOOL),
@@ -85,6 +87,8 @@ MAPS = {
     ("llama_factory", "settings", "attention", "flash_attn"): (
         {}, {"fa2": "flash_attention_2", "fa3": "flash_attention_3", "sdpa": "sdpa", "disabled": "eager"}),
     ("llama_factory", "settings", "compile", "torch_compile"): ({}, BOOL),
+    ("llama_factory", "settings", "optimizer", "optim"): ({}, {"adamw_bnb_8bit": "adamw_8bit"}),
+    ("transformers", "settings", "optimizer", "optim"): ({}, {"adamw_bnb_8bit": "adamw_8bit"}),
     ("torchtune", "settings", "gradient_checkpointing", "enable_activation_checkpointing"): ({}, CHECKPOINTING),
     ("torchtune", "settings", "activation_offloading", "enable_activation_offloading"): ({}, BOOL),
     # read by the full fine-tuning recipes only (full_finetune_single_device.py:143): a full builder
@@ -168,6 +172,8 @@ def test_each_mapped_value_reads_as_the_framework_means_it(fmt, group, name, key
     r = _read(fmt, {**context, key: written})
     assert _got(r, group, name) == expected
     assert r.origins[name].key == key  # from this rule, not a default that happens to agree
+    # where the recipe's word is not vramwise's, the origin keeps the recipe's (the settings table shows both)
+    assert r.origins[name].written == (None if canon(expected) == canon(raw) else canon(raw))
 
 
 def _rules(group: str, fmt) -> dict:
@@ -266,4 +272,5 @@ def test_deepspeed_optimizer_wins_over_the_recipes_optim(tmp_path, ds_file, expe
     # without the DeepSpeed part the recipe's own optim stands
     recipe.write_text("model_name_or_path: meta-llama/Llama-3.1-8B\nper_device_train_batch_size: 2\n"
                       "optim: adamw_bnb_8bit\n")
-    assert vramwise.read_recipe(recipe).settings["optimizer"] == "adamw_bnb_8bit"
+    # transformers' adamw_bnb_8bit is its adamw_8bit (training_args.py:129-130), vramwise's name for it
+    assert vramwise.read_recipe(recipe).settings["optimizer"] == "adamw_8bit"

@@ -210,3 +210,28 @@ def test_fit_advice_in_the_recipes_keys(client):
     # without the recipe (the same settings given one by one) there are no recipe keys
     plain = client.post("/api/fit", json={"model": LLAMA, "gpu": "t4", **f["recipe"]["settings"]}).json()
     assert plain["advice"] and all(not a.get("recipe_changes") for a in plain["advice"])
+
+
+def test_answers_show_the_recipes_values_as_the_cli_table_does(client):
+    # mistral-mixtral.yml: lora_target_linear: true (line 43), optimizer: adamw_bnb_8bit (line 63; transformers'
+    # other name of adamw_8bit, training_args.py:129-130). Its model is read as the catalog's Llama 3.1 8B here
+    # (LlamaForCausalLM: q/k/v/o_proj, gate/up/down_proj and the lm_head output layer, which all-linear leaves out).
+    from vramwise.surfaces.cli.common import recipe_lines
+
+    body = {"recipe": [part("axolotl/mistral-mixtral.yml"), part("axolotl/deepspeed_configs/zero2.json")],
+            "model": LLAMA}
+    for route in ("/api/estimate", "/api/explain"):
+        r = client.post(route, json=body)
+        assert r.status_code == 200, r.text
+        rec = r.json()["recipe"]
+        assert rec["shown"]["target_modules"] == ("all-linear (adapts: down_proj,gate_proj,k_proj,o_proj,q_proj,"
+                                                  "up_proj,v_proj)")
+        assert rec["shown"]["optimizer"] == "adamw_8bit (recipe: adamw_bnb_8bit)"
+        assert rec["origins"]["optimizer"]["written"] == "adamw_bnb_8bit"
+    # the CLI's table of the same recipe words them alike
+    import vramwise
+
+    recipe = vramwise.read_recipe([FIXTURES / "axolotl" / "mistral-mixtral.yml"], overrides={"model": LLAMA})
+    est = vramwise.estimate(recipe)
+    table = "\n".join(recipe_lines(recipe, lora_targets=est.lora_targets))
+    assert rec["shown"]["target_modules"] in table and rec["shown"]["optimizer"] in table
