@@ -19,6 +19,7 @@ import functools
 import importlib
 import importlib.metadata
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -152,6 +153,13 @@ def test_fixture_matches_torchtune(name, monkeypatch):
     if not lora:  # only the full fine-tuning recipes read optimizer_in_bwd
         assert s["optimizer_in_bwd"] == cfg.get("optimizer_in_bwd", False)
     distributed = any(k in cfg for k in ("fsdp_cpu_offload", "fsdp_reshard_after_forward", "custom_sharded_layers"))
+    # the config's header comment says how it is launched: "#   tune run [--nproc_per_node N] RECIPE --config ..."
+    # (read where no launch line is given); a *_distributed recipe runs under FSDP on N processes
+    header = re.search(r"(?m)^#\s+tune run (?:--nnodes \d+ )?(?:--nproc_per_node (\d+) )?(\S+)", path.read_text())
+    if header is not None and header.group(2).endswith("_distributed"):
+        distributed = True
+        if header.group(1) is not None:
+            assert s["world_size"] == int(header.group(1))
     assert (s["strategy"] != "none") == distributed
     assert s["offload"] == ("parameters" if cfg.get("fsdp_cpu_offload", False) else "none")
     assert [w for w in recipe.warnings if "unknown torchtune key" in w] == []
