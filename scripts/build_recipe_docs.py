@@ -113,7 +113,8 @@ vramwise fit examples/llama-3.1-8b.json --gpu H100 --profile hf --launch "torchr
   releases are shipped). An unknown name is one error line with the nearest names. A config's
   model outside the offline catalog (`llama3_1/70B_lora` builds Llama 3.1 70B) is replaced by the
   model argument (a local config.json). `--recipe` takes files only: a config is named on the
-  launch line (`--recipe` wins over it).
+  launch line (a config's name given to `--recipe` is an error line that writes that launch line;
+  `--recipe FILE` wins over the line's config).
 - **The config's header**: torchtune's configs say how they are launched in their leading comment
   (`#   tune run --nproc_per_node 8 lora_finetune_distributed --config llama3_1/70B_lora`). Where
   no launch line is given, a recipe of a format with a `header_launch` rule (torchtune's) takes the

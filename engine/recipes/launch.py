@@ -635,7 +635,8 @@ def header_launch(text: str | None, fmt, file: str | None):
     """The launch line the leading comment of ``text`` (a recipe of format ``fmt``) gives: the first comment line
     that starts with the program words of the format's ``header_launch`` launcher, read by :func:`read_launch`,
     its figures' origins naming the file's line and all of them only implied (the recipe's own keys win). None where
-    the format has no such rule or the header holds no such line."""
+    the format has no such rule or the header holds no such line (a line that does not read is skipped: it is only
+    a comment)."""
     if fmt.header_launch is None or not text:
         return None
     launchers = bundled_launchers()
@@ -655,8 +656,8 @@ def header_launch(text: str | None, fmt, file: str | None):
             continue
         try:
             launch = read_launch(words, launchers)
-        except RecipeError as e:
-            raise RecipeError(f"{file or 'the recipe'}:{number}: the header's launch line: {e}") from None
+        except RecipeError:  # a comment that does not read as a launch line is only a comment
+            continue
         where = f"{file or 'the recipe'}:{number}"
         sources = {k: f"{v}, in the header comment of {where}" for k, v in launch.sources.items()}
         # the config's own keys (fsdp_cpu_offload: FSDP) win over its comment: every figure is only implied

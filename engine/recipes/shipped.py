@@ -20,7 +20,8 @@ from types import MappingProxyType
 from vramwise.errors import RecipeError
 from vramwise.rules.datafiles import package_files, read_data_text
 
-__all__ = ["shipped_config", "shipped_names", "shipped_versions", "launch_shipped", "launch_format", "INDEX_FILE"]
+__all__ = ["shipped_config", "shipped_names", "shipped_versions", "launch_shipped", "launch_format", "named_not_file",
+           "INDEX_FILE"]
 
 INDEX_FILE = "index.json"
 _VERSION = re.compile(r"^\d+(\.\d+)*$")
@@ -112,3 +113,21 @@ def launch_format(launch):
     if launcher is None or launcher.format is None:
         return None
     return bundled_formats().get(launcher.format)
+
+
+def named_not_file(path: str) -> str | None:
+    """Where ``path`` (a recipe given as a file that does not exist) is the name of a shipped config rather than
+    a file (``--recipe llama3_1/70B_lora``): one line saying how to name it (on a launch line); else None."""
+    from vramwise.recipes.bundled import bundled_formats
+
+    for fmt in bundled_formats():
+        if fmt.shipped_configs is None:
+            continue
+        index = _index(fmt.shipped_configs[0], fmt.version)
+        name = path[:-5] if path.endswith(".yaml") and path[:-5] in index else path
+        if name in index:
+            recipe = index[name]["recipes"][0] if index[name]["recipes"] else "RECIPE"
+            return (f"{path}: no such file; {name} is a config {fmt.framework} {fmt.version} ships: name it on its "
+                    f"launch line (--launch \"tune run {recipe} --config {name}\"), which reads it; --recipe takes "
+                    "files")
+    return None

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
-from vramwise.errors import ConfigError, SettingsError
+from vramwise.errors import ConfigError, RecipeError, SettingsError
 from vramwise.profiles.settings import DEFAULT_PROFILE, SETTINGS
 from vramwise.surfaces.views import count, count_bytes, strategy_gpus_problem
 
@@ -157,6 +157,13 @@ def read_flags_recipe(args):
         raise SettingsError("give either --recipe or --params / --weight-bytes, not both")
     from vramwise.recipes.reader import read_recipe
 
+    if getattr(args, "recipe", None):
+        from vramwise.recipes.shipped import named_not_file
+
+        for path in args.recipe:
+            said = named_not_file(path) if isinstance(path, str) and not os.path.exists(path) else None
+            if said is not None:
+                raise RecipeError(said)
     given = getattr(args, "given_flags", set())
     # a sweep's comma-separated list is the sweep's, applied over the recipe
     names = {s.name for s in SETTINGS}

@@ -227,7 +227,25 @@ def test_a_recipe_without_a_header_line_or_of_another_format_has_no_launch(tmp_p
     bare.write_text("# my config\n" + body + "# tune run --nproc_per_node 4 lora_finetune_distributed\n")
     r = vramwise.read_recipe(str(bare))  # a line after the first key is not the header
     assert r.origins["world_size"].kind == "vramwise default" and r.settings["world_size"] == 1
+    # a header line that does not read as a launch line is only a comment: the next one that reads is taken
+    odd = tmp_path / "odd.yaml"
+    odd.write_text("# tune run --nproc_per_node abc lora_finetune_distributed\n"
+                   "# tune run --nproc_per_node 4 lora_finetune_distributed --config x\n" + body)
+    r = vramwise.read_recipe(str(odd))
+    assert r.settings["world_size"] == 4 and r.origins["world_size"].key.endswith(f"{odd}:2")
     axolotl = tmp_path / "axolotl.yaml"
     axolotl.write_text("# tune run --nproc_per_node 8 lora_finetune_distributed\nbase_model: meta-llama/Llama-3.1-8B\n"
                        "adapter: lora\nlora_r: 8\nmicro_batch_size: 1\nsequence_len: 512\n")
     assert vramwise.read_recipe(str(axolotl)).origins["world_size"].kind == "vramwise default"
+
+
+def test_a_config_name_given_as_recipe_says_to_name_it_on_its_launch_line(capsys):
+    # --recipe takes files: a shipped config's name there is one error line with the launch line that reads it
+    # (torchtune/_recipe_registry.py lists llama3_1/70B_lora under lora_finetune_distributed)
+    assert main(["estimate", "--recipe", "llama3_1/70B_lora"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "llama3_1/70B_lora is a config torchtune 0.6.1 ships" in err
+    assert '--launch "tune run lora_finetune_distributed --config llama3_1/70B_lora"' in err
+    assert main(["estimate", "--recipe", "no/such_config"]) == 2
+    assert "no/such_config: no such file" in capsys.readouterr().err
