@@ -24,10 +24,11 @@ DOCS = Path(__file__).resolve().parents[3] / "docs"
 
 def test_the_vocabularies_are_the_documented_names():
     # docs/cli.md and docs/profiles.md: the methods, the checkpointing modes (none, transformers', Unsloth's),
-    # torchtune's chunked and Liger's fused loss, transformers' attn_implementation names, the experts layouts
+    # torchtune's chunked and linear chunked (LinearCrossEntropyLoss) and Liger's fused loss, transformers'
+    # attn_implementation names, the experts layouts
     assert METHODS == ("qlora", "lora", "full", "inference")
     assert CHECKPOINTING_MODES == ("none", "true", "unsloth")
-    assert LOSS_MODES == ("standard", "chunked", "fused")
+    assert LOSS_MODES == ("standard", "chunked", "linear_chunked", "fused")
     assert ATTENTION_KINDS == ("flash_attention_2", "flash_attention_3", "sdpa", "flex_attention", "eager")
     assert EXPERTS_LAYOUTS == ("fused", "per_expert")
     assert SWEEPABLE == ("method", "batch_size", "seq_len", "lora_rank", "gradient_checkpointing", "optimizer",

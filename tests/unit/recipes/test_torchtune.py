@@ -315,6 +315,30 @@ def test_unknown_loss_is_a_warning():
     assert any("loss._component_" in w and "DPOLoss" in w for w in r.warnings)
 
 
+def test_linear_cross_entropy_loss_of_a_main_branch_config():
+    # torchtune's main branch after 0.6.1 (pytorch/torchtune bd2a0fc7) ships this config with
+    # loss._component_: torchtune.modules.loss.LinearCrossEntropyLoss (its line 71, here 72)
+    f = str(FIXTURES / "main" / "llama3_1_8B_lora_single_device.yaml")
+    r = read(f)
+    assert r.settings["loss"] == "linear_chunked"
+    assert_from(r, "loss", f, 72, "loss._component_")
+    assert "after 0.6.1" in r.origins["loss"].rule  # no release has it
+    # no num_output_chunks: LinearCrossEntropyLoss's own default, num_output_chunks: int = 8
+    # (torchtune/modules/loss/cross_entropy_loss.py:36 at bd2a0fc7)
+    assert r.settings["loss_chunks"] == 8
+    assert r.origins["loss_chunks"].kind == "framework default"
+    assert "cross_entropy_loss.py:36" in r.origins["loss_chunks"].source
+    assert not any("LinearCrossEntropyLoss" in w for w in r.warnings)
+
+
+def test_linear_cross_entropy_loss_chunks_and_write():
+    r = read(lora_recipe(loss={"_component_": "torchtune.modules.loss.LinearCrossEntropyLoss",
+                               "num_output_chunks": 16}), framework="torchtune")
+    assert (r.settings["loss"], r.settings["loss_chunks"]) == ("linear_chunked", 16)
+    assert r.origins["loss_chunks"].kind == "recipe"
+    assert r.write({"loss": "linear_chunked"}) == {"loss._component_": "torchtune.modules.loss.LinearCrossEntropyLoss"}
+
+
 @pytest.mark.parametrize("component, fused, expected", [
     ("torch.optim.AdamW", True, "adamw_torch_fused"),
     ("torch.optim.AdamW", False, "adamw_torch"),
