@@ -106,6 +106,7 @@ def test_each_substitution_swaps_a_choice_for_another_choice_of_the_same_setting
     subs = stack_manifest().substitutions
     assert {(s.setting, s.value, s.runs) for s in subs.values()} == {
         ("gradient_checkpointing", "unsloth", "true"), ("loss", "fused", "standard"),
+        ("loss", "linear_chunked", "chunked"),  # torchtune 0.6.1 has no LinearCrossEntropyLoss
         ("attention", "flash_attention_2", "sdpa"), ("attention", "flash_attention_3", "sdpa"),
         ("attention", "flex_attention", "sdpa")}
     for sub in subs.values():
@@ -130,6 +131,21 @@ def test_measure_says_what_it_runs_in_place_of_a_recipes_setting(tmp_path, monke
                        "attention sdpa (the recipe's flex_attention is not runnable here)",
                        "loss standard (the recipe's fused is not runnable here)"]
     assert (args.gradient_checkpointing, args.attention, args.loss, args.stack) == ("true", "sdpa", "standard", "litgpt")
+
+
+
+def test_measure_runs_the_chunked_loss_for_a_linear_cross_entropy_recipe(monkeypatch):
+    # a config of torchtune's main branch after 0.6.1: LinearCrossEntropyLoss is not in the 0.6.1 that measure runs
+    from vramwise.surfaces.cli import measure
+
+    recipe = vramwise.read_recipe(str(ROOT / "tests" / "fixtures" / "recipes" / "torchtune" / "main"
+                                      / "llama3_1_8B_lora_single_device.yaml"))
+    args = Namespace(model=None, given_flags=set(), stack=None,
+                     **{k: None for k in (*measure._MEASURE_DEFAULTS, *measure._RECIPE_FLAGS)})
+    monkeypatch.setattr("vramwise.surfaces.cli.common.recipe_of", lambda args: recipe)
+    changed = measure._apply_recipe(args)
+    assert "loss chunked (the recipe's linear_chunked is not runnable here)" in changed
+    assert (args.loss, args.loss_chunks, args.stack) == ("chunked", 8, "torchtune")
 
 
 def _manifest(tmp_path, text):
