@@ -79,3 +79,15 @@ def test_lora_peaks_where_the_other_losses_do():
     e = tt(method="lora", loss_chunks=8)
     assert value(e, "linear_loss_backward_bytes") == 6_000_000 - 748_000 + 1_504_000 + 96_256
     assert value(e, "backward_start_bytes") - value(e, "backward_head_bytes") == 748_000 - 96_256
+
+
+def test_the_hf_profile_says_it_takes_linear_chunked_as_its_fused_loss():
+    """transformers has no LinearCrossEntropyLoss: the hf profile estimates linear_chunked exactly as its
+    chunked/fused loss (every loss but standard is that one in formulas/hf/logits.yaml) and says so."""
+    settings = dict(profile="hf", method="lora", batch_size=3, seq_len=500, optimizer="adamw_torch",
+                    gradient_checkpointing="none")
+    linear = estimate(TINY, loss="linear_chunked", **settings)
+    fused = estimate(TINY, loss="fused", **settings)
+    assert linear.total == fused.total and linear.activations == fused.activations
+    assert any("torchtune's LinearCrossEntropyLoss" in w for w in linear.warnings)
+    assert not any("LinearCrossEntropyLoss" in w for w in fused.warnings)
