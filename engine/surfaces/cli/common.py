@@ -34,7 +34,9 @@ def recipe_lines(recipe, everything: bool = False, lora_targets: tuple | None = 
         return []
     from vramwise.estimation.recipe import Origin
 
-    parts = ", ".join(f"{fmt} {path}" if path else fmt for fmt, path in recipe.parts)
+    # a part named by its format already (a framework's shipped config) is not prefixed twice
+    parts = ", ".join(path if path and path.startswith(f"{fmt} ") else f"{fmt} {path}" if path else fmt
+                      for fmt, path in recipe.parts)
     lines = [f"recipe: {parts} ({recipe.framework} {recipe.framework_version}; profile {recipe.profile}, "
              f"{recipe.origins.get('profile', Origin('vramwise default')).describe()})"]
     shown = [(n, recipe.shown(n, lora_targets)) for n in recipe.settings

@@ -140,6 +140,10 @@ def test_the_cli_reads_the_shipped_config_of_a_launch_line(tmp_path, capsys):
     assert main(["estimate", str(cfg), "--json", "--launch", LINE_70B, "--world-size", "2", "--lora-rank", "4"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert (data["settings"]["world_size"], data["settings"]["lora_rank"]) == (2, 4)
+    # the table's heading names the shipped config once, not after its format's name again
+    assert main(["estimate", str(cfg), "--launch", LINE_70B]) == 0
+    heading = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("recipe: "))
+    assert heading.startswith(f"recipe: {SHIPPED_70B} (torchtune 0.6.1;"), heading
 
 
 def test_an_unknown_config_name_is_one_error_line_with_the_nearest_names(capsys):
