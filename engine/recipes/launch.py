@@ -231,7 +231,8 @@ class LaunchLine:
     overrides: tuple = ()
     entry: str | None = None
     runs: str | None = None  # the launcher of the module it runs (accelerate launch -m axolotl.cli.train: axolotl)
-    profile: str | None = None  # the profile of the stack the launcher runs (its recipe format's default), if it says
+    format: str | None = None  # the recipe format of the stack the launcher runs (tune run: torchtune), if it says
+    profile: str | None = None  # that format's default profile
     sources: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     implied: frozenset = frozenset()
     notes: tuple = ()
@@ -250,8 +251,6 @@ class LaunchLine:
             out["world_size"] = (self.world_size, self.origin("world_size"), "world_size" in self.implied)
         if self.processes_per_node is not None:
             out["gpus_per_node"] = (self.processes_per_node, self.origin("processes_per_node"), False)
-        if self.profile is not None:
-            out["profile"] = (self.profile, self.origin("profile"), True)
         return out
 
     def to_dict(self) -> dict:
@@ -597,7 +596,8 @@ def _finish(text: str, launcher: Launcher, program: str, state: _State) -> Launc
     if world is not None:
         sources["world_size"] = world_words
     runs = state.runs
-    profile = _stack_profile(runs if runs is not None and runs.format is not None else launcher)
+    stack = runs if runs is not None and runs.format is not None else launcher
+    profile = _stack_profile(stack)
     if profile is not None:
         sources["profile"] = profile[1]
         implied.add("profile")
@@ -606,7 +606,8 @@ def _finish(text: str, launcher: Launcher, program: str, state: _State) -> Launc
         processes_per_node=ppn, nodes=nodes, world_size=world, strategy=strategy,
         files=tuple(sorted(dict.fromkeys(state.files), key=lambda f: _READ_ORDER.index(f[0]))),
         config_names=tuple(dict.fromkeys(state.config_names)), overrides=tuple(state.overrides), entry=state.entry,
-        runs=runs.name if runs is not None else None, profile=profile[0] if profile is not None else None,
+        runs=runs.name if runs is not None else None, format=stack.format,
+        profile=profile[0] if profile is not None else None,
         sources=MappingProxyType(sources),
         implied=frozenset(implied), notes=tuple(dict.fromkeys(notes)))
 
@@ -662,7 +663,7 @@ def header_launch(text: str | None, fmt, file: str | None):
         sources = {k: f"{v}, in the header comment of {where}" for k, v in launch.sources.items()}
         # the config's own keys (fsdp_cpu_offload: FSDP) win over its comment: every figure is only implied
         return replace(launch, sources=MappingProxyType(sources), config_names=(), files=(), overrides=(),
-                       implied=frozenset(launch.settings()) | {"processes_per_node"},
+                       implied=frozenset(launch.settings()) | {"processes_per_node", "profile"},
                        notes=(f"the launch line is the one the header comment of {where} gives ({words[:120]}); "
                               "a launch line given (--launch) or a setting given wins over it",) + launch.notes)
     return None

@@ -83,9 +83,15 @@ def shipped_config(fmt, name: str, version: str | None = None):
         near = difflib.get_close_matches(name, list(index), n=5, cutoff=0.5)
         hint = f"nearest: {', '.join(near)}" if near else f"{len(index)} configs, such as {', '.join(list(index)[:3])}"
         raise RecipeError(f"{name[:80]!r} is not a config {fmt.framework} {release} ships ({hint})")
-    item = package_files("vramwise.frameworks").joinpath(folder, release, *entry["file"].split("/"))
     shown = f"{fmt.framework} {release}'s shipped config {key}"
-    return RecipeText(read_data_text(item, shown), shown)
+    return RecipeText(_text(folder, release, entry["file"], shown), shown)
+
+
+@lru_cache(maxsize=32)
+def _text(folder: str, release: str, file: str, shown: str) -> str:
+    """A shipped config's text, read once (package data: the server's request reads it for the launch line's
+    notes and again as the recipe)."""
+    return read_data_text(package_files("vramwise.frameworks").joinpath(folder, release, *file.split("/")), shown)
 
 
 def launch_shipped(launch, framework: str | None = None) -> list:
@@ -105,14 +111,11 @@ def launch_shipped(launch, framework: str | None = None) -> list:
 
 
 def launch_format(launch):
-    """The recipe format of the stack ``launch``'s launcher runs (tune run: torchtune), or None."""
+    """The recipe format of the stack ``launch``'s launcher runs (tune run: torchtune; ``LaunchLine.format``), or
+    None."""
     from vramwise.recipes.bundled import bundled_formats
-    from vramwise.recipes.launch import bundled_launchers
 
-    launcher = next((x for x in bundled_launchers().launchers if x.name == (launch.runs or launch.launcher)), None)
-    if launcher is None or launcher.format is None:
-        return None
-    return bundled_formats().get(launcher.format)
+    return bundled_formats().get(launch.format) if launch.format is not None else None
 
 
 def named_not_file(path: str) -> str | None:

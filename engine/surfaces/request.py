@@ -113,7 +113,7 @@ def _launch_settings(launch, given, strategy: Any = None) -> dict:
     notes say so)."""
     if launch is None:
         return {}
-    stated = {name: value for name, (value, _, _) in launch.settings().items() if name not in given and name != "profile"}
+    stated = {name: value for name, (value, _, _) in launch.settings().items() if name not in given}
     if ("strategy" in given and strategy in (None, "none")) or ("strategy" not in given and launch.strategy is None):
         stated.pop("world_size", None)
     return stated
