@@ -16,6 +16,7 @@ import _thread
 import dataclasses
 import hashlib
 from contextlib import contextmanager
+from functools import lru_cache
 from types import CodeType
 from typing import Iterator
 
@@ -30,7 +31,9 @@ _lock = _thread.allocate_lock()
 _state = {"depth": 0, "table": None, "root": None, "added": 0}
 
 
+@lru_cache(maxsize=1)
 def _key() -> bytes:
+    """This module's source, read once: the table is what this code stores."""
     return diskcache.source_digest(__file__)
 
 
