@@ -45,15 +45,18 @@ def config_key(model: Any) -> tuple | None:
     (None: do not cache). A local file is identified with its version: its size and modification
     time, and those of its folder and of the weights' index beside it."""
     if type(model) is dict or isinstance(model, Mapping):
-        for v in model.values():  # only plain containers reach marshal: a subclass fails it and is checked below
-            if type(v) in _CONTAINERS and len(v) > _LARGE:
-                return None  # a long field: resolved each time rather than serialised whole as a key
         try:
             # JSON-like content serialised in C: a long list of floats (rope factors) costs a copy of its bits,
             # where repr spelled every float out on every call
-            return ("mapping", marshal.dumps(model, _MARSHAL_VERSION))
+            data = marshal.dumps(model, _MARSHAL_VERSION)
         except ValueError:  # a type marshal does not write exactly (a subclass, an object): identified by repr
             pass
+        else:
+            # every entry takes at least a byte, so only content longer than _LARGE bytes can hold a long field
+            # (only plain containers reach marshal: a subclass fails it, and its mapping is checked below)
+            if len(data) > _LARGE and any(type(v) in _CONTAINERS and len(v) > _LARGE for v in model.values()):
+                return None  # a long field: resolved each time rather than kept whole as a key
+            return ("mapping", data)
         if _has_long_field(model):
             return None
         try:

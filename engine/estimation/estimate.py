@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import operator
 from dataclasses import FrozenInstanceError, dataclass
 from typing import Any, Mapping
 
@@ -566,9 +565,6 @@ def load_model(model: Any, *, trust_remote_code: bool = False, registry: Registr
     return (registry or Registry.default()).model(model, trust_remote_code=trust_remote_code)
 
 
-def _settings_key(args: tuple) -> tuple:
-    """A cache key of raw setting values that tells apart values Python calls equal (1, 1.0, True)."""
-    return args, tuple(map(type, args))
 
 
 class _StaticKey:
@@ -624,24 +620,30 @@ def _stage(reg: Registry, spec: ModelSpec, prof: Profile, static: dict) -> Stage
     return stage
 
 
-def _static_settings(reg: Registry, raw: tuple) -> dict:
-    key = _settings_key(raw)
+def _static_settings(reg: Registry, profile: str, given: dict) -> dict:
+    """The normalised static settings of a call that gives ``given`` (no per-call setting among them) with
+    ``profile``, kept by the registry under the given items and their types (which tell apart values Python calls
+    equal: 1, 1.0, True); a call that gives the same items in another order is a key of its own, normalised to the
+    same settings."""
     try:
+        key = (profile, tuple(given.items()), tuple(map(type, given.values())))
         hit = reg.settings.get(key)
-    except TypeError:  # an unhashable value (a list of targets): normalise without the cache
+    except TypeError:  # an unhashable value (a list of LoRA alpha values): normalise without the cache
         hit, key = None, None
     if hit is not None:
         return hit
-    static = normalise_static(dict(zip(_STATIC_NAMES, raw)))
+    values = {**_STATIC_DEFAULTS, **given}
+    values["profile"] = profile
+    static = normalise_static(values)
     static["_key"] = _StaticKey(tuple(static.items()))
     if key is not None:
         reg.settings.put(key, static)
     return static
 
 
-_STATIC_NAMES = tuple(s.name for s in SETTINGS if not s.per_call) + ("profile",)
-#: the static settings' values in that order, picked in one C call rather than by a generator over the names
-_static_values = operator.itemgetter(*_STATIC_NAMES[:-1])
+#: the defaults of the settings that hold for every batch and sequence of a model (all but the per-call ones)
+_STATIC_DEFAULTS = {s.name: s.default for s in SETTINGS if not s.per_call}
+_BATCH_DEFAULT, _SEQ_DEFAULT = DEFAULTS["batch_size"], DEFAULTS["seq_len"]
 
 
 def _strategy_profile(reg: Registry, profile: str, static: dict) -> Profile:
@@ -679,12 +681,12 @@ def estimate(model: Any, *, profile: str | None = None, trust_remote_code: bool 
     if not settings.keys() <= DEFAULTS.keys():  # a containment test builds no set on the way
         unknown = settings.keys() - DEFAULTS.keys()
         raise SettingsError(f"unknown setting(s) {', '.join(sorted(unknown))} (settings: {', '.join(DEFAULTS)})")
-    values = {**DEFAULTS, **settings}
-    targets = values["target_modules"]
-    if isinstance(targets, list):
-        values["target_modules"] = tuple(targets)
-    static = _static_settings(reg, _static_values(values) + (profile,))
-    batch, seq = values["batch_size"], values["seq_len"]
+    # the keyword dict is this call's own (a recipe's settings come back as a new dict), so the per-call settings
+    # are taken out of it: what remains is the key of the static settings
+    batch, seq = settings.pop("batch_size", _BATCH_DEFAULT), settings.pop("seq_len", _SEQ_DEFAULT)
+    if type(settings.get("target_modules")) is list:
+        settings["target_modules"] = tuple(settings["target_modules"])
+    static = _static_settings(reg, profile, settings)
     if type(batch) is not int or not 0 < batch <= _MAX_BATCH:
         batch = positive_int("batch_size", batch)
     if type(seq) is not int or not 0 < seq <= _MAX_SEQ:
@@ -699,7 +701,8 @@ def estimate(model: Any, *, profile: str | None = None, trust_remote_code: bool 
         why = f": {prof.methods_note}" if prof.methods_note else ""
         raise SettingsError(f"profile {prof.name}{under} does not model {static['method']} "
                             f"(it models {', '.join(prof.methods)}){why}")
-    prof.check_required(static)
+    if prof.serving is not None:  # (only a serving profile requires a setting)
+        prof.check_required(static)
     if prof.serving is not None and (batch != DEFAULTS["batch_size"] or seq != DEFAULTS["seq_len"]):
         raise SettingsError("a vLLM server's context is max_model_len and its batch max_num_seqs, not seq_len and "
                             "batch_size (a training step's): give --max-model-len / --max-num-seqs "

@@ -205,13 +205,13 @@ class Registry:
         A mapping is resolved once per content, a local file once per version (its size and
         modification time, and those of the weights' index and folder); hub ids are read each time.
         """
-        from vramwise.inputs.config import read_config
-
         key = config_key(model)
         if key is not None:
             hit = self.models.get(key)
             if hit is not None and (hit[1] is None or same_config(hit[1], model)):
                 return hit[0]
+        from vramwise.inputs.config import read_config  # (after the cache: an import statement costs every hit)
+
         root, origin = read_config(model, trust_remote_code=trust_remote_code)
         spec = self.resolve(root, origin=origin, location=model)
         if key is not None:
