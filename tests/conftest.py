@@ -14,7 +14,9 @@ The folders are the tiers; each test is marked by its folder:
 ``python -m pytest -q -n 2 --dist loadfile -m "measured or external or slow"`` runs the rest in two worker
 processes, each module in one worker, so what a module's tests share in the process (a validation matrix's
 measured cells, a module fixture's server) is made once (``slow``: the whole-corpus checks of the unit and
-conformance folders that take a minute or more on one core).
+conformance folders that take a minute or more on one core). ``.ci/run`` runs the modules marked ``distributed``
+(cells that start rank processes joined by gloo) first, alone in one process (``-n 0 -m distributed``), and
+then the rest (``... and not distributed``).
 
 Tests that read the shared config corpus (``../shared/configs``) skip with a reason naming it when it is
 absent; with ``VRAMWISE_REQUIRE_SHARED=1`` (set by ``.ci/run``) its absence fails the run instead, so no

@@ -7,6 +7,10 @@ import math
 
 import pytest
 
+# ranks in processes of their own, joined by gloo: .ci/run runs these modules in one process, alone, so
+# that their ranks have the machine's cores (beside another worker's steps they took four times as long)
+pytestmark = pytest.mark.distributed
+
 torch = pytest.importorskip("torch")
 from helpers import require_gloo  # noqa: E402
 

@@ -5,7 +5,13 @@ benchmarks/zero_matrix.py."""
 
 from __future__ import annotations
 
-from helpers import matrix_checks, require_gloo
+import pytest
+
+# ranks in processes of their own, joined by gloo: .ci/run runs these modules in one process, alone, so
+# that their ranks have the machine's cores (beside another worker's steps they took four times as long)
+pytestmark = pytest.mark.distributed
+
+from helpers import matrix_checks, require_gloo  # noqa: E402
 
 require_gloo("torch", "transformers", "peft", "deepspeed")
 

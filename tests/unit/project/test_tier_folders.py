@@ -15,8 +15,13 @@ from helpers import tier_deselected
 @pytest.mark.parametrize("markexpr,measured,external", [
     # the default run (pyproject.toml): `not measured` is false when measured is true, so the conjunction is
     ("not measured and not external and not slow", True, True),
-    # .ci/run's second step selects both tiers
+    # the measured and external tiers, whole
     ("measured or external or slow", False, False),
+    # .ci/run's distributed step: its modules are under tests/measured, so that folder must be collected (and a
+    # test of either folder may carry the marker)
+    ("distributed", False, False),
+    # .ci/run's last pytest step: both folders, less what is distributed
+    ("(measured or external or slow) and not distributed", False, False),
     # a measured or external test that is not slow is selected
     ("not slow", False, False),
     # external tests stay (external true, measured false: `not measured` is true)
