@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 # ranks in processes of their own, joined by gloo: .ci/run runs these modules in one process, alone, so
-# that their ranks have the machine's cores (beside another worker's steps they took four times as long)
+# that their ranks have the machine's cores (beside another worker's steps they took seven times as long)
 pytestmark = pytest.mark.distributed
 
 pytest.importorskip("torch")
