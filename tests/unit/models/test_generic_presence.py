@@ -79,3 +79,44 @@ def test_a_dense_config_applies_no_rule():
     spec = vramwise.load_model({"vocab_size": 100, "hidden_size": 64, "intermediate_size": 96,
                                 "num_hidden_layers": 2, "num_attention_heads": 4})
     assert not [w for w in spec.warnings if w.startswith("applied by field presence")]
+
+
+# Gemma-4-shaped fields without model_type (the shape of the reference estimator's own structured fixtures):
+# transformers' gemma4_text model of the same fields is the reference for every linear and expert weight
+# (Gemma 4's own norms, scales and per-layer scalars are not fields the generic family reads).
+GEMMA4_SHAPED = dict(
+    vocab_size=128, hidden_size=64, intermediate_size=32, num_hidden_layers=4, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=8, global_head_dim=16, num_global_key_value_heads=1, attention_k_eq_v=True,
+    layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+    hidden_size_per_layer_input=0, tie_word_embeddings=True)
+GEMMA4_MOE = dict(GEMMA4_SHAPED, enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=16)
+_WEIGHTS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "gate_up_proj", "router.proj")
+
+
+def _linear_and_expert_weights(per_module: dict) -> dict:
+    return {p: n for p, n in per_module.items() if p.endswith(_WEIGHTS)}
+
+
+@pytest.mark.parametrize("fields", [GEMMA4_SHAPED, dict(GEMMA4_SHAPED, attention_k_eq_v=False), GEMMA4_MOE],
+                         ids=["k-eq-v", "own-v", "parallel-experts"])
+def test_gemma4_shaped_fields_match_transformers_gemma4(fields):
+    ref = _linear_and_expert_weights(reference_params({"model_type": "gemma4_text", **fields}))
+    spec = vramwise.load_model(dict(fields))
+    assert spec.rules.name == "generic"
+    assert _linear_and_expert_weights(spec.module_params()) == ref
+    text = " ".join(spec.warnings)
+    assert "global_head_dim (16)" in text
+    assert ("keys as values" in text) == fields["attention_k_eq_v"]
+
+
+def test_qwen2_moe_fields_match_transformers_qwen2_moe():
+    # Qwen2-MoE's shared expert sized on its own (mlp.shared_expert with its gate); q/k/v without the
+    # bias Qwen2-MoE names qkv_bias (a field the generic family does not read), layer 1 dense by mlp_only_layers
+    fields = dict(vocab_size=128, hidden_size=64, intermediate_size=96, moe_intermediate_size=16, num_hidden_layers=3,
+                  num_attention_heads=4, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
+                  shared_expert_intermediate_size=48, decoder_sparse_step=1, mlp_only_layers=[1], qkv_bias=False,
+                  tie_word_embeddings=False)
+    ref = reference_params({"model_type": "qwen2_moe", **fields})
+    spec = vramwise.load_model(dict(fields))
+    assert spec.rules.name == "generic"
+    assert spec.module_params() == ref
