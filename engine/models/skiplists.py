@@ -5,6 +5,12 @@ A checkpoint's quantization config may list modules that bitsandbytes leaves unq
 names. A module's path template (``model.layers.{i}.mlp.gate_proj``) is matched against the list
 once, by the shapes of its entries; layers and numbered copies are counted from the constraints
 the match leaves, never by writing out every path.
+
+A short entry matches a path it ends, a path it begins, and, for the 4-bit load of a training
+estimate (``inner``), a run of the path's segments inside it that ends at the layer's index or
+deeper (``layers.2`` is layer 2, ``self_attn`` every layer's attention block): the matching of
+transformers before 5, which Unsloth pins, and of Unsloth Studio's estimator. Transformers 5
+matches a short entry only at the start or the end of a path.
 """
 
 from __future__ import annotations
@@ -109,13 +115,33 @@ def _match_shape(shape: tuple, numbers: list, segs: list, offset: int, memo: dic
     return result
 
 
-def _skip_constraints(template: str, index: _SkipIndex, canon: str) -> list | None:
+def _layer_segment(template: str) -> int | None:
+    """Position of the first segment of a path template that holds the layer index ``{i}`` (None: a
+    module outside the layers)."""
+    for n, seg in enumerate(template.split(".")):
+        if "{i}" in seg:
+            return n
+    return None
+
+
+def _short_offsets(path_len: int, entry_len: int, layer_at: int | None, inner: bool) -> set:
+    """Where a short entry of ``entry_len`` segments may lie in a path of ``path_len`` segments: at its
+    start, at its end and, with ``inner``, any run ending at the layer's index (``layer_at``) or deeper."""
+    last = path_len - entry_len
+    offsets = {0, last}
+    if inner and layer_at is not None:
+        offsets.update(range(max(1, layer_at - entry_len + 1), last))
+    return offsets
+
+
+def _skip_constraints(template: str, index: _SkipIndex, canon: str, inner: bool = False) -> list | None:
     """The (i, j) pairs (None: any) whose module path the skip list matches, from the path template,
     as parts of the form :func:`_match_shape` returns.
 
     Same rules as a concrete path: entries under the canonical root match the path relative to it
     when equal or a parent of it; short entries match when equal, a parent, or a suffix at a module
-    boundary. None when a placeholder shares a segment with other text (then paths are expanded).
+    boundary, and with ``inner`` a run of segments inside the path that ends at the layer's index or
+    deeper. None when a placeholder shares a segment with other text (then paths are expanded).
     """
     segs = template.split(".")
     if any(p in s and s != p for s in segs for p in _PLACEHOLDERS):
@@ -130,10 +156,11 @@ def _skip_constraints(template: str, index: _SkipIndex, canon: str) -> list | No
         for shape, numbers in index.rooted.items():
             if len(shape) <= len(rel):
                 out.append(_match_shape(shape, numbers, rel, 0, index.memo))
+    layer_at = segs.index("{i}") if "{i}" in segs else None
     for shape, numbers in index.short.items():
         if len(shape) > len(segs):
             continue
-        for offset in {0, len(segs) - len(shape)}:
+        for offset in _short_offsets(len(segs), len(shape), layer_at, inner):
             out.append(_match_shape(shape, numbers, segs, offset, index.memo))
     return out
 
@@ -162,7 +189,7 @@ def _copies_matched(parts: list, indices, count: int, repeat: int) -> int:
 
 
 def skipped_copies(groups: Iterable[tuple], entries: Iterable[str], roots: tuple, *,
-                   patterns: bool = True) -> Iterable[tuple]:
+                   patterns: bool = True, inner: bool = False) -> Iterable[tuple]:
     """For each (copies, layer indices or None, modules) of ``groups``, the same with a list of how many
     copies (layers x numbered copies) of each linear layer and parameter the skip list names (0 for the
     other modules).
@@ -171,7 +198,8 @@ def skipped_copies(groups: Iterable[tuple], entries: Iterable[str], roots: tuple
     counted from the constraints the match leaves, never by writing out every path. Entries with a
     ``*`` (a glob over path segments) or ``re:`` (a regular expression, compressed-tensors' form) are
     matched against each concrete path, as a prefix ending at a module boundary (``patterns`` False:
-    such entries match nothing).
+    such entries match nothing). ``inner``: a short entry also matches inside a path (see the module's
+    docstring).
     """
     entries = [e for e in entries if isinstance(e, str) and e]
     found = [e for e in entries if "*" in e or e.startswith("re:")]
@@ -187,9 +215,9 @@ def skipped_copies(groups: Iterable[tuple], entries: Iterable[str], roots: tuple
                 out.append(0)
                 continue
             template = m.path.rsplit(".", 1)[0] if m.kind == "parameter" else m.path  # a bare parameter's module
-            constraints = None if pattern_match else _skip_constraints(template, index, canon)
+            constraints = None if pattern_match else _skip_constraints(template, index, canon, inner)
             if constraints is None:
-                matches = _skip_matcher(rooted, short, canon)
+                matches = _skip_matcher(rooted, short, canon, _layer_segment(template) if inner else None)
                 layers = indices if indices is not None else (None,)
                 copies = sum(
                     1 for i in layers for p in m.paths(i)
@@ -206,9 +234,10 @@ def skipped_quantizable(groups: Iterable[tuple], entries: Iterable[str], roots: 
     """Quantizable weights a 4-bit load keeps in 16 bit because the skip list names their module
     (``groups``: (copies, layer indices or None, modules) of a model; ``roots``: the text tower's
     paths, the canonical one first). Glob and ``re:`` entries belong to a checkpoint's own format
-    (gpt-oss's MXFP4 list); a bitsandbytes load does not read them."""
+    (gpt-oss's MXFP4 list); a bitsandbytes load does not read them. Short entries also match inside a
+    path, as transformers before 5 and Unsloth Studio's estimator match them."""
     return sum(copies * (m.weight_params // m.repeat)
-               for _, _, mods, skipped in skipped_copies(groups, entries, roots, patterns=False)
+               for _, _, mods, skipped in skipped_copies(groups, entries, roots, patterns=False, inner=True)
                for m, copies in zip(mods, skipped) if m.quantizable)
 
 
@@ -232,8 +261,11 @@ def _pattern_matcher(patterns: list, roots: tuple):
     return matches
 
 
-def _skip_matcher(rooted: list, short: list, canon: str):
-    """A predicate over concrete module paths (used when a path template cannot be matched as a whole)."""
+def _skip_matcher(rooted: list, short: list, canon: str, layer_at: int | None = None):
+    """A predicate over concrete module paths (used when a path template cannot be matched as a whole);
+    ``layer_at``: the position of the layer-index segment in the paths, where a short entry may also
+    match a run of segments inside a path that ends there or deeper (None: only at its ends)."""
+    inner = [e.split(".") for e in short] if layer_at is not None else []
 
     def matches(path: str) -> bool:
         rel = path[len(canon) + 1:] if path.startswith(canon + ".") else path  # beside the root: the head
@@ -244,6 +276,12 @@ def _skip_matcher(rooted: list, short: list, canon: str):
         for e in short:
             if path == e or path.endswith("." + e) or path.startswith(e + "."):
                 return True
+        if inner:
+            segs = path.split(".")
+            for e in inner:
+                n = len(e)
+                if any(segs[o:o + n] == e for o in range(max(1, layer_at - n + 1), len(segs) - n)):
+                    return True
         return False
 
     return matches
