@@ -45,6 +45,21 @@ def test_outputs_unchanged(prefix):
 #: separators=(",", ":")), 1,200 records
 UNSLOTH_BEFORE_STUDIO = "505adfb17b8550d7e1606cdc97529b80b912ed35b5e9be7ef1c733d092939b52"
 
+#: studio cases whose figures have changed since the split, each to follow the reference estimator where it read
+#: a config otherwise: on the layers where attention_k_eq_v makes the keys the values, the activations charge
+#: the key/value width once (docs/unsloth-profile.md#activations); the two configs' cases with a memory-efficient
+#: kernel and a training method (eager's quadratic term and inference are as they were)
+STUDIO_CHANGED_SINCE_SPLIT = frozenset(
+    f"configs/{config}|{label}|{k}"
+    for config in ("google__gemma-4-26B-A4B.json", "nvidia__Gemma-4-31B-IT-NVFP4.json")
+    for label, ks in (("studio", (0, 1, 3, 4, 5, 7, 8, 9)), ("studio-strategy", (0, 1)))
+    for k in ks
+)
+
+#: UNSLOTH_BEFORE_STUDIO's records less the 20 named back from STUDIO_CHANGED_SINCE_SPLIT (1,180 records), from
+#: the same d12faed file
+UNSLOTH_BEFORE_STUDIO_UNCHANGED = "ca5dd767e94de4f7d333967f7997d4d45ad76e3d8f8564286b06f7715f51596a"
+
 
 def _as_unsloth_was(cid: str, rec: dict) -> tuple[str, dict]:
     """A studio case named as the unsloth case it was split from: ``studio|k`` is ``unsloth|k``, and
@@ -59,15 +74,17 @@ def test_studio_records_are_the_unsloth_records_before_the_split():
     """Every figure of every studio case is the figure the unsloth profile gave for the same case before
     studio was split from it (same settings, every config, DDP where unsloth had it), whatever unsloth
     gives since: the recorded studio cases, named back, are byte for byte the unsloth records of then
-    (their digest above); test_outputs_unchanged holds the engine to the studio records."""
+    (their digest above), but for the cases changed since to follow the reference estimator
+    (STUDIO_CHANGED_SINCE_SPLIT); test_outputs_unchanged holds the engine to the studio records."""
     studio = {cid: rec for cid, rec in RECORDED.items() if cid.count("|") == 2
               and cid.split("|")[1] in ("studio", "studio-strategy")}
     assert len(studio) == 1200
-    back = dict(_as_unsloth_was(cid, rec) for cid, rec in studio.items())
-    assert len(back) == len(studio)
+    assert STUDIO_CHANGED_SINCE_SPLIT <= studio.keys() and len(STUDIO_CHANGED_SINCE_SPLIT) == 20
+    back = dict(_as_unsloth_was(cid, rec) for cid, rec in studio.items() if cid not in STUDIO_CHANGED_SINCE_SPLIT)
+    assert len(back) == len(studio) - len(STUDIO_CHANGED_SINCE_SPLIT)
     assert sum(rec.get("profile") == "studio" for rec in studio.values()) == len(studio)
     text = json.dumps(back, sort_keys=True, separators=(",", ":"))
-    assert hashlib.sha256(text.encode()).hexdigest() == UNSLOTH_BEFORE_STUDIO
+    assert hashlib.sha256(text.encode()).hexdigest() == UNSLOTH_BEFORE_STUDIO_UNCHANGED
 
 
 def test_compiled_programs_equal_formula_by_formula():

@@ -274,3 +274,26 @@ def test_per_layer_embedding_modules_need_explicit_names():
         "all-linear", "per_layer_input_gate", "per_layer_projection", "per_layer_model_projection"]).params_trainable
     # gate 64 + 8 and projection 8 + 64 per layer, the global projection 64 + 16
     assert named - base == 2 * (72 + 72) + (64 + 16)
+
+
+K_EQ_V_TINY = {"vocab_size": 100, "hidden_size": 64, "intermediate_size": 32, "num_hidden_layers": 2,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "global_head_dim": 16,
+               "num_global_key_value_heads": 1, "attention_k_eq_v": True, "hidden_size_per_layer_input": 0,
+               "layer_types": ["sliding_attention", "full_attention"]}
+
+
+@pytest.mark.parametrize("model_type", ["gemma4_text", None])
+@pytest.mark.parametrize("gc,expected", [
+    # 10 tokens. Layer 0 (sliding): q 4*8 = 32, keys and values 2*8 = 16 each, MLP 32:
+    #   10*(32 + 2*16) + 10*2 + 10*2*32 = 640 + 20 + 640 = 1300 -> * 2.5 = 3250
+    # layer 1 (full, K = V): q 4*16 = 64, one key/value tensor of num_global_key_value_heads 1 x 16 = 16:
+    #   10*(64 + 1*16) + 20 + 640 = 1460 -> 3650 (charging the values again would give 10*16*2.5 = 400 more)
+    ("none", 3250 + 3650),
+    ("unsloth", 3650),
+])
+def test_keys_used_as_values_are_charged_once(model_type, gc, expected):
+    # the reference estimator's kv_count: q + kv x 1 on a layer that is not sliding when attention_k_eq_v,
+    # for a typed Gemma 4 config and one without a model type alike
+    cfg = dict(K_EQ_V_TINY, **({"model_type": model_type} if model_type else {}))
+    e = _studio(cfg, method="lora", batch_size=1, seq_len=10, gradient_checkpointing=gc)
+    assert e.activations == expected
