@@ -583,12 +583,34 @@ class _StaticKey:
         return self is other or (type(other) is _StaticKey and self.hash == other.hash and self.items == other.items)
 
 
+def _check_as_stored(reg: Registry, spec: ModelSpec, prof: Profile, static: dict) -> None:
+    """A checkpoint loaded as stored (a GGUF file's quantized tensors) is estimated for inference only, under a
+    profile whose formulas read its bytes (``checkpoint_as_stored``); otherwise one SettingsError saying so."""
+    fmt = spec.checkpoint_format or "stored"
+    if static["method"] != "inference":
+        raise SettingsError(
+            f"a {fmt} file holds quantized weights for inference (llama.cpp): vramwise estimates it with --method "
+            f"inference (method=\"inference\"); a {static['method']} estimate needs the model's config.json or its hub id")
+    if not any("checkpoint_as_stored" in f.expr.names for f in prof.formulas):
+        users = ", ".join(sorted(_as_stored_profiles(reg)))
+        raise SettingsError(f"the {prof.name} profile does not count the weights of a {fmt} file as stored"
+                            + (f": use the {users} profile" if users else ""))
+
+
+def _as_stored_profiles(reg: Registry) -> list:
+    return [n for n in reg.profile_names()
+            if "inference" in reg.profile(n).methods
+            and any("checkpoint_as_stored" in f.expr.names for f in reg.profile(n).formulas)]
+
+
 def _stage(reg: Registry, spec: ModelSpec, prof: Profile, static: dict) -> Stage:
     key = (spec, prof, static["_key"])
     stage = reg.stages.get(key)
     if stage is not None:
         return stage
     prof.check_family(spec.compiled_family)
+    if spec.inventory.checkpoint_as_stored:
+        _check_as_stored(reg, spec, prof, static)
     if prof.serving is None and static["gpu_memory"] is not None:  # naming a GPU asks whether the run fits on it
         given = f"gpu {static['gpu']!r}" if static["gpu"] is not None else f"gpu_memory {static['gpu_memory']:,}"
         raise SettingsError(f"{given} is the GPU a serving profile (vllm) runs on; the {prof.name} profile's estimate is "

@@ -234,7 +234,7 @@ class Registry:
         if location is None:
             location = source
         from vramwise.models.resolve import resolve_model
-        from vramwise.inputs.config import checkpoint_size, text_view
+        from vramwise.inputs.config import checkpoint_source, text_view
 
         text = text_view(root)
         types = [text.get("model_type"), root.get("model_type")]
@@ -252,12 +252,12 @@ class Registry:
             if note:
                 notes.append(note)
         model_type = next((t for t in types if t), None)
-        size_origin = None
+        size_origin = stored = None
         if location is not None and checkpoint_bytes is None:
-            checkpoint_bytes, size_origin = checkpoint_size(location)
+            checkpoint_bytes, size_origin, stored = checkpoint_source(location)
         return resolve_model(
             fam, root, text, model_type=model_type, warnings=notes, origin=origin,
-            checkpoint_bytes=checkpoint_bytes, checkpoint_origin=size_origin,
+            checkpoint_bytes=checkpoint_bytes, checkpoint_origin=size_origin, checkpoint_as_stored=stored,
         )
 
     # -- profiles -------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Reading a model's config from where the caller names it: a config.json path or folder, a mapping,
-a PretrainedConfig, a catalog name or a hub id.
+a PretrainedConfig, a catalog name or a hub id; or a GGUF file, its shards or their folder, whose
+metadata :mod:`vramwise.inputs.gguf` maps to a config (with the ``gguf`` extra).
 
 Reading a local file needs neither torch nor transformers. A hub id goes
 through transformers' ``AutoConfig`` (local cache and ``HF_HUB_OFFLINE``
@@ -40,7 +41,7 @@ from typing import Any, Mapping
 
 from vramwise.errors import ConfigError
 
-__all__ = ["read_config", "parse_json_bytes", "text_view", "checkpoint_size", "MAX_CONFIG_BYTES", "MAX_INDEX_BYTES", "MAX_JSON_DEPTH"]
+__all__ = ["read_config", "parse_json_bytes", "text_view", "checkpoint_size", "checkpoint_source", "MAX_CONFIG_BYTES", "MAX_INDEX_BYTES", "MAX_JSON_DEPTH"]
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -262,9 +263,18 @@ def read_config(model: Any, *, trust_remote_code: bool = False) -> tuple[dict, s
         cfg = path / "config.json"
         cst = _stat(cfg, "config")
         if cst is None:
-            raise ConfigError(f"folder {path} has no config.json")
+            from vramwise.inputs.gguf import is_gguf
+
+            if is_gguf(path):
+                return _gguf_config(path)
+            raise ConfigError(f"folder {path} has no config.json (nor a .gguf file)")
         return _read_json(cfg), str(cfg)
     if st is not None:
+        if not path.name.lower().endswith(".json"):
+            from vramwise.inputs.gguf import is_gguf
+
+            if is_gguf(path):
+                return _gguf_config(path)
         return _read_json(path), str(path)
     entry = find_model(text) if isinstance(model, str) else None
     if entry is not None:  # the bundled catalog, before the hub: no network, no cache
@@ -272,6 +282,14 @@ def read_config(model: Any, *, trust_remote_code: bool = False) -> tuple[dict, s
     if _HUB_ID.match(text) and not text.endswith(".json"):
         return _read_hub(text, trust_remote_code), f"hub:{text}"
     raise ConfigError(f"no such file or folder: {text}")
+
+
+def _gguf_config(path: Path) -> tuple[dict, str]:
+    """The config a GGUF model's metadata maps to (:mod:`vramwise.inputs.gguf`), and its first file."""
+    from vramwise.inputs.gguf import gguf_config, read_gguf
+
+    model = read_gguf(path)
+    return gguf_config(model), model.files[0]
 
 
 def _catalog_config(entry) -> dict:
@@ -409,13 +427,34 @@ def checkpoint_size(model: Any) -> tuple[int | None, str | None]:
     ``*.safetensors`` files; ``(None, None)`` for models not named by a local folder or file.
     An index that cannot be read as JSON (see the module's limits) is a ConfigError naming it;
     an index without a positive integer ``metadata.total_size`` is passed over for the files' sizes.
+    A GGUF model's figure is its tensors' bytes as stored (see :func:`checkpoint_source`).
     """
+    size, origin, _ = checkpoint_source(model)
+    return size, origin
+
+
+def checkpoint_source(model: Any) -> tuple[int | None, str | None, str | None]:
+    """:func:`checkpoint_size`'s bytes and origin, and the format of a checkpoint a runtime loads as it is
+    stored: ``"GGUF"`` and its file type (``"GGUF Q4_K_M"``) for a GGUF model (the bytes are its tensors', each
+    by its GGML type, summed), else None
+    (the bytes are the files' sizes beside a config, what its 16-bit weights do not explain)."""
     if not isinstance(model, (str, os.PathLike)):
-        return None, None
+        return None, None, None
     kind = local_kind(model)
     if kind is None:
-        return None, None
+        return None, None, None
     _, path = _local_path(model)
+    if kind == "dir" or not path.name.lower().endswith(".json"):
+        from vramwise.inputs.gguf import is_gguf, read_gguf
+
+        if is_gguf(path):
+            gg = read_gguf(path)
+            return gg.weight_bytes, gg.describe(), f"GGUF {gg.file_type}" if gg.file_type else "GGUF"
+    size, origin = _beside_config(path, kind)
+    return size, origin, None
+
+
+def _beside_config(path: Path, kind: str) -> tuple[int | None, str | None]:
     folder = path if kind == "dir" else path.parent
     index = folder / "model.safetensors.index.json"
     ist = _stat(index, "weights index")

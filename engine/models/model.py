@@ -115,6 +115,7 @@ class Inventory:
     checkpoint_quantized_bytes: int = field(default=0, metadata={"doc": "bytes those modules take in the checkpoint: packed weights, scales, zero points, indices, biases"})
     checkpoint_quantized_head_params: int = field(default=0, metadata={"doc": "the output head's share of checkpoint_quantized_params"})
     checkpoint_quantized_head_bytes: int = field(default=0, metadata={"doc": "the output head's share of checkpoint_quantized_bytes"})
+    checkpoint_as_stored: bool = field(default=False, metadata={"doc": "the checkpoint is loaded as it is stored (a GGUF file): checkpoint_bytes is the weights' own bytes, each tensor by its type"})
 
     def names(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -145,7 +146,7 @@ class ModelSpec:
     fact_origins: Mapping[str, "FactOrigin"] = field(default_factory=dict, repr=False)  # where each fact came from
     inventory: Inventory | None = None
     params_by_group: Mapping[str, int] = field(default_factory=dict)
-    checkpoint_format: str | None = None  # the quantized checkpoint's format (formulas/checkpoint_formats.yaml), if any
+    checkpoint_format: str | None = None  # the quantized checkpoint's format (formulas/checkpoint_formats.yaml), or one loaded as stored ("GGUF Q4_K_M")
 
     @property
     def params_total(self) -> int:

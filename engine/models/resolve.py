@@ -34,9 +34,11 @@ def resolve_model(
     origin: str = "",
     checkpoint_bytes: int | None = None,
     checkpoint_origin: str | None = None,
+    checkpoint_as_stored: str | None = None,
 ) -> ModelSpec:
     """Resolve ``family`` on a config (``root``: whole config, ``text``: its text view; ``origin``: where it
-    was read from)."""
+    was read from). ``checkpoint_as_stored`` names the format of a checkpoint a runtime loads as it is stored
+    (``"GGUF Q4_K_M"``): ``checkpoint_bytes`` is then the weights' own bytes (the inventory's ``checkpoint_as_stored``)."""
     warns = list(warnings)
     origins: dict[str, FactOrigin] = {}
     facts = resolve_facts(family, root, text, warns, origins)
@@ -61,7 +63,16 @@ def resolve_model(
     if checkpoint_bytes is not None and not 0 <= checkpoint_bytes <= 2**60:
         raise ConfigError(f"the checkpoint's size {short_repr(checkpoint_bytes)} bytes is not plausible (from {checkpoint_origin})")
     total = inventory.params_total
-    if checkpoint_bytes is not None and checkpoint_bytes > 2 * total:
+    if checkpoint_as_stored is not None:
+        if checkpoint_bytes is None:
+            raise ConfigError(f"a {checkpoint_as_stored} checkpoint without its size (from {checkpoint_origin})")
+        inventory = replace(inventory, checkpoint_as_stored=True)
+        warns.append(
+            f"the weights are the {checkpoint_origin}: {checkpoint_bytes / 2**30:.2f} GiB as stored, exact to the "
+            "byte; the rest of the estimate is the profile's own, not yet llama.cpp's (its KV cache types and "
+            "compute buffer)"
+        )
+    elif checkpoint_bytes is not None and checkpoint_bytes > 2 * total:
         extra = checkpoint_bytes - 2 * total
         warns.append(
             f"the checkpoint holds {extra / 2**30:.2f} GiB more than the text tower's 16-bit weights "
@@ -75,5 +86,5 @@ def resolve_model(
         peft_target_parameters=family.peft_target_parameters.get(model_type, MappingProxyType({})),
         compiled_family=family, fact_origins=MappingProxyType(origins), inventory=inventory,
         params_by_group=MappingProxyType(dict(sorted(by_group.items()))),
-        checkpoint_format=quantized.format if quantized is not None else None,
+        checkpoint_format=quantized.format if quantized is not None else checkpoint_as_stored,
     )

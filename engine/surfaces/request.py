@@ -212,12 +212,13 @@ def read_flags(args) -> Request:
         raise SettingsError("give a MODEL (config.json, folder or hub id), or --params / --weight-bytes")
     if model is not None and size_only:
         raise SettingsError("give either a MODEL or --params / --weight-bytes, not both")
-    from vramwise.inputs.config import checkpoint_size, local_kind
+    from vramwise.inputs.config import checkpoint_source, local_kind
 
     label = model
     if model is not None and local_kind(model) == "dir" and local_kind(os.path.join(model, "config.json")) is None:
-        size, _ = checkpoint_size(model)
-        if size is not None:  # weight files without a config: the size-only fallback
+        size, _, stored = checkpoint_source(model)
+        if size is not None and stored is None:  # weight files without a config: the size-only fallback (a GGUF
+            # folder has its config in its files' metadata)
             label = f"{model} ({count_bytes(size)} of weights, no config)"
             model, weight_bytes, size_only = None, size, True
     if getattr(args, "hub", False) and model is not None and not size_only:

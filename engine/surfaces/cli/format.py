@@ -130,9 +130,10 @@ def serving_settings_line(s) -> str:
     return ", ".join(parts)
 
 
-def settings_line(s, serving: bool = False) -> str:
+def settings_line(s, serving: bool = False, stored: str | None = None) -> str:
     """The settings that matter for the method (``SETTINGS[...].applies_to``), in a few words (a serving
-    profile's: vLLM's settings)."""
+    profile's: vLLM's settings); ``stored``: the format of a checkpoint loaded as stored ("GGUF Q4_K_M"),
+    whose weights an inference estimate takes as they are."""
     if serving:
         return serving_settings_line(s)
     m = s.method
@@ -154,7 +155,7 @@ def settings_line(s, serving: bool = False) -> str:
     if m == "lora" and s.load_in_4bit:
         parts.append("4-bit base weights")
     if m == "inference":
-        parts.append("4-bit weights" if s.load_in_4bit else "16-bit weights")
+        parts.append(f"{stored} weights as stored" if stored else "4-bit weights" if s.load_in_4bit else "16-bit weights")
     if applies("strategy", m) and s.strategy != "none":
         parts.append(f"{s.strategy} on {gpus_word(s.world_size)}" + (f", offload {s.offload}" if s.offload != "none" else ""))
     return ", ".join(parts)
@@ -162,7 +163,8 @@ def settings_line(s, serving: bool = False) -> str:
 
 def family_line(est) -> str:
     kind = f" ({est.model_type})" if est.model_type else ""
-    return f"family {est.family}{kind}, profile {est.profile}; {settings_line(est.settings)}"
+    stored = est.model.checkpoint_format if est.model.inventory.checkpoint_as_stored else None
+    return f"family {est.family}{kind}, profile {est.profile}; {settings_line(est.settings, stored=stored)}"
 
 
 def summary(profile: str) -> str | None:

@@ -1,0 +1,78 @@
+"""GGUF files for the tests, written with gguf's own writer (``gguf.GGUFWriter``, llama.cpp's gguf-py): a small
+Qwen2 in F32, F16, Q8_0 and Q4_K tensors, and its bytes derived by hand (tests/unit/inputs/test_gguf.py,
+tests/unit/surfaces/test_cli_gguf.py). Import it after ``pytest.importorskip("gguf")``."""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+
+T = gguf.GGMLQuantizationType
+
+
+def quantized(rows: int, cols: int, kind) -> "np.ndarray":
+    """Zero bytes of a quantized tensor of rows x cols values (the writer takes a quantized tensor as its bytes)."""
+    block, size = gguf.GGML_QUANT_SIZES[kind]
+    return np.zeros((rows, cols // block * size), np.uint8)
+
+
+def write_qwen2(path, split_max_tensors: int = 0) -> None:
+    """A two-layer Qwen2 (hidden 256, 4 heads of 64, 2 KV heads, MLP 512, vocabulary 300, untied head) in F32,
+    F16, Q8_0 and Q4_K tensors, as llama.cpp's converter names them."""
+    w = gguf.GGUFWriter(path, "qwen2", split_max_tensors=split_max_tensors)
+    w.add_block_count(2)
+    w.add_embedding_length(256)
+    w.add_feed_forward_length(512)
+    w.add_head_count(4)
+    w.add_head_count_kv(2)
+    w.add_context_length(32768)
+    w.add_rope_freq_base(1000000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+    w.add_token_list([f"t{i}" for i in range(290)])  # shorter than the embedding's 300 rows
+    w.add_tensor("token_embd.weight", np.zeros((300, 256), np.float16))
+    w.add_tensor("output_norm.weight", np.zeros(256, np.float32))
+    w.add_tensor("output.weight", quantized(300, 256, T.Q8_0), raw_dtype=T.Q8_0)
+    for i in range(2):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", np.zeros(256, np.float32))
+        w.add_tensor(p + "attn_q.weight", quantized(256, 256, T.Q4_K), raw_dtype=T.Q4_K)
+        w.add_tensor(p + "attn_q.bias", np.zeros(256, np.float32))
+        w.add_tensor(p + "attn_k.weight", quantized(128, 256, T.Q4_K), raw_dtype=T.Q4_K)
+        w.add_tensor(p + "attn_k.bias", np.zeros(128, np.float32))
+        w.add_tensor(p + "attn_v.weight", quantized(128, 256, T.Q8_0), raw_dtype=T.Q8_0)
+        w.add_tensor(p + "attn_v.bias", np.zeros(128, np.float32))
+        w.add_tensor(p + "attn_output.weight", np.zeros((256, 256), np.float16))
+        w.add_tensor(p + "ffn_norm.weight", np.zeros(256, np.float32))
+        w.add_tensor(p + "ffn_gate.weight", quantized(512, 256, T.Q4_K), raw_dtype=T.Q4_K)
+        w.add_tensor(p + "ffn_up.weight", quantized(512, 256, T.Q4_K), raw_dtype=T.Q4_K)
+        w.add_tensor(p + "ffn_down.weight", quantized(256, 512, T.Q4_K), raw_dtype=T.Q4_K)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+# Each tensor's bytes by hand: F32 4 bytes a value, F16 2; Q8_0 blocks of 32 values in 34 bytes (32 int8 and an f16
+# scale); Q4_K blocks of 256 values in 144 bytes (128 bytes of 4-bit values, 12 of 6-bit scales, two f16).
+LAYER_BYTES = {
+    "attn_norm.weight": 256 * 4,                    # 1,024
+    "attn_q.weight": 256 * (256 // 256) * 144,      # 36,864: 256 rows of one Q4_K block
+    "attn_q.bias": 256 * 4,                         # 1,024
+    "attn_k.weight": 128 * 144,                     # 18,432
+    "attn_k.bias": 128 * 4,                         # 512
+    "attn_v.weight": 128 * (256 // 32) * 34,        # 34,816: 128 rows of eight Q8_0 blocks
+    "attn_v.bias": 128 * 4,                         # 512
+    "attn_output.weight": 256 * 256 * 2,            # 131,072
+    "ffn_norm.weight": 256 * 4,                     # 1,024
+    "ffn_gate.weight": 512 * 144,                   # 73,728
+    "ffn_up.weight": 512 * 144,                     # 73,728
+    "ffn_down.weight": 256 * (512 // 256) * 144,    # 73,728: rows of 512 values, two Q4_K blocks each
+}
+ROOT_BYTES = {
+    "token_embd.weight": 300 * 256 * 2,             # 153,600
+    "output_norm.weight": 256 * 4,                  # 1,024
+    "output.weight": 300 * (256 // 32) * 34,        # 81,600
+}
+# 446,464 a layer: 2 x 446,464 + 236,224 = 1,129,152
+TOTAL_BYTES = 1_129_152

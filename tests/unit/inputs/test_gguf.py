@@ -1,0 +1,316 @@
+"""GGUF files: the header read (metadata and tensor table, never the weights), each tensor's bytes by its GGML type,
+split shards, and the config the metadata maps to through formulas/gguf.yaml.
+
+The files are written here with gguf's own writer (``gguf.GGUFWriter``, llama.cpp's gguf-py); the header is read back
+by vramwise's reader and compared with gguf's own reader (``gguf.GGUFReader``), the bytes with a hand derivation,
+the resolved model with the one the equivalent config.json gives, and the table's keys with transformers' own GGUF
+mapping (``transformers.integrations.ggml.GGUF_CONFIG_MAPPING``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+from importlib import resources
+
+import pytest
+
+gguf = pytest.importorskip("gguf", reason="the gguf package (pip install 'vramwise[gguf]', in the test extra) writes "
+                                          "the GGUF files these tests read")
+np = pytest.importorskip("numpy")
+
+import vramwise  # noqa: E402
+from vramwise.errors import ConfigError, FileFormatError, MissingDependencyError, SettingsError  # noqa: E402
+from vramwise.estimation.registry import Registry  # noqa: E402
+from vramwise.inputs import gguf as vg  # noqa: E402
+from vramwise.rules.datafiles import load_data_file  # noqa: E402
+
+from gguf_files import LAYER_BYTES, ROOT_BYTES, TOTAL_BYTES, write_qwen2  # noqa: E402  (tests/gguf_files.py)
+
+T = gguf.GGMLQuantizationType
+
+@pytest.fixture
+def qwen2_file(tmp_path):
+    path = tmp_path / "tiny-Q4_K_M.gguf"
+    write_qwen2(path)
+    return path
+
+
+def test_metadata_and_tensor_table(qwen2_file):
+    m = vg.read_gguf(qwen2_file)
+    assert m.architecture == "qwen2"
+    assert m.file_type == "Q4_K_M"  # general.file_type 15 is llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M
+    assert m.metadata["qwen2.block_count"] == 2 and m.metadata["qwen2.attention.head_count_kv"] == 2
+    assert m.metadata["qwen2.attention.layer_norm_rms_epsilon"] == 1e-6  # float32 read back as the decimal written
+    assert m.array_lengths["tokenizer.ggml.tokens"] == 290
+    assert "tokenizer.ggml.tokens" not in m.metadata  # a vocabulary's list is counted, not kept
+    assert m.tensor("token_embd.weight").shape == (256, 300)  # ggml order: the row's length first
+    assert m.tensor("blk.1.attn_v.weight").ggml_type == "Q8_0"
+    # gguf's own reader reads the same table: names, types, shapes, offsets of the data in the file
+    reader = gguf.GGUFReader(qwen2_file)
+    assert [(t.name, t.tensor_type.name, tuple(int(d) for d in t.shape), int(t.data_offset)) for t in reader.tensors] == \
+        [(t.name, t.ggml_type, t.shape, t.offset) for t in m.tensors]
+    assert reader.fields["general.file_type"].contents() == 15
+
+
+def test_each_tensor_bytes_by_its_ggml_type(qwen2_file):
+    m = vg.read_gguf(qwen2_file)
+    expected = dict(ROOT_BYTES)
+    for i in range(2):
+        expected.update({f"blk.{i}.{k}": v for k, v in LAYER_BYTES.items()})
+    assert {t.name: t.nbytes for t in m.tensors} == expected
+    assert m.weight_bytes == sum(expected.values()) == TOTAL_BYTES
+    assert {t.ggml_type for t in m.tensors} == {"F32", "F16", "Q8_0", "Q4_K"}
+
+
+def test_split_shards_read_from_any_shard_or_their_folder(tmp_path):
+    write_qwen2(tmp_path / "tiny.gguf", split_max_tensors=15)
+    names = sorted(os.listdir(tmp_path))
+    assert names == ["tiny-00001-of-00002.gguf", "tiny-00002-of-00002.gguf"]
+    for given in (tmp_path / names[0], tmp_path / names[1], tmp_path):
+        m = vg.read_gguf(given)
+        assert [os.path.basename(f) for f in m.files] == names
+        assert len(m.tensors) == 27 and {t.shard for t in m.tensors} == {0, 1}
+        assert m.weight_bytes == TOTAL_BYTES
+    (tmp_path / names[1]).unlink()
+    with pytest.raises(ConfigError, match="shard 2 of 2 .tiny-00002-of-00002.gguf. is missing"):
+        vg.read_gguf(tmp_path / names[0])
+
+
+def test_folder_of_several_models_asks_for_one(tmp_path, qwen2_file):
+    write_qwen2(tmp_path / "tiny-Q8_0.gguf")
+    (tmp_path / "mmproj-F16.gguf").write_bytes(b"GGUF")  # a vision projector is not a model of the folder
+    with pytest.raises(ConfigError, match=r"several GGUF models \(tiny-Q4_K_M.gguf, tiny-Q8_0.gguf\): name the file"):
+        vg.read_gguf(tmp_path)
+
+
+def test_the_weights_are_never_read(tmp_path):
+    """A header that claims 1 GiB of Q8_0 data, the file extended to hold it without writing it (a sparse file):
+    the header is read in a moment, and memory grows by far less than the data."""
+    path = tmp_path / "big.gguf"
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_block_count(1)
+    w.add_token_list([f"tok{i}" for i in range(150_000)])  # a real vocabulary's size: skipped by its lengths
+    rows, cols = 262_144, 4096
+    nbytes = rows * cols // 32 * 34  # 1,140,850,688
+    w.add_tensor_info("token_embd.weight", (rows, cols // 32 * 34), np.dtype(np.uint8), nbytes, raw_dtype=T.Q8_0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    with open(path, "r+b") as f:
+        f.truncate(-(-os.path.getsize(path) // 32) * 32 + nbytes)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    m = vg.read_gguf(path)
+    assert m.tensor("token_embd.weight").nbytes == nbytes
+    assert m.array_lengths["tokenizer.ggml.tokens"] == 150_000
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100 * 1024
+    with open(path, "r+b") as f:  # the data cut short: the tensor ends past the file
+        f.truncate(nbytes // 2)
+    with pytest.raises(ConfigError, match="token_embd.weight ends at byte .* past the file's"):
+        vg.read_gguf(path)
+
+
+def test_not_a_gguf_file(tmp_path):
+    p = tmp_path / "x.gguf"
+    p.write_bytes(b"NOPE" + bytes(40))
+    with pytest.raises(ConfigError, match="not a GGUF file"):
+        vg.read_gguf(p)
+    p.write_bytes(b"GGUF" + (3).to_bytes(4, "little") + (0).to_bytes(8, "little") + (1).to_bytes(8, "little")
+                  + (50).to_bytes(8, "little") + b"general")  # a key cut short
+    with pytest.raises(ConfigError, match="ends past the end of the file"):
+        vg.read_gguf(p)
+
+
+# -- the config from the metadata -----------------------------------------------------------------------------
+
+def _write(path, arch: str, kv: dict, tensors: dict) -> None:
+    w = gguf.GGUFWriter(path, arch)
+    for key, (kind, value) in kv.items():
+        w.add_key_value(key.replace("{arch}", arch), value, kind)
+    for name, array in tensors.items():
+        w.add_tensor(name, array)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+U32, F32 = gguf.GGUFValueType.UINT32, gguf.GGUFValueType.FLOAT32
+# Each case: the llama.cpp architecture, its metadata, its tensors that the table reads (the token embedding's rows,
+# a head or its absence, a bias), and the config.json written by hand that says the same.
+CASES = {
+    "llama-tied-no-key-length": (
+        "llama",
+        {"{arch}.block_count": (U32, 3), "{arch}.embedding_length": (U32, 512), "{arch}.feed_forward_length": (U32, 1024),
+         "{arch}.attention.head_count": (U32, 8), "{arch}.attention.head_count_kv": (U32, 2),
+         "{arch}.context_length": (U32, 8192), "{arch}.rope.freq_base": (F32, 500000.0),
+         "{arch}.attention.layer_norm_rms_epsilon": (F32, 1e-5)},
+        {"token_embd.weight": np.zeros((1000, 512), np.float16)},
+        # no output.weight: tied; no key_length: llama.cpp's head size hidden / heads = 64
+        {"model_type": "llama", "vocab_size": 1000, "hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 3,
+         "num_attention_heads": 8, "num_key_value_heads": 2, "max_position_embeddings": 8192, "rope_theta": 500000.0,
+         "rms_norm_eps": 1e-5, "tie_word_embeddings": True, "attention_bias": False, "mlp_bias": False},
+    ),
+    "llama-mistral-style-with-biases": (
+        "llama",
+        {"{arch}.block_count": (U32, 2), "{arch}.embedding_length": (U32, 256), "{arch}.feed_forward_length": (U32, 768),
+         "{arch}.attention.head_count": (U32, 4), "{arch}.attention.head_count_kv": (U32, 1)},
+        {"token_embd.weight": np.zeros((500, 256), np.float16), "output.weight": np.zeros((500, 256), np.float16),
+         "blk.0.attn_q.bias": np.zeros(256, np.float32), "blk.1.attn_q.bias": np.zeros(256, np.float32)},
+        {"model_type": "llama", "vocab_size": 500, "hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 1, "tie_word_embeddings": False, "attention_bias": True,
+         "mlp_bias": False},
+    ),
+    "qwen3-key-length": (
+        "qwen3",
+        {"{arch}.block_count": (U32, 2), "{arch}.embedding_length": (U32, 256), "{arch}.feed_forward_length": (U32, 512),
+         "{arch}.attention.head_count": (U32, 8), "{arch}.attention.head_count_kv": (U32, 4),
+         "{arch}.attention.key_length": (U32, 128), "{arch}.context_length": (U32, 40960)},
+        {"token_embd.weight": np.zeros((700, 256), np.float16)},
+        {"model_type": "qwen3", "vocab_size": 700, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+         "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 128, "max_position_embeddings": 40960,
+         "tie_word_embeddings": True},
+    ),
+    "qwen3moe": (
+        "qwen3moe",
+        {"{arch}.block_count": (U32, 2), "{arch}.embedding_length": (U32, 256), "{arch}.feed_forward_length": (U32, 768),
+         "{arch}.attention.head_count": (U32, 4), "{arch}.attention.head_count_kv": (U32, 2),
+         "{arch}.attention.key_length": (U32, 64), "{arch}.expert_count": (U32, 8), "{arch}.expert_used_count": (U32, 2),
+         "{arch}.expert_feed_forward_length": (U32, 128)},
+        {"token_embd.weight": np.zeros((400, 256), np.float16), "output.weight": np.zeros((400, 256), np.float16)},
+        {"model_type": "qwen3_moe", "vocab_size": 400, "hidden_size": 256, "intermediate_size": 768,
+         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "num_experts": 8,
+         "num_experts_per_tok": 2, "moe_intermediate_size": 128, "tie_word_embeddings": False},
+    ),
+    "gemma2": (
+        "gemma2",
+        {"{arch}.block_count": (U32, 4), "{arch}.embedding_length": (U32, 256), "{arch}.feed_forward_length": (U32, 1024),
+         "{arch}.attention.head_count": (U32, 2), "{arch}.attention.head_count_kv": (U32, 1),
+         "{arch}.attention.key_length": (U32, 64), "{arch}.attention.sliding_window": (U32, 4096),
+         "{arch}.attn_logit_softcapping": (F32, 50.0), "{arch}.final_logit_softcapping": (F32, 30.0)},
+        {"token_embd.weight": np.zeros((600, 256), np.float16)},
+        {"model_type": "gemma2", "vocab_size": 600, "hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 4,
+         "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 64, "sliding_window": 4096,
+         "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "tie_word_embeddings": True},
+    ),
+    "gemma3": (
+        "gemma3",
+        {"{arch}.block_count": (U32, 6), "{arch}.embedding_length": (U32, 256), "{arch}.feed_forward_length": (U32, 512),
+         "{arch}.attention.head_count": (U32, 4), "{arch}.attention.head_count_kv": (U32, 1),
+         "{arch}.attention.key_length": (U32, 128), "{arch}.attention.sliding_window": (U32, 512)},
+        {"token_embd.weight": np.zeros((800, 256), np.float16)},
+        {"model_type": "gemma3_text", "vocab_size": 800, "hidden_size": 256, "intermediate_size": 512,
+         "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 128,
+         "sliding_window": 512, "tie_word_embeddings": True},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_resolved_as_the_equivalent_config_json(case, tmp_path):
+    arch, kv, tensors, config = CASES[case]
+    path = tmp_path / f"{case}.gguf"
+    _write(path, arch, kv, tensors)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    reg = Registry()
+    from_gguf = reg.model(str(path))
+    by_hand = reg.model(str(tmp_path / "config.json"))
+    assert from_gguf.family == by_hand.family
+    assert from_gguf.model_type == by_hand.model_type == config["model_type"]
+    assert dict(from_gguf.facts) == dict(by_hand.facts)
+    assert from_gguf.params_total == by_hand.params_total
+    assert dict(from_gguf.params_by_group) == dict(by_hand.params_by_group)
+    assert from_gguf.inventory.checkpoint_as_stored and not by_hand.inventory.checkpoint_as_stored
+    assert from_gguf.inventory.checkpoint_bytes == sum(a.nbytes for a in tensors.values())  # F16 and F32: numpy's own
+
+
+def test_table_keys_agree_with_transformers_gguf_mapping():
+    """Where transformers' GGUF loader maps a metadata key of an architecture, the table maps it to the same config
+    key (transformers names llama.cpp's qwen3moe qwen3_moe)."""
+    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
+
+    checked = 0
+    for arch, table in vg.tables().items():
+        theirs = GGUF_CONFIG_MAPPING.get({"qwen3moe": "qwen3_moe"}.get(arch, arch))
+        if theirs is None:
+            continue
+        for rule in table.rules:
+            for source in rule.sources:
+                key = source.get("key", "")
+                if key.startswith("{arch}.") and key[len("{arch}."):] in theirs:
+                    assert theirs[key[len("{arch}."):]] == rule.key, (arch, key)
+                    checked += 1
+    assert checked >= 30  # llama, qwen2, qwen3 and qwen3_moe: 8 to 12 keys each
+
+
+def test_unknown_architecture_names_the_known_ones(tmp_path):
+    path = tmp_path / "m.gguf"
+    _write(path, "mamba", {"{arch}.block_count": (U32, 2)}, {"token_embd.weight": np.zeros((10, 32), np.float32)})
+    with pytest.raises(ConfigError) as e:
+        vramwise.load_model(str(path))
+    msg = str(e.value)
+    assert "GGUF architecture 'mamba' has no table in formulas/gguf.yaml" in msg
+    assert "known: gemma2, gemma3, llama, qwen2, qwen3, qwen3moe" in msg
+
+
+def test_a_missing_key_names_the_metadata_key(tmp_path):
+    path = tmp_path / "m.gguf"
+    _write(path, "llama", {"{arch}.block_count": (U32, 2), "{arch}.attention.head_count": (U32, 2)},
+           {"token_embd.weight": np.zeros((10, 32), np.float32)})
+    with pytest.raises(ConfigError, match=r"has no metadata llama.embedding_length \(the config's hidden_size"):
+        vramwise.load_model(str(path))
+
+
+# -- estimates --------------------------------------------------------------------------------------------------
+
+def test_inference_weights_are_the_tensors_bytes(qwen2_file):
+    e = vramwise.estimate(str(qwen2_file), method="inference")
+    assert e.weights == TOTAL_BYTES  # the hand derivation of tests/gguf_files.py, not the 16-bit 2 x parameters
+    assert e.model.checkpoint_format == "GGUF Q4_K_M"
+    assert any("27 tensors of tiny-Q4_K_M.gguf (GGUF Q4_K_M, architecture qwen2)" in w for w in e.warnings)
+
+
+def test_training_on_a_gguf_says_what_it_can_do(qwen2_file):
+    with pytest.raises(SettingsError) as e:
+        vramwise.estimate(str(qwen2_file), method="lora")
+    assert str(e.value) == (
+        'a GGUF Q4_K_M file holds quantized weights for inference (llama.cpp): vramwise estimates it with --method '
+        'inference (method="inference"); a lora estimate needs the model\'s config.json or its hub id')
+    with pytest.raises(SettingsError, match="the vllm profile does not count the weights of a GGUF Q4_K_M file as "
+                                            "stored: use the unsloth profile"):
+        vramwise.estimate(str(qwen2_file), method="inference", profile="vllm", gpu="H100")
+
+
+def test_missing_gguf_package_is_one_clear_error(qwen2_file, monkeypatch):
+    monkeypatch.setitem(sys.modules, "gguf", None)  # import gguf then raises ImportError
+    vg._read_files.cache_clear()
+    with pytest.raises(MissingDependencyError) as e:
+        Registry().model(str(qwen2_file))
+    assert str(e.value) == "reading a GGUF file needs the gguf package (llama.cpp's reader): pip install 'vramwise[gguf]'"
+
+
+# -- the tables file --------------------------------------------------------------------------------------------
+
+def _table_text() -> str:
+    return resources.files("vramwise.formulas").joinpath("gguf.yaml").read_text(encoding="utf-8")
+
+
+def test_tables_file_is_valid():
+    df = load_data_file(_table_text(), "formulas/gguf.yaml", "gguf-1.schema.json", validate=True)
+    assert set(vg.compile_tables(df)) == {"llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3"}
+
+
+def test_a_bad_table_fails_with_its_place():
+    bad = _table_text().replace("  qwen2:\n    model_type: qwen2\n", "  qwen2:\n    model_type: qwen2\n    confg: {}\n")
+    with pytest.raises(FileFormatError) as e:
+        load_data_file(bad, "formulas/gguf.yaml", "gguf-1.schema.json", validate=True)
+    line = bad.splitlines().index("    confg: {}") + 1
+    assert f"formulas/gguf.yaml:{line}:5: $.architectures.qwen2.confg: unknown key 'confg'" in str(e.value)
+    bad = _table_text().replace("otherwise: hidden_size // num_attention_heads", "otherwise: hidden_size // heads")
+    df = load_data_file(bad, "formulas/gguf.yaml", "gguf-1.schema.json", validate=True)
+    with pytest.raises(FileFormatError, match=r"formulas/gguf.yaml:\d+:\d+: \$.common.head_dim.otherwise: unknown name "
+                                              r"`heads`"):
+        vg.compile_tables(df)
