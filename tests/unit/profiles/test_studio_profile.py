@@ -297,3 +297,25 @@ def test_keys_used_as_values_are_charged_once(model_type, gc, expected):
     cfg = dict(K_EQ_V_TINY, **({"model_type": model_type} if model_type else {}))
     e = _studio(cfg, method="lora", batch_size=1, seq_len=10, gradient_checkpointing=gc)
     assert e.activations == expected
+
+
+UNEVEN_HEADS = {"vocab_size": 100, "hidden_size": 60, "intermediate_size": 32, "num_hidden_layers": 2,
+                "num_attention_heads": 8, "num_key_value_heads": 2}
+
+
+@pytest.mark.parametrize("extra,expected", [
+    # no model type and no per-layer-shape field: the uniform layer, whose query width the activations take
+    # as H = 60 (8 heads of 60 // 8 = 7 make a q_proj only 56 wide); keys and values 2 x 7 = 14 each.
+    # 10 tokens: 10*(60 + 2*14) + 10*2 + 10*2*32 = 880 + 20 + 640 = 1540 -> * 2.5 = 3850 a layer
+    ({}, 2 * 3850),
+    # head_dim given (or layer_types) takes the layer off the uniform shape: q 8 x 7 = 56,
+    # 10*(56 + 28) + 20 + 640 = 1500 -> 3750 a layer
+    ({"head_dim": 7}, 2 * 3750),
+    ({"layer_types": ["full_attention", "full_attention"]}, 2 * 3750),
+])
+def test_uniform_layer_charges_the_hidden_size_as_query_width(extra, expected):
+    e = _studio({**UNEVEN_HEADS, **extra}, method="lora", batch_size=1, seq_len=10, gradient_checkpointing="none")
+    assert e.activations == expected
+    # the weights keep the module's own width: q and o 60 x 56, k and v 60 x 14, MLP 3 x 60 x 32, two norms a
+    # layer, the final norm, an embedding and an output head of 100 x 60 (untied when the config does not say)
+    assert e.params_total == 2 * (2 * 60 * 56 + 2 * 60 * 14 + 3 * 60 * 32 + 2 * 60) + 60 + 2 * 100 * 60
