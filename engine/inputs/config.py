@@ -162,6 +162,9 @@ def parse_json_bytes(raw: bytes, path: str, *, what: str = "config", limit: int 
     nesting and count limits, finite numbers; ``path`` names it in the one ConfigError."""
     if len(raw) > limit:
         raise ConfigError(f"{path}: larger than the {_size(limit)} a {what} file may have")
+    if raw.startswith(b"GGUF"):
+        raise ConfigError(f"{path}: a GGUF file (llama.cpp's quantized weights), not a JSON {what}: vramwise reads one "
+                          "from its path, for inference (vramwise estimate MODEL.gguf --method inference)")
     if raw.startswith(_UTF8_BOM):
         raw = raw[len(_UTF8_BOM):]
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or (len(raw) >= 2 and b"\x00" in raw[:4]):

@@ -100,7 +100,7 @@ class Inventory:
     linear_quantizable_params: int = field(metadata={"doc": "quantizable weights of nn.Linear modules"})
     non_quantizable_params: int = field(metadata={"doc": "every other parameter (embeddings, norms, biases, ...)"})
     skipped_quantizable_params: int = field(metadata={"doc": "quantizable weights the checkpoint's skip list keeps in 16 bit"})
-    checkpoint_bytes: int | None = field(metadata={"doc": "bytes of the weights stored beside the config, when known"})
+    checkpoint_bytes: int | None = field(metadata={"doc": "bytes of the weights stored beside the config (of a GGUF file: its tensors'), when known"})
     num_layers: int = field(metadata={"doc": "layers of the model"})
     layers_params: int = field(default=0, metadata={"doc": "parameters of the decoder layers (the rest is the root: embeddings, final norm, head)"})
     largest_layer_params: int = field(default=0, metadata={"doc": "parameters of the largest decoder layer (an FSDP / ZeRO-3 unit)"})

@@ -314,3 +314,21 @@ def test_a_bad_table_fails_with_its_place():
     with pytest.raises(FileFormatError, match=r"formulas/gguf.yaml:\d+:\d+: \$.common.head_dim.otherwise: unknown name "
                                               r"`heads`"):
         vg.compile_tables(df)
+
+
+def test_gguf_bytes_where_json_is_read_say_what_they_are(qwen2_file):
+    from vramwise.inputs.config import parse_json_bytes
+
+    with pytest.raises(ConfigError) as e:
+        parse_json_bytes(qwen2_file.read_bytes(), "upload.gguf")
+    assert str(e.value) == ("upload.gguf: a GGUF file (llama.cpp's quantized weights), not a JSON config: vramwise reads "
+                            "one from its path, for inference (vramwise estimate MODEL.gguf --method inference)")
+
+
+def test_a_folder_with_a_config_json_is_read_from_it(tmp_path, qwen2_file):
+    config = {"model_type": "llama", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 512,
+              "num_hidden_layers": 2, "num_attention_heads": 4}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    m = Registry().model(str(tmp_path))
+    assert m.family == "llama" and not m.inventory.checkpoint_as_stored
+    assert m.origin == str(tmp_path / "config.json")
