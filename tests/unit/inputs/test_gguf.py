@@ -185,6 +185,18 @@ CASES = {
          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "num_experts": 8,
          "num_experts_per_tok": 2, "moe_intermediate_size": 128, "tie_word_embeddings": False},
     ),
+    "qwen2moe-shared-expert": (
+        "qwen2moe",
+        {"{arch}.block_count": (U32, 2), "{arch}.embedding_length": (U32, 256), "{arch}.feed_forward_length": (U32, 512),
+         "{arch}.attention.head_count": (U32, 4), "{arch}.attention.head_count_kv": (U32, 4),
+         "{arch}.expert_count": (U32, 6), "{arch}.expert_used_count": (U32, 2),
+         "{arch}.expert_feed_forward_length": (U32, 96), "{arch}.expert_shared_feed_forward_length": (U32, 384)},
+        {"token_embd.weight": np.zeros((300, 256), np.float16), "output.weight": np.zeros((300, 256), np.float16)},
+        {"model_type": "qwen2_moe", "vocab_size": 300, "hidden_size": 256, "intermediate_size": 512,
+         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "num_experts": 6,
+         "num_experts_per_tok": 2, "moe_intermediate_size": 96, "shared_expert_intermediate_size": 384,
+         "tie_word_embeddings": False},
+    ),
     "gemma2": (
         "gemma2",
         {"{arch}.block_count": (U32, 4), "{arch}.embedding_length": (U32, 256), "{arch}.feed_forward_length": (U32, 1024),
@@ -229,12 +241,12 @@ def test_resolved_as_the_equivalent_config_json(case, tmp_path):
 
 def test_table_keys_agree_with_transformers_gguf_mapping():
     """Where transformers' GGUF loader maps a metadata key of an architecture, the table maps it to the same config
-    key (transformers names llama.cpp's qwen3moe qwen3_moe)."""
+    key (transformers names llama.cpp's qwen2moe and qwen3moe qwen2_moe and qwen3_moe)."""
     from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
 
     checked = 0
     for arch, table in vg.tables().items():
-        theirs = GGUF_CONFIG_MAPPING.get({"qwen3moe": "qwen3_moe"}.get(arch, arch))
+        theirs = GGUF_CONFIG_MAPPING.get({"qwen3moe": "qwen3_moe", "qwen2moe": "qwen2_moe"}.get(arch, arch))
         if theirs is None:
             continue
         for rule in table.rules:
@@ -243,7 +255,7 @@ def test_table_keys_agree_with_transformers_gguf_mapping():
                 if key.startswith("{arch}.") and key[len("{arch}."):] in theirs:
                     assert theirs[key[len("{arch}."):]] == rule.key, (arch, key)
                     checked += 1
-    assert checked >= 30  # llama, qwen2, qwen3 and qwen3_moe: 8 to 12 keys each
+    assert checked >= 40  # llama, qwen2, qwen3, qwen2_moe and qwen3_moe: 8 to 12 keys each
 
 
 def test_unknown_architecture_names_the_known_ones(tmp_path):
@@ -253,7 +265,7 @@ def test_unknown_architecture_names_the_known_ones(tmp_path):
         vramwise.load_model(str(path))
     msg = str(e.value)
     assert "GGUF architecture 'mamba' has no table in formulas/gguf.yaml" in msg
-    assert "known: gemma2, gemma3, llama, qwen2, qwen3, qwen3moe" in msg
+    assert "known: gemma2, gemma3, llama, qwen2, qwen2moe, qwen3, qwen3moe" in msg
 
 
 def test_a_missing_key_names_the_metadata_key(tmp_path):
@@ -300,7 +312,7 @@ def _table_text() -> str:
 
 def test_tables_file_is_valid():
     df = load_data_file(_table_text(), "formulas/gguf.yaml", "gguf-1.schema.json", validate=True)
-    assert set(vg.compile_tables(df)) == {"llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3"}
+    assert set(vg.compile_tables(df)) == {"llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma2", "gemma3"}
 
 
 def test_a_bad_table_fails_with_its_place():
