@@ -378,13 +378,17 @@ def _read_files(key: tuple) -> GGUFModel:
         if shard == 0:
             metadata, lengths = meta, arrays
             count = meta.get("split.count")
-            if len(files) > 1 and count is not None and count != len(files):
-                raise ConfigError(f"{f}: split.count is {count}, but the file name says {len(files)} shards")
+            if count is not None and count != len(files):
+                raise ConfigError(f"{f}: split.count is {count}, but the file name says {len(files)} shard(s) (a split "
+                                  "model's files are named NAME-00001-of-00003.gguf ...)")
         for name, type_id, shape, offset in table:
             if name in seen:
                 raise ConfigError(f"{f}: tensor {name} is in more than one shard")
             seen.add(name)
             tensors.append(_tensor(name, type_id, shape, offset, shard, f, k[1], gguf))
+    expected = metadata.get("split.tensors.count")
+    if expected is not None and expected != len(tensors):
+        raise ConfigError(f"{files[0]}: split.tensors.count is {expected}, but the shards hold {len(tensors)} tensors")
     arch = metadata.get("general.architecture")
     if not isinstance(arch, str) or not arch:
         raise ConfigError(f"{files[0]}: the GGUF file has no general.architecture")

@@ -74,9 +74,13 @@ def test_split_shards_read_from_any_shard_or_their_folder(tmp_path):
         assert [os.path.basename(f) for f in m.files] == names
         assert len(m.tensors) == 27 and {t.shard for t in m.tensors} == {0, 1}
         assert m.weight_bytes == TOTAL_BYTES
-    (tmp_path / names[1]).unlink()
+    assert vg.read_gguf(tmp_path).metadata["split.tensors.count"] == 27  # gguf's writer records the split
+    (tmp_path / names[1]).rename(tmp_path / "renamed.gguf")
     with pytest.raises(ConfigError, match="shard 2 of 2 .tiny-00002-of-00002.gguf. is missing"):
         vg.read_gguf(tmp_path / names[0])
+    (tmp_path / names[0]).rename(tmp_path / "first.gguf")  # a shard renamed: read alone, it says so
+    with pytest.raises(ConfigError, match="split.count is 2, but the file name says 1 shard"):
+        vg.read_gguf(tmp_path / "first.gguf")
 
 
 def test_folder_of_several_models_asks_for_one(tmp_path, qwen2_file):
