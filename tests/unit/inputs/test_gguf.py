@@ -53,6 +53,16 @@ def test_metadata_and_tensor_table(qwen2_file):
     assert [(t.name, t.tensor_type.name, tuple(int(d) for d in t.shape), int(t.data_offset)) for t in reader.tensors] == \
         [(t.name, t.ggml_type, t.shape, t.offset) for t in m.tensors]
     assert reader.fields["general.file_type"].contents() == 15
+    # and the same key/values: each scalar (a float32 compared as float32), each array's length
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF."):
+            continue
+        if field.types[0] == gguf.GGUFValueType.ARRAY:
+            assert m.array_lengths[key] == len(field.data), key
+        elif field.types[0] == gguf.GGUFValueType.FLOAT32:
+            assert np.float32(m.metadata[key]) == field.parts[-1][0], key
+        else:
+            assert m.metadata[key] == field.contents(), key
 
 
 def test_each_tensor_bytes_by_its_ggml_type(qwen2_file):
