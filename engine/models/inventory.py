@@ -112,9 +112,12 @@ def take_inventory(family: Family, facts: Mapping[str, Any], classes: tuple, mod
                 largest_lq += m.weight_params
     skip = facts.get(family.skip_modules_fact) if family.skip_modules_fact else None
     skipped = skipped_quantizable(module_groups(model_mods, classes), skip, family.path_roots) if skip else 0
+    skipped_v5 = (skipped_quantizable(module_groups(model_mods, classes), skip, family.path_roots, inner=False)
+                  if skip else 0)
     inventory = Inventory(
         params_total=total, quantizable_params=quantizable, linear_quantizable_params=linear_quantizable,
         non_quantizable_params=total - quantizable, skipped_quantizable_params=skipped,
+        skipped_quantizable_params_v5=skipped_v5,
         checkpoint_bytes=checkpoint_bytes, num_layers=n_layers, layers_params=layers_params,
         largest_layer_params=largest.params if largest is not None else 0,
         largest_layer_quantizable_params=largest_q, largest_layer_linear_quantizable_params=largest_lq,

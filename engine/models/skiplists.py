@@ -9,8 +9,9 @@ the match leaves, never by writing out every path.
 A short entry matches a path it ends, a path it begins, and, for the 4-bit load of a training
 estimate (``inner``), a run of the path's segments inside it that ends at the layer's index or
 deeper (``layers.2`` is layer 2, ``self_attn`` every layer's attention block): the matching of
-transformers before 5, which Unsloth pins, and of Unsloth Studio's estimator. Transformers 5
-matches a short entry only at the start or the end of a path.
+transformers before 5 and of Unsloth Studio's estimator (the ``studio`` profile's
+``skipped_quantizable_params``). Transformers 5 matches a short entry only at the start or the end of
+a path (``skipped_quantizable_params_v5``, which the ``unsloth`` and ``hf`` profiles read).
 """
 
 from __future__ import annotations
@@ -230,14 +231,15 @@ def skipped_copies(groups: Iterable[tuple], entries: Iterable[str], roots: tuple
         yield count, indices, mods, out
 
 
-def skipped_quantizable(groups: Iterable[tuple], entries: Iterable[str], roots: tuple) -> int:
+def skipped_quantizable(groups: Iterable[tuple], entries: Iterable[str], roots: tuple, *, inner: bool = True) -> int:
     """Quantizable weights a 4-bit load keeps in 16 bit because the skip list names their module
     (``groups``: (copies, layer indices or None, modules) of a model; ``roots``: the text tower's
     paths, the canonical one first). Glob and ``re:`` entries belong to a checkpoint's own format
-    (gpt-oss's MXFP4 list); a bitsandbytes load does not read them. Short entries also match inside a
-    path, as transformers before 5 and Unsloth Studio's estimator match them."""
+    (gpt-oss's MXFP4 list); a bitsandbytes load does not read them. ``inner``: short entries also match
+    inside a path, as transformers before 5 and Unsloth Studio's estimator match them (False: only at a
+    path's start or end, as transformers 5 matches them)."""
     return sum(copies * (m.weight_params // m.repeat)
-               for _, _, mods, skipped in skipped_copies(groups, entries, roots, patterns=False, inner=True)
+               for _, _, mods, skipped in skipped_copies(groups, entries, roots, patterns=False, inner=inner)
                for m, copies in zip(mods, skipped) if m.quantizable)
 
 

@@ -86,6 +86,40 @@ def test_short_entries_match_inside_paths(entries, expected):
     assert _skipped(DENSE, entries) == expected
 
 
+@pytest.mark.parametrize("entries, expected", [
+    # transformers 5 (quantizers_utils.py:26-37 should_convert_module): an entry matches from a path's start up to a
+    # module boundary, or as the path's end
+    (["layers.2"], 0),                                # neither the start nor the end of any module path
+    (["self_attn"], 0),
+    (["self_attn.q_proj"], 3 * 4096),                 # the end of each layer's q_proj path
+    (["q_proj"], 3 * 4096),
+    (["model.layers.2"], LAYER),                      # the start of layer 2's paths
+    (["layers.2", "self_attn", "model.layers.1"], LAYER),
+])
+def test_transformers_5_matches_only_at_a_paths_start_or_end(entries, expected):
+    spec = vramwise.load_model(dict(DENSE, quantization_config={"load_in_4bit": True, "llm_int8_skip_modules": entries}),
+                               registry=REG)
+    assert spec.aggregates["skipped_quantizable_params_v5"] == expected
+
+
+@pytest.mark.parametrize("profile", ["hf", "unsloth"])
+def test_the_stacks_read_the_skip_list_as_transformers_5_does(profile):
+    # QLoRA: nn.Linear weights at NF4 (0.5 byte + the absmax scales), the skipped ones at 16 bit. "self_attn"
+    # skips nothing under transformers 5, so the weights equal those without a skip list; "model.layers.2"
+    # skips layer 2's 30,720 weights under both readings, so the two entries give the same weights
+    def weights(entries):
+        cfg = dict(DENSE, quantization_config={"load_in_4bit": True, "llm_int8_skip_modules": entries})
+        return vramwise.estimate(cfg, profile=profile, method="qlora").weights
+    assert weights(["self_attn"]) == weights([])
+    assert weights(["layers.2"]) == weights([])
+    assert weights(["model.layers.2"]) > weights([])
+    # the studio profile, as Unsloth Studio's estimator (transformers 4.x's matching): self_attn keeps 3 x 12,288
+    # weights in 16 bit, each adding 2 - 2 / 3.2 = 1.375 bytes: 36,864 x 1.375 = 50,688 bytes
+    cfg = dict(DENSE, quantization_config={"load_in_4bit": True, "llm_int8_skip_modules": ["self_attn"]})
+    assert (vramwise.estimate(cfg, profile="studio", method="qlora").weights
+            - vramwise.estimate(DENSE, profile="studio", method="qlora").weights) == 50_688
+
+
 def test_a_mixed_skip_list_of_the_reference_fixtures_shape():
     # 4 layers of H 64, 4 heads of 16, 2 KV heads, MLP 96; the last 2 layers share K/V (no k/v projections)
     # with a double-wide MLP (192); per-layer inputs of 8 (a gate 8 x 64 and a projection 64 x 8 per layer).
