@@ -7,8 +7,8 @@ is looked up; an estimate never loads it.
 Lookup rules of :func:`gpu_spec`:
 
 * **Names** are matched after normalising: lower case; spaces, dashes, underscores, dots and
-  slashes removed; the words ``nvidia``, ``geforce``, ``tesla``, ``amd`` and ``instinct``
-  dropped. So ``"RTX 4090"``, ``"rtx-4090"``, ``"NVIDIA GeForce RTX 4090"`` and ``"rtx4090"``
+  slashes removed; the brand words ``nvidia``, ``geforce``, ``tesla``, ``amd``, ``instinct``,
+  ``radeon``, ``intel`` and ``arc`` dropped. So ``"RTX 4090"``, ``"rtx-4090"``, ``"NVIDIA GeForce RTX 4090"`` and ``"rtx4090"``
   are one name; ``"4090"`` is an alias in the catalog.
 * **Ambiguous names** (``"H100"``, ``"A100"``, ``"A100 40GB"``, ``"H200"``, ``"V100"``,
   ``"RTX 6000"``) resolve to the default the catalog documents for them; the result's
@@ -39,7 +39,7 @@ __all__ = ["GpuSpec", "gpu_spec", "list_gpus", "CATALOG_PATH"]
 CATALOG_PATH = "hardware/gpus.yaml"
 _SCHEMA = "hardware-1.schema.json"
 
-_DROP_WORDS = ("nvidia", "geforce", "tesla", "amd", "instinct")
+_DROP_WORDS = ("nvidia", "geforce", "tesla", "amd", "instinct", "radeon", "intel", "arc")
 _SEPARATORS = re.compile(r"[\s\-_./]+")
 
 

@@ -60,14 +60,14 @@ def test_catalog_validates_against_its_schema():
 
 def test_every_entry_has_positive_memory_a_source_and_unique_names():
     gpus = vramwise.list_gpus()
-    assert len(gpus) >= 25
+    assert len(gpus) >= 100
     ids = [g.id for g in gpus]
     assert len(ids) == len(set(ids))
     owner: dict[str, str] = {}
     for g in gpus:
         assert isinstance(g.memory_bytes, int) and g.memory_bytes > 0, g.id
         assert g.source.strip(), g.id
-        assert g.vendor in ("nvidia", "amd")
+        assert g.vendor in ("nvidia", "amd", "intel")
         assert g.nvml_visible == (g.vendor == "nvidia"), g.id
         for name in (g.id, g.name, *g.aliases):
             key = normalize(name)
@@ -81,6 +81,23 @@ def test_nvidia_readings_are_whole_mib_and_spec_sheet_figures_say_so():
         if g.memory_reading == "spec-sheet":
             assert "spec sheet" in g.source, g.id
         assert g.memory_reading in ("nvidia-smi", "rocm-smi", "hip-runtime", "spec-sheet")
+        if g.memory_reading == "nvidia-smi":
+            assert g.vendor == "nvidia", g.id
+        if g.memory_reading in ("rocm-smi", "hip-runtime"):
+            assert g.vendor == "amd", g.id
+
+
+def test_spec_sheet_figures_are_the_whole_gib_their_source_states():
+    # a vendor's "16 GB" of GDDR/HBM is 16 GiB of chips: the source writes "(16 x 2**30 bytes"
+    import re
+
+    spec_sheet = [g for g in vramwise.list_gpus() if g.memory_reading == "spec-sheet"]
+    assert len(spec_sheet) >= 10
+    for g in spec_sheet:
+        m = re.search(r"\((\d+) x 2\*\*30 bytes", g.source)
+        assert m, g.id
+        assert g.memory_bytes == int(m.group(1)) * 2**30, g.id
+        assert f"{m.group(1)}GB" in g.name.replace(" ", ""), g.id  # the size in the name is the one converted
 
 
 # Independent figures, as printed by nvidia-smi (MiB) or rocm-smi (bytes) in public reports:
@@ -93,6 +110,12 @@ def test_nvidia_readings_are_whole_mib_and_spec_sheet_figures_say_so():
 #   RTX 3090 24576MiB:                          https://github.com/noonghunna/club-3090/issues/1128
 #   RTX 5090 32607MiB:                          https://github.com/noonghunna/club-3090/issues/617
 #   MI300X 205822885888 B (rocm-smi "VRAM Total Memory (B)")
+#   RTX 3060 12288MiB (driver 580.95.05):       https://github.com/geerlingguy/raspberry-pi-pcie-devices/issues/790
+#   RTX 5070 12227MiB (driver 575.64.03):       https://github.com/shkhln/libc6-shim/issues/14
+#   RX 7900 XT 21458059264 B (rocm-smi CSV):    https://github.com/marimo-team/marimo/issues/9237
+#   RX 6800 XT / 6900 XT 17163091968 B:         https://github.com/mudler/LocalAI/pull/7761
+#   RX 7900 XTX "VRAM Size: 24560 MiB" (LACT, amdgpu's figure) = 24560 x 2**20 = 25753026560 B:
+#                                               https://github.com/ilya-zlobintsev/LACT/pull/533
 MIB = 2**20
 KNOWN = {
     "a100-sxm-80gb": 81920 * MIB,
@@ -109,6 +132,12 @@ KNOWN = {
     "rtx-3090": 24576 * MIB,
     "rtx-5090": 32607 * MIB,
     "mi300x": 205_822_885_888,
+    "rtx-3060-12gb": 12288 * MIB,
+    "rtx-5070": 12227 * MIB,
+    "rx-7900-xt": 21_458_059_264,
+    "rx-6800-xt": 17_163_091_968,
+    "rx-6900-xt": 17_163_091_968,
+    "rx-7900-xtx": 24560 * MIB,
 }
 
 
@@ -116,6 +145,30 @@ KNOWN = {
 def test_well_known_cards_match_independent_figures(gpu_id, expected):
     assert vramwise.gpu_spec(gpu_id).memory_bytes == expected
     assert expected != 0
+
+
+# The GPUs the catalog is meant to cover (NVIDIA consumer, workstation and data-center; AMD Instinct
+# and Radeon; Intel Arc and Data Center GPU Max), by id.
+COVERED = {
+    "rtx-2060", "rtx-2070", "rtx-2080", "rtx-2080-ti", "rtx-3060-12gb", "rtx-3060-8gb", "rtx-3060-ti",
+    "rtx-3070", "rtx-3070-ti", "rtx-3080-10gb", "rtx-3080-12gb", "rtx-3080-ti", "rtx-3090", "rtx-3090-ti",
+    "rtx-4060", "rtx-4060-ti-8gb", "rtx-4060-ti-16gb", "rtx-4070", "rtx-4070-super", "rtx-4070-ti",
+    "rtx-4070-ti-super", "rtx-4080", "rtx-4080-super", "rtx-4090", "rtx-5060-ti-8gb", "rtx-5060-ti-16gb",
+    "rtx-5070", "rtx-5070-ti", "rtx-5080", "rtx-5090",
+    "rtx-a4000", "rtx-a4500", "rtx-a5000", "rtx-a6000", "rtx-2000-ada", "rtx-4000-ada", "rtx-4500-ada",
+    "rtx-5000-ada", "rtx-6000-ada", "rtx-pro-6000-blackwell",
+    "t4", "v100-16gb", "a10", "a10g", "a30", "a40", "a100-sxm-40gb", "a100-sxm-80gb", "l4", "l20", "l40",
+    "l40s", "h20", "h100-pcie", "h100-sxm", "h100-nvl", "h800", "h200-sxm", "gh200", "b200", "gb200", "b300",
+    "rtx-pro-6000-server",
+    "mi100", "mi210", "mi250", "mi250x", "mi300a", "mi300x", "mi325x", "mi355x",
+    "rx-7900-xtx", "rx-7900-xt", "rx-7900-gre", "rx-9070-xt", "rx-9070", "radeon-pro-w7900", "radeon-pro-w7800",
+    "arc-a770-16gb", "arc-a750", "arc-b580", "arc-b570", "max-1100", "max-1550",
+}
+
+
+def test_the_catalog_covers_the_gpus_people_train_and_serve_on():
+    ids = {g.id for g in vramwise.list_gpus()}
+    assert COVERED - ids == set()
 
 
 def test_a100_80gb_is_exactly_80_gib():
@@ -137,6 +190,17 @@ def test_name_lookup_forgives_case_and_separators(query):
     ("a100-sxm4-80gb", "a100-sxm-80gb"), ("A100 80GB PCIe", "a100-pcie-80gb"), ("tesla t4", "t4"),
     ("A10G", "a10g"), ("l40s", "l40s"), ("RTX A6000", "rtx-a6000"), ("6000 Ada", "rtx-6000-ada"),
     ("GH200 480GB", "gh200"), ("MI300X", "mi300x"), ("AMD Instinct MI250X", "mi250x"),
+    # names as people type them, and as nvidia-smi / rocm-smi print them
+    ("4090", "rtx-4090"), ("RTX 4090", "rtx-4090"), ("H20", "h20"), ("L40S", "l40s"), ("B200", "b200"),
+    ("RX 7900 XTX", "rx-7900-xtx"), ("7900 XTX", "rx-7900-xtx"), ("AMD Radeon RX 7900 XTX", "rx-7900-xtx"),
+    ("RX 7900 XT", "rx-7900-xt"), ("A770", "arc-a770-16gb"), ("Intel Arc A770", "arc-a770-16gb"),
+    ("a6000", "rtx-a6000"), ("4070 Ti Super", "rtx-4070-ti-super"), ("NVIDIA GeForce RTX 5080", "rtx-5080"),
+    ("RTX 4060 Ti 16GB", "rtx-4060-ti-16gb"), ("3060 Ti", "rtx-3060-ti"), ("A4000", "rtx-a4000"),
+    ("NVIDIA RTX 4000 Ada Generation", "rtx-4000-ada"), ("NVIDIA H800", "h800"), ("L20", "l20"),
+    ("GB200", "gb200"), ("B300", "b300"), ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000-server"),
+    ("MI210", "mi210"), ("MI355X", "mi355x"), ("MI300A", "mi300a"), ("W7900", "radeon-pro-w7900"),
+    ("RX 9070 XT", "rx-9070-xt"), ("B580", "arc-b580"), ("Intel Data Center GPU Max 1550", "max-1550"),
+    ("4090 laptop", "rtx-4090-laptop"),
 ])
 def test_aliases(query, gpu_id):
     assert vramwise.gpu_spec(query).id == gpu_id
@@ -150,6 +214,13 @@ def test_aliases(query, gpu_id):
     ("a100-80gb", "a100-sxm-80gb", {"a100-pcie-80gb"}),
     ("H200", "h200-sxm", {"h200-nvl"}),
     ("V100", "v100-16gb", {"v100-32gb"}),
+    ("3060", "rtx-3060-12gb", {"rtx-3060-8gb"}),
+    ("RTX 3060", "rtx-3060-12gb", {"rtx-3060-8gb"}),
+    ("NVIDIA GeForce RTX 3060", "rtx-3060-12gb", {"rtx-3060-8gb"}),  # the name nvidia-smi prints for both boards
+    ("RTX 3080", "rtx-3080-10gb", {"rtx-3080-12gb"}),
+    ("4060 Ti", "rtx-4060-ti-8gb", {"rtx-4060-ti-16gb"}),
+    ("RTX 5060 Ti", "rtx-5060-ti-8gb", {"rtx-5060-ti-16gb"}),
+    ("RTX PRO 6000", "rtx-pro-6000-blackwell", {"rtx-pro-6000-server"}),
 ])
 def test_ambiguous_names_resolve_to_the_documented_default(query, default, others):
     g = vramwise.gpu_spec(query)
