@@ -81,10 +81,12 @@ def _shared_formulas(folder: Path) -> bool:
         return False
 
 
-def _classify(paths: Sequence[str | os.PathLike]) -> tuple[dict[str, Path], dict[str, Path]]:
-    """(family name -> file, profile name -> folder) of the paths given; UsageError for a path that is neither."""
+def _classify(paths: Sequence[str | os.PathLike]) -> tuple[dict[str, Path], dict[str, Path], list[Path]]:
+    """(family name -> file, profile name -> folder, the data files of their own kind a folder holds: settings,
+    stacks, checkpoint formats, GGUF tables) of the paths given; UsageError for a path that is neither."""
     families: dict[str, Path] = {}
     profiles: dict[str, Path] = {}
+    own_kind: list[Path] = []
     for raw in paths:
         path = Path(os.fspath(raw))
         try:
@@ -103,7 +105,10 @@ def _classify(paths: Sequence[str | os.PathLike]) -> tuple[dict[str, Path], dict
             if not yamls and not subs:
                 raise UsageError(f"{raw}: a folder to check holds family files, a profile.yaml or profile folders")
             for p in yamls:
-                families[p.stem] = p
+                if p.name in _FORMATS:  # formulas/settings.yaml, stacks.yaml, ...: checked by their own schema
+                    own_kind.append(p)
+                else:
+                    families[p.stem] = p
             for p in subs:
                 profiles[p.name] = p
         elif is_file:
@@ -118,7 +123,7 @@ def _classify(paths: Sequence[str | os.PathLike]) -> tuple[dict[str, Path], dict
                 families[path.name[: -len(path.suffix)]] = path
         else:
             raise UsageError(f"no such file or folder: {raw}")
-    return families, profiles
+    return families, profiles, own_kind
 
 
 def _bundled(package: str):
@@ -214,7 +219,10 @@ def check(paths: Sequence[str | os.PathLike] | str | os.PathLike) -> list[str]:
     paths = [p for p in paths if p not in formats]
     if not paths:
         return problems
-    families, profiles = _classify(paths)
+    families, profiles, own_kind = _classify(paths)
+    problems += [q for p in own_kind for q in _check_formats(p)]
+    if not families and not profiles:
+        return problems
     with tempfile.TemporaryDirectory(prefix="vramwise-check-") as tmp:
         root = Path(tmp)
         shown, given = _stage(root, families, profiles, problems)

@@ -167,3 +167,19 @@ def test_files_over_the_data_file_limit_are_refused(tmp_path):
     big = _family(tmp_path, FAMILY + "#" + "x" * (1 << 20) + "\n")  # a comment past 1 MiB (1,048,576 bytes)
     (problem,) = vramwise.check([big])
     assert problem.startswith(f"{big}:1:1: ") and "data files hold at most 1,048,576" in problem
+
+
+def test_a_folder_checks_its_own_kinds_of_data_file_by_their_schema(tmp_path):
+    # the bundled formulas folder (profiles, strategies, and the settings, stacks, checkpoint-format and GGUF tables
+    # at its top) is clean; its top-level data files were read as family files, each failing the family schema
+    bundled = Path(str(resources.files("vramwise.formulas")))
+    assert vramwise.check([bundled]) == []
+    # a folder holding a settings-rules file with a key the settings schema does not allow: one problem, named by
+    # that schema's keys, not by the family schema's
+    folder = tmp_path / "data"
+    folder.mkdir()
+    settings = folder / "settings.yaml"
+    settings.write_text(bundled.joinpath("settings.yaml").read_text() + "nosuch_key: 1\n")
+    problems = vramwise.check([folder])
+    assert len(problems) == 1 and problems[0].startswith(f"{settings}:") and "nosuch_key" in problems[0], problems
+    assert "'family' is a required property" not in problems[0]
