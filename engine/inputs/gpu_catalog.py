@@ -33,7 +33,7 @@ from vramwise.errors import FileFormatError, SettingsError
 from vramwise.inputs.sizes import UNIT_BASES, parse_size, split_number
 from vramwise.rules.datafiles import package_files
 
-__all__ = ["GpuSpec", "gpu_spec", "list_gpus", "CATALOG_PATH"]
+__all__ = ["GpuSpec", "AmbiguousGpuName", "gpu_spec", "list_gpus", "list_ambiguous_gpu_names", "CATALOG_PATH"]
 
 #: Display path of the bundled catalog in error messages.
 CATALOG_PATH = "hardware/gpus.yaml"
@@ -76,6 +76,16 @@ class GpuSpec:
     @property
     def memory_gb(self) -> float:
         return self.memory_bytes / 10**9
+
+
+@dataclass(frozen=True)
+class AmbiguousGpuName:
+    """A name that matches several GPUs of the catalog, the one it resolves to, and why."""
+
+    name: str
+    default: str
+    candidates: tuple[str, ...]
+    reason: str
 
 
 def normalize(name: str) -> str:
@@ -165,6 +175,12 @@ def _catalog() -> _Catalog:
 def list_gpus() -> tuple[GpuSpec, ...]:
     """Every GPU of the bundled catalog, in file order."""
     return _catalog().gpus
+
+
+def list_ambiguous_gpu_names() -> tuple[AmbiguousGpuName, ...]:
+    """The catalog's names that match several GPUs, in file order, each with its default and candidates."""
+    return tuple(AmbiguousGpuName(name, default, candidates, reason)
+                 for default, candidates, reason, name in _catalog().ambiguous.values())
 
 
 def _parse_size(query: str) -> GpuSpec | None:

@@ -1,4 +1,5 @@
-"""``vramwise gpus`` (the NVIDIA GPUs NVML sees) and ``vramwise select`` (which of them a run should use)."""
+"""``vramwise gpus`` (the NVIDIA GPUs NVML sees, or with ``--catalog`` the GPU catalog) and ``vramwise select``
+(which of them a run should use)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ from vramwise.surfaces.cli.format import gib, print_json
 def gpus(args, out) -> int:
     from vramwise.gpus.discovery import discover_gpus
 
+    if args.catalog:
+        return catalog(args, out)
+    if args.query:
+        raise SettingsError(f"vramwise gpus takes no QUERY without --catalog, got {' '.join(args.query)!r}")
     disc = discover_gpus()
     if args.json:
         print_json(disc.to_dict(), out)
@@ -25,6 +30,51 @@ def gpus(args, out) -> int:
         out.write(f"CUDA_VISIBLE_DEVICES={disc.cuda_visible_devices}\n")
     if disc.reason:
         out.write(f"{disc.reason}\n")
+    return 0
+
+
+def catalog(args, out) -> int:
+    """``vramwise gpus --catalog [QUERY]``: the GPUs ``--gpu`` knows, filtered by the words of QUERY."""
+    import re
+
+    from vramwise.inputs.gpu_catalog import list_ambiguous_gpu_names, list_gpus
+
+    def key(text: str) -> str:  # lower case, no separators; brand words kept, so "amd" or "radeon" filter
+        return re.sub(r"[\s\-_./]+", "", text.lower())
+
+    words = [key(w) for w in args.query if key(w)]
+
+    def keep(names) -> bool:
+        keys = [key(n) for n in names]
+        return all(any(w in k for k in keys) for w in words)
+
+    gpus = [g for g in list_gpus() if keep((g.id, g.name, g.vendor, *g.aliases))]
+    shown = {g.id for g in gpus}
+    ambiguous = [a for a in list_ambiguous_gpu_names() if set(a.candidates) & shown]
+    if args.json:
+        print_json({
+            "query": " ".join(args.query),
+            "gpus": [{"id": g.id, "name": g.name, "vendor": g.vendor, "memory_bytes": g.memory_bytes,
+                      "memory_reading": g.memory_reading, "source": g.source, "aliases": list(g.aliases),
+                      "note": g.note, "cuda_total_bytes": g.cuda_total_bytes} for g in gpus],
+            "ambiguous": [{"name": a.name, "default": a.default, "candidates": list(a.candidates),
+                           "reason": a.reason} for a in ambiguous],
+        }, out)
+        return 0
+    if not gpus:
+        out.write(f"no GPU of the catalog matches {' '.join(args.query)!r}\n")
+        return 0
+    out.write(f"{'id':<24} {'vendor':<7} {'GiB':>7}  {'figure':<11} {'name'}\n")
+    for g in gpus:
+        out.write(f"{g.id:<24} {g.vendor:<7} {gib(g.memory_bytes):>7}  {g.memory_reading:<11} {g.name}\n")
+        if g.aliases:
+            out.write(f"{'':<24} also: {', '.join(g.aliases)}\n")
+    for a in ambiguous:
+        others = ", ".join(c for c in a.candidates if c != a.default)
+        out.write(f"{a.name!r} matches {', '.join(a.candidates)}: taken as {a.default} ({a.reason}); "
+                  f"name {others} to choose\n")
+    out.write(f"{len(gpus)} of {len(list_gpus())} GPUs; GiB = 2**30 bytes, the memory as the driver reports it "
+              f"(figure: nvidia-smi, rocm-smi, hip-runtime) or the vendor's (spec-sheet)\n")
     return 0
 
 

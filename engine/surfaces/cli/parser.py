@@ -394,7 +394,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="--strategy zero1/zero2/zero3: DeepSpeed's offload_optimizer (optimizer), and offload_param "
                         "with it (parameters, zero3 only); what it keeps in host memory is not counted (default: none)")
     p.add_argument("--json", action="store_true", help="print JSON")
-    p = sub.add_parser("gpus", help="list the NVIDIA GPUs and their memory (or why none is visible)")
+    p = sub.add_parser("gpus", help="list the NVIDIA GPUs and their memory (or why none is visible); "
+                                    "--catalog: the GPUs --gpu knows")
+    p.add_argument("query", nargs="*", metavar="QUERY",
+                   help="--catalog: keep the GPUs whose id, name, vendor or aliases contain every word (default: all)")
+    p.add_argument("--catalog", action="store_true",
+                   help="list the GPU catalog (hardware/gpus.yaml): memory as the driver reports it, its source, "
+                        "aliases, and the names that match several GPUs")
     p.add_argument("--json", action="store_true", help="print JSON")
     p = _sub(sub, "catalog", "list the bundled model catalog (estimates of these need no network)",
              "The offline model catalog: well-known checkpoints whose configs ship with vramwise, so `vramwise "
