@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from vramwise.rules.datafiles import load_data_file, package_files, read_data_text, read_folder
 from vramwise.errors import FileFormatError, SettingsError
 
-__all__ = ["Rule", "Format", "Formats", "MISSING", "canon", "lookup", "version_tuple"]
+__all__ = ["Rule", "Format", "Formats", "Release", "MISSING", "canon", "lookup", "version_tuple"]
 
 FORMATS_DISPLAY = "frameworks"
 SCHEMA = "recipe-format-1.schema.json"
@@ -168,6 +168,21 @@ def _keys(value: Any) -> tuple:
     return (value,) if isinstance(value, str) else tuple(value)
 
 
+@dataclass(frozen=True)
+class Release:
+    """One release of a framework that a format knows (``framework.releases``; without that list, the pinned
+    version alone)."""
+
+    version: str
+    date: str | None = None
+    source: str | None = None
+    note: str | None = None
+
+    @property
+    def key(self) -> tuple:
+        return version_tuple(self.version)
+
+
 def _rule(r: Mapping, where: str) -> Rule:
     mapping = None
     if "map" in r:
@@ -215,6 +230,21 @@ class Format:
     warn_unknown: bool = True  # an unknown key gives a warning
     header_launch: tuple | None = None  # (launcher, source): a launch line its files' leading comment may hold
     shipped_configs: tuple | None = None  # (folder under frameworks/, source): the configs its releases ship
+    releases: tuple = ()  # of Release, oldest first; empty: the pinned version is the one release known
+
+    def known_releases(self) -> tuple:
+        """The releases the format knows, oldest first (the pinned version alone when the file lists none)."""
+        return self.releases or (Release(self.version),)
+
+    @property
+    def newest(self) -> Release:
+        """The newest release the format knows: the one a recipe is read under unless one is named."""
+        return self.known_releases()[-1]
+
+    def release(self, version: str) -> Release | None:
+        """The known release ``version`` names (``0.5`` and ``0.5.0`` alike), or None."""
+        wanted = version_tuple(version)
+        return next((r for r in self.known_releases() if _same_version(r.key, wanted)), None)
 
     def score(self, data: Mapping) -> int:
         """How strongly ``data`` looks like this format (0: not at all)."""
@@ -247,6 +277,47 @@ class Format:
         return frozenset(keys)
 
 
+def _same_version(a: tuple, b: tuple) -> bool:
+    width = max(len(a), len(b))
+    return a + (0,) * (width - len(a)) == b + (0,) * (width - len(b))
+
+
+def _releases(df) -> tuple:
+    """The file's releases, oldest first."""
+    items = [Release(r["version"], r["date"], r["source"], r.get("note"))
+             for r in df.data["framework"].get("releases", ())]
+    return tuple(sorted(items, key=lambda r: r.key))
+
+
+def _release_problems(df, fmt: Format) -> list:
+    """A releases list that does not hold the pinned version, a release listed twice, or a rule dated by a
+    release the file does not list: each with file:line:col and JSON path."""
+    if not fmt.releases:
+        return []
+    problems = []
+    listed = df.data["framework"]["releases"]
+    keys = [version_tuple(r["version"]) for r in listed]
+    for i, key in enumerate(keys):
+        if any(_same_version(key, k) for k in keys[:i]):
+            problems.append(df.problem(("framework", "releases", i, "version"),
+                                       f"release {listed[i]['version']} is listed twice"))
+    if fmt.release(fmt.version) is None:
+        problems.append(df.problem(("framework", "releases"), f"the pinned version {fmt.version} is not among the "
+                                                              "releases"))
+    known = ", ".join(r.version for r in fmt.releases)
+    d = df.data
+    groups = [(("model",), d.get("model", [])), (("profile",), d.get("profile", []))]
+    groups += [(("settings", k), v) for k, v in d["settings"].items()]
+    groups += [(("extras", k), v) for k, v in d.get("extras", {}).items()]
+    for parts, group in groups:
+        for i, rule in enumerate(group):
+            for field in ("since", "until"):
+                if field in rule and fmt.release(str(rule[field])) is None:
+                    problems.append(df.problem(parts + (i, field), f"{field} {rule[field]} is not a release the "
+                                                                   f"file lists (releases: {known})"))
+    return problems
+
+
 def _compile(df) -> Format:
     d = df.data
     path = df.path
@@ -275,6 +346,7 @@ def _compile(df) -> Format:
         header_launch=(d["header_launch"]["launcher"], d["header_launch"]["source"]) if "header_launch" in d else None,
         shipped_configs=(d["shipped_configs"]["folder"], d["shipped_configs"]["source"]) if "shipped_configs" in d
         else None,
+        releases=_releases(df),
     )
 
 
@@ -309,6 +381,7 @@ class Formats:
                 continue
             df = load_data_file(text, shown, SCHEMA, validate=validate)
             fmt = _compile(df)
+            problems.extend(_release_problems(df, fmt))
             for name in fmt.settings:
                 if name not in SETTING_NAMES:
                     problems.append(df.problem(("settings", name), f"{name!r} is not a vramwise setting"))

@@ -155,9 +155,21 @@ def _split_framework(framework: Any, formats: Formats) -> tuple[Format | None, t
         raise SettingsError(f"framework must be a format name such as axolotl or torchtune@0.6.1, got {framework!r}")
     name, _, version = framework.strip().lower().partition("@")
     fmt = formats.get(name)
-    if version and not re.fullmatch(r"\d+(\.\d+)*", version):
+    if not version:
+        return fmt, None, None
+    if not re.fullmatch(r"\d+(\.\d+)*", version):
         raise SettingsError(f"framework version must be numbers and dots (torchtune@0.6.1), got {version!r}")
-    return fmt, (version_tuple(version) if version else None), (version or None)
+    release = fmt.release(version)
+    if release is None:
+        known = ", ".join(r.version for r in fmt.known_releases())
+        raise SettingsError(f"{fmt.framework} {version} is not a release the {fmt.name} format knows "
+                            f"(releases: {known}; the newest is read when none is named)")
+    return fmt, release.key, release.version
+
+
+def _read_under(part: _Part, forced: tuple | None) -> tuple:
+    """The release a part is read under: the one framework= named for the main part, else its format's newest."""
+    return forced if forced is not None else part.fmt.newest.key
 
 
 def _detect(part: _Part, formats: Formats) -> Format:
@@ -346,7 +358,11 @@ def _scalar(text: str) -> Any:
 
 
 def _version_text(fmt: Format, version: tuple | None) -> str:
-    return ".".join(map(str, version)) if version is not None else fmt.version
+    """The release an origin names: the known release ``version`` is (as the file writes it)."""
+    if version is None:
+        return fmt.newest.version
+    release = fmt.release(".".join(map(str, version)))
+    return release.version if release is not None else ".".join(map(str, version))
 
 
 def _resolve(rules_of, parts: list, versions: list, warnings: list, name: str) -> _Found | None:
@@ -459,8 +475,9 @@ def read_recipe(source: Any, *, framework: str | None = None, overrides: Mapping
     """Read a training recipe: a path, a mapping, or a list of them (the main recipe first, then the
     parts that complete it: a DeepSpeed or accelerate config, a PEFT adapter config...).
 
-    ``framework`` names the main part's format (``"axolotl"``, ``"torchtune@0.6.1"`` for the defaults
-    of that version) instead of detecting it. ``overrides`` (setting names, ``model``, ``profile`` or
+    ``framework`` names the main part's format (``"axolotl"``; ``"litgpt@0.5.9"`` also names the release whose
+    defaults are read, one its format file lists) instead of detecting it; without a version every part is
+    read under the newest release its format knows. ``overrides`` (setting names, ``model``, ``profile`` or
     an extra such as ``gradient_accumulation_steps``) win over everything the recipe says.
     A part may also be a :class:`RecipeText` (an upload). With ``read_files`` false no file is read:
     parts are mappings or texts, and a file a recipe names is reported in a warning instead (the server
@@ -493,7 +510,7 @@ def read_recipe(source: Any, *, framework: str | None = None, overrides: Mapping
         from vramwise.recipes.launch import header_launch
 
         launch = header_launch(main.df.text if main.df is not None else None, main.fmt, main.file)
-    versions = [forced_version if p is main else None for p in parts]
+    versions = [_read_under(p, forced_version if p is main else None) for p in parts]
     extras_names = {n for p in parts for n in p.fmt.extras}
     over = _overrides(overrides, extras_names)
     if "method" in over and "load_in_4bit" not in over:  # a method given over the recipe brings its own base
@@ -554,7 +571,7 @@ def read_recipe(source: Any, *, framework: str | None = None, overrides: Mapping
     return Recipe(
         model=model, settings=settings, profile=profile, origins=origins, extras=extras,
         warnings=tuple(dict.fromkeys(warnings)), format=main.fmt.name, framework=main.fmt.framework,
-        framework_version=version_text or main.fmt.version, path=main.file,
+        framework_version=version_text or main.fmt.newest.version, path=main.file,
         parts=tuple((p.fmt.name, p.file) for p in parts if p.prefix == ()),
         writer=writer(tuple(p.fmt for p in parts)),
     )

@@ -21,7 +21,14 @@ TOY = """\
 schema_version: 1
 format: toy
 description: a small format for the reader's tests
-framework: {name: toyfw, version: "2.0", source: toyfw/config.py, aliases: [toy-alias]}
+framework:
+  name: toyfw
+  version: "2.0"
+  source: toyfw/config.py
+  aliases: [toy-alias]
+  releases:
+    - {version: "1.9", date: "2025-01-02", source: toyfw v1.9}
+    - {version: "2.0", date: "2025-06-01", source: toyfw v2.0}
 profile:
   - {key: use_unsloth, map: {"true": unsloth}, strict_map: true}
   - {value: hf, default: true, source: toyfw/train.py:1}
