@@ -44,13 +44,22 @@ vramwise.fit(recipe, gpu="H100").advice                 # what to change, writte
 
 - **The format** is told from the content (each format weighs the keys it knows); when two
   formats tie, or the content is not enough, name it: `--framework torchtune` or
-  `read_recipe(..., framework="torchtune@0.6.1")` (a version picks that version's defaults).
+  `read_recipe(..., framework="torchtune@0.6.1")`.
+- **The release** a recipe is read under: the one `--framework NAME@VERSION` (`framework="litgpt@0.5.9"`)
+  names, which must be a release the format file lists (another is one error line listing them); else
+  the newest release the format knows. Among the releases the format files list, no key a recipe may
+  write exists only before one (LitGPT's `train.max_time` exists only from 0.5.11), so a recipe's own
+  keys never point to a release older than the newest. A default or a rule that changed between
+  releases is dated (`since:` / `until:` in the format file, each with the source line at its
+  release); the recipe's heading and each default's origin name the release read
+  (`litgpt 0.5.13 default (...)`). Each format's section below lists the releases it knows and what
+  changed at each.
 - **Parts**: a key that names another file (axolotl's and LLaMA-Factory's `deepspeed:`,
   TrainingArguments' `deepspeed`, accelerate's `deepspeed_config_file`) is read relative to the
   file that names it. Further parts can be given: `--recipe train.yaml --recipe accelerate.yaml`.
 - **Each setting** takes the first value found: the flags given on the command line and `--set`
   (or `overrides=`); the launch line (`--launch`, below); the recipe's own keys (the main file first, then its parts); the frameworks'
-  defaults (the version the format file records, with the framework's source file); vramwise's
+  defaults (of the release read, with the framework's source file); vramwise's
   default. `Recipe.origins` says which for every setting; `explain --recipe` prints them all.
 - **What the framework does to the recipe** is said beside the value: a rule that replaces a setting
   (LitGPT builds bitsandbytes' PagedAdamW whatever AdamW a `quantize: bnb.*` recipe names) gives its
@@ -182,15 +191,18 @@ def _rule(r) -> str:
     return text.replace("|", "\\|")
 
 
-def _default(r) -> str:
-    text = _rule(r)
+def _span(r) -> str:
+    """The releases a dated rule applies to, as the table says them (empty for an undated rule)."""
     span = []
     if r.since:
         span.append("from " + ".".join(map(str, r.since)))
     if r.until:
         span.append("before " + ".".join(map(str, r.until)))
-    if span:
-        text += " (" + ", ".join(span) + ")"
+    return " (" + ", ".join(span) + ")" if span else ""
+
+
+def _default(r) -> str:
+    text = _rule(r) + _span(r)
     if r.source:
         text += f"; source: {r.source}"
     return text.replace("|", "\\|").replace("\n", " ")
@@ -201,9 +213,21 @@ def _table(title: str, groups: dict) -> list[str]:
         return []
     out = [f"| {title} | read from (first that applies) | framework default |", "|---|---|---|"]
     for name, rules in groups.items():
-        read = "<br>".join(_rule(r) for r in rules if not r.default) or "—"
+        read = "<br>".join(_rule(r) + _span(r) for r in rules if not r.default) or "—"
         default = "<br>".join(_default(r) for r in rules if r.default) or "—"
         out.append(f"| `{name}` | {read} | {default} |")
+    return out + [""]
+
+
+def _releases(fmt) -> list[str]:
+    """What the page says of the releases a format knows."""
+    if not fmt.releases:
+        return [f"Releases: {fmt.version} only (the pinned release; a recipe is read under it).", ""]
+    out = [f"Releases (read under the newest, {fmt.newest.version}, unless `--framework {fmt.name}@VERSION` names "
+           "another):", ""]
+    for r in reversed(fmt.releases):
+        note = f": {' '.join(r.note.split())}" if r.note else ""
+        out.append(f"- {r.version} ({r.date}; {' '.join(r.source.split())}){note}")
     return out + [""]
 
 
@@ -220,6 +244,8 @@ def render() -> str:
         lines.append(f"Framework: {fmt.framework} {fmt.version} (keys defined in {fmt.source})"
                      + (f"; also named {', '.join(fmt.aliases)}" if fmt.aliases else "")
                      + ("; a part that completes a recipe" if fmt.part else "") + ".")
+        lines.append("")
+        lines += _releases(fmt)
         signals = ", ".join(f"`{k}`" + (f" matching `{rx.pattern}`" if rx else "") + f" ({w})" for k, w, rx in fmt.signals)
         lines.append(f"Recognised by: {signals}" + (f"; requires {', '.join(f'`{k}`' for k in fmt.requires)}"
                                                      if fmt.requires else "") + ".")
