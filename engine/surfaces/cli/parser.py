@@ -187,7 +187,8 @@ def recipe_args(p: argparse.ArgumentParser, launch: bool = False) -> None:
                         "accelerate, PEFT adapter_config.json); repeat it to add parts (an accelerate config beside the "
                         "training recipe). Its settings give way to the flags given and to --set")
     p.add_argument("--framework", default=None, metavar="NAME[@VERSION]",
-                   help="the first recipe's format, when it cannot be told from its content (e.g. torchtune@0.6.1)")
+                   help="the first recipe's format, when it cannot be told from its content, and with @VERSION the "
+                        "framework release read (e.g. litgpt@0.5.9; default: the newest release the format knows)")
     p.add_argument("--set", dest="set_values", action="append", type=set_pair, default=None, metavar="KEY=VALUE",
                    help="override one setting of the recipe (a setting name, model, profile or gradient_accumulation_steps)")
     if launch:
