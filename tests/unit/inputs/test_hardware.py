@@ -171,6 +171,13 @@ def test_the_catalog_covers_the_gpus_people_train_and_serve_on():
     assert COVERED - ids == set()
 
 
+def test_display_names_fit_the_web_pages_gpu_menu():
+    # the menu shows "NAME (xx.xx GiB)" in a fixed width: names of 44 characters and more were cut off there
+    # (tests/external/test_serve_page_person.py::test_catalog_entries_and_menus_are_not_cut_off); 39 fit
+    long = [g.name for g in vramwise.list_gpus() if len(g.name) > 40]
+    assert long == []
+
+
 def test_a100_80gb_is_exactly_80_gib():
     assert vramwise.gpu_spec("a100-80gb").memory_bytes == 85_899_345_920 == 80 * 2**30
 
