@@ -1,4 +1,9 @@
-"""GPU discovery through NVML: the NVIDIA GPUs of this machine and the ones visible to this process.
+"""GPU discovery: the accelerators of this machine and the ones visible to this process.
+
+NVIDIA GPUs come from NVML, as before; the backends of :mod:`vramwise.gpus.backends` (AMD, Intel XPU,
+Apple Silicon) are tried after it, each with its own visibility variable. ``gpus``, ``visible`` and
+``reason`` stay NVIDIA's (what ``select`` places CUDA runs on); ``backends`` holds every backend's
+report and ``devices`` every device found. A host with no device says, per backend, why it found none.
 
 The NVML layer is an object with four methods (``init``, ``shutdown``,
 ``device_count``, ``device``); :class:`PynvmlBackend` wraps ``pynvml`` and
@@ -10,11 +15,16 @@ Choosing GPUs for an estimate is an answer built on this: :mod:`vramwise.answers
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Mapping, Protocol, Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
-__all__ = ["GpuInfo", "GpuDiscovery", "NvmlBackend", "PynvmlBackend", "discover_gpus"]
+from vramwise.gpus.backends import BackendReport, default_backends
+from vramwise.gpus.device import NVIDIA, GpuInfo
+
+__all__ = ["GpuInfo", "GpuDiscovery", "NvmlBackend", "PynvmlBackend", "NVIDIA", "discover_gpus"]
+
 
 
 class NvmlBackend(Protocol):
@@ -56,18 +66,6 @@ class PynvmlBackend:
 
 
 @dataclass(frozen=True)
-class GpuInfo:
-    """One physical GPU as NVML reports it (bytes)."""
-
-    index: int
-    uuid: str
-    name: str
-    total: int
-    used: int
-    free: int
-
-
-@dataclass(frozen=True)
 class GpuDiscovery:
     """The GPUs of this machine and those visible to this process."""
 
@@ -76,10 +74,20 @@ class GpuDiscovery:
     cuda_visible_devices: str | None  # the raw variable; None when unset
     uses_uuids: bool  # CUDA_VISIBLE_DEVICES names GPUs by UUID or MIG id
     reason: str | None = None  # why no GPU is visible, when none is
+    backends: tuple = ()  # BackendReport of each backend tried, NVML first
 
     @property
     def available(self) -> bool:
         return bool(self.visible) or (self.uses_uuids and bool(self.gpus))
+
+    @property
+    def devices(self) -> tuple:
+        """Every device of every backend, NVIDIA's first."""
+        return tuple(d for b in self.backends for d in b.devices) if self.backends else self.gpus
+
+    def report(self) -> tuple:
+        """One line per backend that found nothing or hides something: ``backend: why``."""
+        return tuple(f"{b.backend}: {b.reason}" for b in self.backends if b.reason)
 
     def gpu(self, index: int) -> GpuInfo:
         return next(g for g in self.gpus if g.index == index)
@@ -91,6 +99,7 @@ class GpuDiscovery:
             "cuda_visible_devices": self.cuda_visible_devices,
             "uses_uuids": self.uses_uuids,
             "reason": self.reason,
+            "backends": [b.to_dict() for b in self.backends],
         }
 
 
@@ -122,9 +131,19 @@ def _parse_visible(spec: str | None, gpus: Sequence[GpuInfo]) -> tuple[tuple, bo
     return tuple(visible), uses_uuids, reason
 
 
-def discover_gpus(nvml: NvmlBackend | None = None, env: Mapping[str, str] | None = None) -> GpuDiscovery:
-    """Every NVIDIA GPU and the ones visible to this process; never raises for a missing driver."""
+def discover_gpus(nvml: NvmlBackend | None = None, env: Mapping[str, str] | None = None,
+                  backends: Sequence | None = None, runner: Callable | None = None) -> GpuDiscovery:
+    """Every device of every backend and the ones visible to this process; never raises for a missing
+    driver or tool. ``backends`` replaces the ones tried after NVML (:func:`~vramwise.gpus.backends.default_backends`,
+    whose commands go through ``runner``)."""
     env = os.environ if env is None else env
+    disc = _discover_nvidia(nvml, env)
+    nvidia = BackendReport(NVIDIA, disc.gpus, disc.visible, "CUDA_VISIBLE_DEVICES", disc.cuda_visible_devices, disc.reason)
+    others = tuple(b.discover(env) for b in (default_backends(runner) if backends is None else backends))
+    return dataclasses.replace(disc, backends=(nvidia, *others))
+
+
+def _discover_nvidia(nvml: NvmlBackend | None, env: Mapping[str, str]) -> GpuDiscovery:
     spec = env.get("CUDA_VISIBLE_DEVICES")
     try:
         backend = nvml if nvml is not None else PynvmlBackend()

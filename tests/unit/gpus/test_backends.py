@@ -1,0 +1,328 @@
+"""Discovery backends beside NVML (AMD, Intel XPU, Apple Silicon), each against fakes built from the
+documented output of its tool or library; no such device exists on the test machines.
+
+Sources of the fakes' shapes:
+- amd-smi: ROCm/amdsmi amdsmi_cli/amdsmi_commands.py (commit 0ceca28, 2024-10): ``metric --mem-usage``
+  fills ``mem_usage.total_vram`` / ``used_vram`` / ``free_vram`` with ``bytes // (1024*1024)`` and, in
+  JSON, ``{"value": N, "unit": "MB"}`` (lines 2027-2095); ``static --asic`` fills ``asic.market_name``
+  and ``asic.asic_serial`` (line 377 on); each GPU's object carries ``"gpu": N`` (amdsmi_logger.py 411).
+- amdsmi library: the same repository's py-interface/amdsmi_interface.py: ``amdsmi_init``,
+  ``amdsmi_get_processor_handles``, ``amdsmi_get_gpu_asic_info`` (a dict with ``market_name``),
+  ``amdsmi_get_gpu_memory_total`` / ``amdsmi_get_gpu_memory_usage`` (bytes) with ``AmdSmiMemoryType.VRAM``,
+  ``amdsmi_shut_down``.
+- rocm-smi ``--showmeminfo vram --showproductname --json``: ``cardN`` objects with
+  ``VRAM Total Memory (B)``, ``VRAM Total Used Memory (B)`` and ``Card Series`` as strings.
+- ROCm visibility: https://rocm.docs.amd.com/en/latest/conceptual/gpu-isolation.html (ROCR_VISIBLE_DEVICES:
+  indices or UUIDs, applied by the ROCm runtime to every application; HIP_VISIBLE_DEVICES: indices, HIP
+  only) and https://rocm.docs.amd.com/projects/HIP/en/latest/reference/env_variables.html
+  ("HIP_VISIBLE_DEVICES or CUDA_VISIBLE_DEVICES").
+- xpu-smi: intel/xpumanager doc/smi_user_guide.md: ``discovery -j`` gives ``device_list`` with
+  ``device_id``, ``device_name``, ``uuid`` and ``memory_physical_size_byte`` (a string in some builds);
+  ``stats -d N -j`` gives ``device_level`` metrics, ``XPUM_STATS_MEMORY_USED`` in MiB.
+- MLX: ml-explore/mlx python/mlx/core/metal.pyi: ``device_info()`` returns ``memory_size`` and
+  ``max_recommended_working_set_size`` (bytes).
+"""
+
+from __future__ import annotations
+
+import json
+
+from vramwise import discover_gpus
+from vramwise.gpus.backends import (
+    AmdBackend,
+    AppleBackend,
+    IntelBackend,
+    ToolResult,
+    apple_default_working_set,
+    run_tool,
+)
+
+MIB, GIB = 2**20, 2**30
+
+
+class FakeTools:
+    """The runner every backend calls: argv tuple -> stdout; a missing argv is a tool not installed."""
+
+    def __init__(self, outputs=None):
+        self.outputs = dict(outputs or {})
+        self.calls = []
+
+    def __call__(self, argv):
+        self.calls.append(tuple(argv))
+        out = self.outputs.get(tuple(argv))
+        if out is None:
+            return ToolResult("", f"{argv[0]} not found")
+        if isinstance(out, ToolResult):
+            return out
+        return ToolResult(out if isinstance(out, str) else json.dumps(out), None)
+
+
+class NoNvml:
+    def init(self):
+        raise RuntimeError("NVML Shared Library Not Found")
+
+
+METRIC = ("amd-smi", "metric", "--mem-usage", "--json")
+STATIC = ("amd-smi", "static", "--asic", "--json")
+ROCM_SMI = ("rocm-smi", "--showmeminfo", "vram", "--showproductname", "--json")
+XPU_DISCOVERY = ("xpu-smi", "discovery", "-j")
+
+
+def amd_tools(n=3):
+    """n MI300X, GPU k using 1024*k MB (amd-smi's MB: bytes // 2**20); 196592 MB is an MI300X's VRAM."""
+    metric = [{"gpu": k, "mem_usage": {"total_vram": {"value": 196592, "unit": "MB"},
+                                       "used_vram": {"value": 1024 * k, "unit": "MB"},
+                                       "free_vram": {"value": 196592 - 1024 * k, "unit": "MB"}}} for k in range(n)]
+    static = [{"gpu": k, "asic": {"market_name": "AMD Instinct MI300X", "asic_serial": f"0x{k + 10:016X}"}}
+              for k in range(n)]
+    return FakeTools({METRIC: metric, STATIC: static})
+
+
+def no_amdsmi():
+    raise ImportError("No module named 'amdsmi'")
+
+
+def amd(tools, env=None):
+    return AmdBackend(tools, load_amdsmi=no_amdsmi).discover(env or {})
+
+
+# ---- AMD ---------------------------------------------------------------------------------------------
+
+def test_amd_smi_totals_used_and_names():
+    r = amd(amd_tools(2))
+    assert [d.index for d in r.devices] == [0, 1] and r.visible == (0, 1) and r.reason is None
+    d1 = r.devices[1]
+    # 196592 MB of amd-smi = 196592 * 2**20 bytes; GPU 1 uses 1024 MB = 1 GiB, so 196592 - 1024 MB are free
+    assert d1.total == 196592 * MIB and d1.used == 1024 * MIB and d1.free == (196592 - 1024) * MIB
+    assert d1.name == "AMD Instinct MI300X" and d1.backend == "amd"
+    assert d1.visibility_variable == "ROCR_VISIBLE_DEVICES" and not d1.unified
+    assert d1.uuid == "GPU-000000000000000b"  # asic_serial 0x...0B without 0x, as ROCR_VISIBLE_DEVICES names it
+
+
+def test_amd_smi_gpu_data_wrapper_and_warning_banner():
+    """Newer amd-smi releases wrap the list in {"gpu_data": [...]}; a warning line may come first."""
+    tools = amd_tools(1)
+    tools.outputs[METRIC] = "WARNING: User is missing the following required groups: render\n" + json.dumps(
+        {"gpu_data": [{"gpu": 0, "mem_usage": {"total_vram": {"value": 24560, "unit": "MB"},
+                                                 "used_vram": {"value": 0, "unit": "MB"}}}]})
+    r = amd(tools)
+    assert r.devices[0].total == 24560 * MIB and r.devices[0].used == 0
+
+
+def test_amdsmi_library_preferred_when_importable():
+    class Lib:
+        class AmdSmiMemoryType:
+            VRAM = 0
+
+        shut = 0
+
+        def amdsmi_init(self):
+            pass
+
+        def amdsmi_shut_down(self):
+            Lib.shut += 1
+
+        def amdsmi_get_processor_handles(self):
+            return ["h0"]
+
+        def amdsmi_get_gpu_asic_info(self, h):
+            return {"market_name": "AMD Radeon RX 7900 XTX", "asic_serial": "0xABCD"}
+
+        def amdsmi_get_gpu_memory_total(self, h, kind):
+            return 24 * GIB
+
+        def amdsmi_get_gpu_memory_usage(self, h, kind):
+            return 3 * GIB
+
+    tools = FakeTools()
+    r = AmdBackend(tools, load_amdsmi=Lib).discover({})
+    d = r.devices[0]
+    assert (d.name, d.total, d.used, d.free) == ("AMD Radeon RX 7900 XTX", 24 * GIB, 3 * GIB, 21 * GIB)
+    assert tools.calls == [] and Lib.shut == 1  # no command run; the library shut down
+
+
+def test_rocm_smi_when_amd_smi_is_absent():
+    tools = FakeTools({ROCM_SMI: {"card0": {"VRAM Total Memory (B)": "25753026560", "VRAM Total Used Memory (B)": "1073741824",
+                                            "Card Series": "Radeon RX 7900 XTX"},
+                                  "card1": {"VRAM Total Memory (B)": "68702699520", "VRAM Total Used Memory (B)": "0",
+                                            "Card Series": "AMD Instinct MI210"},
+                                  "system": {"Driver version": "6.8"}}})
+    r = amd(tools)
+    assert [(d.index, d.name, d.total, d.used) for d in r.devices] == [
+        (0, "Radeon RX 7900 XTX", 25753026560, 2**30), (1, "AMD Instinct MI210", 68702699520, 0)]
+    assert r.devices[0].free == 25753026560 - 2**30
+
+
+def test_rocr_then_hip_visible_devices():
+    """ROCR_VISIBLE_DEVICES picks physical devices (index or UUID); HIP_VISIBLE_DEVICES indexes what is left."""
+    # ROCR "2,0" leaves physical [2, 0]; HIP "1" is the second of those: physical 0
+    assert amd(amd_tools(), {"ROCR_VISIBLE_DEVICES": "2,0", "HIP_VISIBLE_DEVICES": "1"}).visible == (0,)
+    # a UUID entry: GPU 1's serial 0x...0B
+    assert amd(amd_tools(), {"ROCR_VISIBLE_DEVICES": "GPU-000000000000000b"}).visible == (1,)
+    # HIP reads CUDA_VISIBLE_DEVICES where HIP_VISIBLE_DEVICES is unset
+    assert amd(amd_tools(), {"CUDA_VISIBLE_DEVICES": "2"}).visible == (2,)
+    assert amd(amd_tools(), {"CUDA_VISIBLE_DEVICES": "2", "HIP_VISIBLE_DEVICES": "0"}).visible == (0,)
+
+
+def test_amd_invalid_visibility_entry():
+    r = amd(amd_tools(), {"HIP_VISIBLE_DEVICES": "1,7,0"})  # 7 names no device: the list ends there
+    assert r.visible == (1,) and "HIP_VISIBLE_DEVICES='1,7,0'" in r.reason and "'7'" in r.reason
+    r = amd(amd_tools(), {"ROCR_VISIBLE_DEVICES": "9"})
+    assert r.visible == () and r.reason.startswith("no AMD GPU visible: ROCR_VISIBLE_DEVICES='9' hides every device")
+    assert amd(amd_tools(), {"ROCR_VISIBLE_DEVICES": ""}).visible == ()
+
+
+def test_amd_garbage_and_missing_tools():
+    tools = amd_tools(1)
+    tools.outputs[METRIC] = "Segmentation fault\n"
+    r = amd(tools)
+    assert r.devices == () and "could not read the output of `amd-smi metric --mem-usage --json`" in r.reason
+    tools.outputs[METRIC] = {"gpu_data": [{"gpu": 0, "mem_usage": {"total_vram": "N/A"}}]}
+    assert "could not read" in amd(tools).reason and "total_vram" in amd(tools).reason
+    r = amd(FakeTools())
+    assert r.reason == ("no AMD GPU found: the amdsmi library is not installed; amd-smi not found; "
+                        "rocm-smi not found")
+
+
+# ---- Intel -------------------------------------------------------------------------------------------
+
+def intel_tools():
+    return FakeTools({
+        XPU_DISCOVERY: {"device_list": [
+            {"device_id": 0, "device_name": "Intel(R) Data Center GPU Max 1550", "uuid": "00000000-0000-0000-0000-0bd50000",
+             "memory_physical_size_byte": "137438953472"},
+            {"device_id": 1, "device_name": "Intel(R) Arc(TM) A770 Graphics", "uuid": "00000000-0000-0000-0000-56a00000",
+             "memory_physical_size_byte": 17179869184}]},
+        ("xpu-smi", "stats", "-d", "0", "-j"): {"device_level": [{"metrics_type": "XPUM_STATS_MEMORY_USED", "value": 2048}]},
+    })
+
+
+def no_torch():
+    return None
+
+
+def intel(tools, env=None):
+    return IntelBackend(tools, torch_xpu=no_torch).discover(env or {})
+
+
+def test_xpu_smi_totals_used_names():
+    r = intel(intel_tools())
+    d0, d1 = r.devices
+    # 137438953472 bytes = 128 GiB; 2048 MiB used = 2 GiB
+    assert (d0.name, d0.total, d0.used, d0.free) == ("Intel(R) Data Center GPU Max 1550", 128 * GIB, 2 * GIB, 126 * GIB)
+    assert (d1.total, d1.used, d1.free) == (16 * GIB, None, None)  # no stats for device 1: unknown, not 0
+    assert d0.backend == "intel" and d0.visibility_variable == "ZE_AFFINITY_MASK" and r.visible == (0, 1)
+
+
+def test_ze_affinity_mask():
+    assert intel(intel_tools(), {"ZE_AFFINITY_MASK": "1"}).visible == (1,)
+    assert intel(intel_tools(), {"ZE_AFFINITY_MASK": "0.1,1.0"}).visible == (0, 1)  # sub-devices name their device
+    r = intel(intel_tools(), {"ZE_AFFINITY_MASK": "1,5"})
+    assert r.visible == (1,) and "['5']" in r.reason
+    r = intel(intel_tools(), {"ZE_AFFINITY_MASK": "x"})
+    assert r.visible == () and r.reason == "no Intel GPU visible: ZE_AFFINITY_MASK='x' names no device of this machine"
+
+
+def test_torch_xpu_where_torch_is_loaded():
+    class Props:
+        name, total_memory = "Intel(R) Arc(TM) B580 Graphics", 12 * GIB
+
+    class Xpu:
+        def is_available(self):
+            return True
+
+        def device_count(self):
+            return 1
+
+        def get_device_properties(self, i):
+            return Props()
+
+        def mem_get_info(self, i):
+            return (10 * GIB, 12 * GIB)  # (free, total) as torch.cuda.mem_get_info
+
+    tools = FakeTools()
+    r = IntelBackend(tools, torch_xpu=Xpu).discover({})
+    assert (r.devices[0].total, r.devices[0].used) == (12 * GIB, 2 * GIB) and tools.calls == []
+
+
+def test_intel_garbage_and_none_found():
+    tools = intel_tools()
+    tools.outputs[XPU_DISCOVERY] = {"device_list": [{"device_id": 0}]}
+    r = intel(tools)
+    assert r.devices == () and "could not read the output of `xpu-smi discovery -j` (KeyError" in r.reason
+    assert intel(FakeTools()).reason == ("no Intel GPU found: torch is not loaded (torch.xpu is read only where it is); "
+                                         "xpu-smi not found")
+
+
+# ---- Apple -------------------------------------------------------------------------------------------
+
+def mac(memsize=64 * GIB, wired_mb="0"):
+    return FakeTools({("sysctl", "-n", "hw.memsize"): f"{memsize}\n", ("sysctl", "-n", "iogpu.wired_limit_mb"): f"{wired_mb}\n",
+                      ("sysctl", "-n", "machdep.cpu.brand_string"): "Apple M3 Max\n"})
+
+
+def no_mlx():
+    raise ImportError("mlx")
+
+
+def apple(tools, mlx=no_mlx, system=("Darwin", "arm64")):
+    return AppleBackend(tools, system=lambda: system, mlx_device_info=mlx).discover({})
+
+
+def test_apple_mlx_working_set():
+    r = apple(mac(), mlx=lambda: {"memory_size": 64 * GIB, "max_recommended_working_set_size": 51539607552})
+    d = r.devices[0]
+    assert d.total == 51539607552 and d.unified and d.visibility_variable is None and d.backend == "apple"
+    assert d.name == "Apple M3 Max GPU" and d.used is None and r.visible == (0,)
+
+
+def test_apple_wired_limit_then_default_share():
+    assert apple(mac(wired_mb="57344")).devices[0].total == 57344 * MIB  # iogpu.wired_limit_mb in MiB
+    # unset (0): the OS default, 3/4 of 64 GiB = 48 GiB; 2/3 of 16 GiB = 10.67 GiB (exo-explore/exo#1672 reports 10.67 GB)
+    d = apple(mac()).devices[0]
+    assert d.total == 48 * GIB and "default share" in d.memory_source
+    assert apple_default_working_set(16 * GIB) == 16 * GIB * 2 // 3
+    assert apple_default_working_set(36 * GIB) == 24 * GIB and apple_default_working_set(48 * GIB) == 36 * GIB
+
+
+def test_apple_elsewhere_and_garbage():
+    assert apple(mac(), system=("Linux", "x86_64")).reason == "no Apple GPU: not macOS on Apple Silicon (Linux x86_64)"
+    tools = mac()
+    tools.outputs[("sysctl", "-n", "hw.memsize")] = "sysctl: unknown oid\n"
+    assert apple(tools).reason.startswith("no Apple GPU read: could not read the output of `sysctl -n hw.memsize`")
+
+
+# ---- all together ------------------------------------------------------------------------------------
+
+def test_no_device_says_what_each_backend_tried():
+    tools = FakeTools()
+    backends = (AmdBackend(tools, load_amdsmi=no_amdsmi), IntelBackend(tools, torch_xpu=no_torch),
+                AppleBackend(tools, system=lambda: ("Linux", "x86_64")))
+    d = discover_gpus(nvml=NoNvml(), env={}, backends=backends)
+    assert d.devices == () and d.gpus == ()
+    assert d.report() == (
+        "nvidia: no NVIDIA GPU visible: NVML could not start (RuntimeError: NVML Shared Library Not Found)",
+        "amd: no AMD GPU found: the amdsmi library is not installed; amd-smi not found; rocm-smi not found",
+        "intel: no Intel GPU found: torch is not loaded (torch.xpu is read only where it is); xpu-smi not found",
+        "apple: no Apple GPU: not macOS on Apple Silicon (Linux x86_64)",
+    )
+    assert [b["backend"] for b in d.to_dict()["backends"]] == ["nvidia", "amd", "intel", "apple"]
+
+
+def test_amd_host_leaves_nvidia_selection_as_it_was():
+    d = discover_gpus(nvml=NoNvml(), env={"HIP_VISIBLE_DEVICES": "1"},
+                      backends=(AmdBackend(amd_tools(2), load_amdsmi=no_amdsmi),))
+    assert [x.backend for x in d.devices] == ["amd", "amd"] and d.gpus == () and not d.available
+    assert d.backends[1].visible == (1,)
+
+
+def test_run_tool_bounds_and_missing(tmp_path):
+    assert run_tool(["vramwise-no-such-tool"]).problem == "vramwise-no-such-tool not found"
+    slow = tmp_path / "slow"
+    slow.write_text("#!/bin/sh\nsleep 5\n")
+    slow.chmod(0o755)
+    assert run_tool([str(slow)], timeout=0.2).problem == f"`{slow}` gave no answer within 0.2 s"
+    bad = tmp_path / "bad"
+    bad.write_text("#!/bin/sh\necho boom >&2\nexit 3\n")
+    bad.chmod(0o755)
+    assert run_tool([str(bad)]).problem == f"`{bad}` exited 3 (boom)"
