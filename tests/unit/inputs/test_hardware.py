@@ -109,7 +109,10 @@ def test_spec_sheet_figures_are_the_whole_gib_their_source_states():
 #   RTX 4090 24564MiB:                          https://github.com/RLinf/RLinf/issues/255
 #   RTX 3090 24576MiB:                          https://github.com/noonghunna/club-3090/issues/1128
 #   RTX 5090 32607MiB:                          https://github.com/noonghunna/club-3090/issues/617
-#   MI300X 205822885888 B (rocm-smi "VRAM Total Memory (B)")
+#   MI300X rocminfo "Size: 201310208(0xbffc000) KB" = 201310208 x 1024 = 206141652992 B:
+#                                               https://github.com/ROCm/rocm-examples/issues/187
+#     and KFD "size_in_bytes 25767706624" per CPX partition, x 8 partitions = 206141652992 B:
+#                                               https://github.com/ROCm/legacy-rocm-build/issues/4750
 #   RTX 3060 12288MiB (driver 580.95.05):       https://github.com/geerlingguy/raspberry-pi-pcie-devices/issues/790
 #   RTX 5070 12227MiB (driver 575.64.03):       https://github.com/shkhln/libc6-shim/issues/14
 #   RX 7900 XT 21458059264 B (rocm-smi CSV):    https://github.com/marimo-team/marimo/issues/9237
@@ -131,7 +134,7 @@ KNOWN = {
     "rtx-4090": 24564 * MIB,
     "rtx-3090": 24576 * MIB,
     "rtx-5090": 32607 * MIB,
-    "mi300x": 205_822_885_888,
+    "mi300x": 206_141_652_992,
     "rtx-3060-12gb": 12288 * MIB,
     "rtx-5070": 12227 * MIB,
     "rx-7900-xt": 21_458_059_264,
