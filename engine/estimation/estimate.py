@@ -27,7 +27,7 @@ from vramwise.profiles.settings import ADAPTER_METHODS, DEFAULT_PROFILE, DEFAULT
 
 _MAX_BATCH, _MAX_SEQ = LIMITS["batch_size"], LIMITS["seq_len"]
 
-__all__ = ["Estimate", "RankEstimate", "TraceEntry", "Provenance", "load_model", "estimate", "COMPONENTS", "Stage"]
+__all__ = ["Estimate", "RankEstimate", "TraceEntry", "Provenance", "load_model", "estimate", "COMPONENTS", "Stage", "needs_stored_checkpoint"]
 
 #: Reported components, in display order.
 COMPONENTS = ("weights", "lora", "optimizer", "gradients", "activations", "overhead")
@@ -591,16 +591,30 @@ def _check_as_stored(reg: Registry, spec: ModelSpec, prof: Profile, static: dict
         raise SettingsError(
             f"a {fmt} file holds quantized weights for inference (llama.cpp): vramwise estimates it with --method "
             f"inference (method=\"inference\"); a {static['method']} estimate needs the model's config.json or its hub id")
-    if not any("checkpoint_as_stored" in f.expr.names for f in prof.formulas):
-        users = ", ".join(sorted(_as_stored_profiles(reg)))
+    if not _reads_stored(prof):
+        users = " or ".join(sorted(_as_stored_profiles(reg)))
         raise SettingsError(f"the {prof.name} profile does not count the weights of a {fmt} file as stored"
                             + (f": use the {users} profile" if users else ""))
 
 
+#: Inventory names that only a checkpoint loaded as stored gives (a GGUF file's tensors by where llama.cpp puts them).
+_STORED_ONLY = frozenset({"stored_layer_bytes_from", "stored_embedding_bytes", "stored_output_bytes",
+                          "stored_duplicated_output_bytes", "stored_vocab_tokens"})
+
+
+def _reads_stored(prof: Profile) -> bool:
+    """Whether ``prof``'s formulas read the bytes of a checkpoint loaded as stored."""
+    return any("checkpoint_as_stored" in f.expr.names or f.expr.names & _STORED_ONLY for f in prof.formulas)
+
+
+def needs_stored_checkpoint(prof: Profile) -> bool:
+    """Whether ``prof`` estimates only a checkpoint loaded as stored (its formulas read its tensors' placement)."""
+    return any(f.expr.names & _STORED_ONLY for f in prof.formulas)
+
+
 def _as_stored_profiles(reg: Registry) -> list:
     return [n for n in reg.profile_names()
-            if "inference" in reg.profile(n).methods
-            and any("checkpoint_as_stored" in f.expr.names for f in reg.profile(n).formulas)]
+            if "inference" in reg.profile(n).methods and _reads_stored(reg.profile(n))]
 
 
 def _stage(reg: Registry, spec: ModelSpec, prof: Profile, static: dict) -> Stage:
@@ -611,6 +625,9 @@ def _stage(reg: Registry, spec: ModelSpec, prof: Profile, static: dict) -> Stage
     prof.check_family(spec.compiled_family)
     if spec.inventory.checkpoint_as_stored:
         _check_as_stored(reg, spec, prof, static)
+    elif needs_stored_checkpoint(prof):
+        raise SettingsError(f"the {prof.name} profile estimates a GGUF file (its tensors as stored, placed as "
+                            f"{prof.name} places them): give the model's .gguf file, not its config")
     if prof.serving is None and static["gpu_memory"] is not None:  # naming a GPU asks whether the run fits on it
         given = f"gpu {static['gpu']!r}" if static["gpu"] is not None else f"gpu_memory {static['gpu_memory']:,}"
         raise SettingsError(f"{given} is the GPU a serving profile (vllm) runs on; the {prof.name} profile's estimate is "
@@ -700,6 +717,10 @@ def estimate(model: Any, *, profile: str | None = None, trust_remote_code: bool 
         profile = DEFAULT_PROFILE
     if not isinstance(profile, str):
         raise SettingsError(f"profile must be a name, got {type(profile).__name__}")
+    if "method" not in settings:
+        only = reg.profile(profile)  # an unknown profile: its one-line error here
+        if len(only.methods) == 1 and only.serving is None:  # a profile of one method (llama.cpp: inference) runs it
+            settings["method"] = only.methods[0]
     if not settings.keys() <= DEFAULTS.keys():  # a containment test builds no set on the way
         unknown = settings.keys() - DEFAULTS.keys()
         raise SettingsError(f"unknown setting(s) {', '.join(sorted(unknown))} (settings: {', '.join(DEFAULTS)})")

@@ -234,7 +234,7 @@ class Registry:
         if location is None:
             location = source
         from vramwise.models.resolve import resolve_model
-        from vramwise.inputs.config import checkpoint_source, text_view
+        from vramwise.inputs.config import checkpoint_source, stored_placement, text_view
 
         text = text_view(root)
         types = [text.get("model_type"), root.get("model_type")]
@@ -252,12 +252,15 @@ class Registry:
             if note:
                 notes.append(note)
         model_type = next((t for t in types if t), None)
-        size_origin = stored = None
+        size_origin = stored = placement = None
         if location is not None and checkpoint_bytes is None:
             checkpoint_bytes, size_origin, stored = checkpoint_source(location)
+            if stored is not None:
+                placement = stored_placement(location)
         return resolve_model(
             fam, root, text, model_type=model_type, warnings=notes, origin=origin,
             checkpoint_bytes=checkpoint_bytes, checkpoint_origin=size_origin, checkpoint_as_stored=stored,
+            stored_placement=placement,
         )
 
     # -- profiles -------------------------------------------------------------------------

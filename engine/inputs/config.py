@@ -41,7 +41,7 @@ from typing import Any, Mapping
 
 from vramwise.errors import ConfigError
 
-__all__ = ["read_config", "parse_json_bytes", "text_view", "checkpoint_size", "checkpoint_source", "MAX_CONFIG_BYTES", "MAX_INDEX_BYTES", "MAX_JSON_DEPTH"]
+__all__ = ["read_config", "parse_json_bytes", "text_view", "checkpoint_size", "checkpoint_source", "stored_placement", "MAX_CONFIG_BYTES", "MAX_INDEX_BYTES", "MAX_JSON_DEPTH"]
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -455,6 +455,23 @@ def checkpoint_source(model: Any) -> tuple[int | None, str | None, str | None]:
             return gg.weight_bytes, gg.describe(), f"GGUF {gg.file_type}" if gg.file_type else "GGUF"
     size, origin = _beside_config(path, kind)
     return size, origin, None
+
+
+def stored_placement(model: Any):
+    """The :class:`~vramwise.inputs.gguf.GGUFPlacement` of a GGUF model (its tensors' bytes by where
+    llama.cpp places them), None for anything else."""
+    if not isinstance(model, (str, os.PathLike)):
+        return None
+    kind = local_kind(model)
+    if kind is None:
+        return None
+    _, path = _local_path(model)
+    if kind == "dir" or not path.name.lower().endswith(".json"):
+        from vramwise.inputs.gguf import is_gguf, read_gguf
+
+        if is_gguf(path):
+            return read_gguf(path).placement()
+    return None
 
 
 def _beside_config(path: Path, kind: str) -> tuple[int | None, str | None]:

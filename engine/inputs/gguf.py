@@ -30,7 +30,7 @@ from typing import Any, Mapping
 
 from vramwise.errors import ConfigError, EvaluationError, MissingDependencyError
 
-__all__ = ["GGUFTensor", "GGUFModel", "read_gguf", "gguf_config", "gguf_files", "is_gguf", "TABLE_PATH",
+__all__ = ["GGUFTensor", "GGUFPlacement", "GGUFModel", "read_gguf", "gguf_config", "gguf_files", "is_gguf", "TABLE_PATH",
            "MISSING", "known_architectures"]
 
 #: Display path of the bundled tables.
@@ -58,6 +58,19 @@ class GGUFTensor:
 
 
 @dataclass(frozen=True)
+class GGUFPlacement:
+    """A GGUF model's tensor bytes by where llama.cpp's loader places them: each repeating layer's
+    (``blk.N.*``), the input layer's (``token_embd.*``), the output layer's (every other tensor: ``output.weight``,
+    ``output_norm.*``), and the token embedding a tied model duplicates as its output (no ``output.weight``)."""
+
+    layer_bytes: tuple  # blk.0.* ... blk.(n-1).*, each summed
+    embedding_bytes: int
+    output_bytes: int
+    duplicated_output_bytes: int
+    vocab_tokens: int  # the tokenizer's tokens (tokenizer.ggml.tokens), the n_vocab llama.cpp's logits have
+
+
+@dataclass(frozen=True)
 class GGUFModel:
     """The header of a GGUF model (one file or the shards of a split one)."""
 
@@ -82,6 +95,26 @@ class GGUFModel:
             got = {t.name: t for t in self.tensors}
             object.__setattr__(self, "_names", got)
         return got
+
+    def placement(self) -> "GGUFPlacement":
+        """The tensors' bytes by where llama.cpp places them (:class:`GGUFPlacement`)."""
+        n = max((int(t.name.split(".")[1]) + 1 for t in self.tensors
+                 if t.name.startswith("blk.") and t.name.split(".")[1].isdigit()), default=0)
+        layers = [0] * n
+        embedding = output = 0
+        for t in self.tensors:
+            parts = t.name.split(".")
+            if parts[0] == "blk" and len(parts) > 1 and parts[1].isdigit():
+                layers[int(parts[1])] += t.nbytes
+            elif parts[0] == "token_embd":
+                embedding += t.nbytes
+            else:
+                output += t.nbytes
+        tied = self.tensor("output.weight") is None and self.tensor("token_embd.weight") is not None
+        duplicated = self.tensor("token_embd.weight").nbytes if tied else 0
+        embd = self.tensor("token_embd.weight")
+        tokens = self.array_lengths.get("tokenizer.ggml.tokens") or (embd.shape[1] if embd is not None else 0)
+        return GGUFPlacement(tuple(layers), embedding, output, duplicated, tokens)
 
     def describe(self) -> str:
         """One line: the file (and shard count), the quantization, the tensors and their bytes."""

@@ -18,7 +18,7 @@ from vramwise.models.lora import LORA_NAMES, NO_ADAPTERS, LoraSums, peft_sums, u
 from vramwise.models.plan import _hashable  # noqa: F401 - the layer plan's grouping key, importable from here too
 
 __all__ = ["Module", "LayerClass", "ModelSpec", "Inventory", "LoraSums", "FactOrigin", "module_groups",
-           "AGGREGATE_NAMES", "INVENTORY_NAMES", "LORA_NAMES", "NO_ADAPTERS", "INVENTORY_DOCS"]
+           "AGGREGATE_NAMES", "INVENTORY_NAMES", "stored_inventory", "LORA_NAMES", "NO_ADAPTERS", "INVENTORY_DOCS"]
 
 
 @dataclass(frozen=True)
@@ -117,9 +117,29 @@ class Inventory:
     checkpoint_quantized_head_params: int = field(default=0, metadata={"doc": "the output head's share of checkpoint_quantized_params"})
     checkpoint_quantized_head_bytes: int = field(default=0, metadata={"doc": "the output head's share of checkpoint_quantized_bytes"})
     checkpoint_as_stored: bool = field(default=False, metadata={"doc": "the checkpoint is loaded as it is stored (a GGUF file): checkpoint_bytes is the weights' own bytes, each tensor by its type"})
+    stored_layer_bytes_from: tuple = field(default=(0,), metadata={"doc": "a checkpoint loaded as stored (a GGUF file): item i is the bytes of its repeating layers i to the last (blk.i.* onwards), the last item 0; index it by the first layer a runtime offloads"})
+    stored_embedding_bytes: int = field(default=0, metadata={"doc": "a checkpoint loaded as stored: bytes of its input layer (token_embd.*)"})
+    stored_output_bytes: int = field(default=0, metadata={"doc": "a checkpoint loaded as stored: bytes of its output layer (output.weight, output_norm.*: every tensor outside the repeating layers and the token embedding)"})
+    stored_vocab_tokens: int = field(default=0, metadata={"doc": "a checkpoint loaded as stored: its tokenizer's tokens (a GGUF's tokenizer.ggml.tokens), llama.cpp's n_vocab"})
+    stored_duplicated_output_bytes: int = field(default=0, metadata={"doc": "a checkpoint loaded as stored without output.weight: the token embedding's bytes, which llama.cpp loads a second time as the output layer (TENSOR_DUPLICATED)"})
 
     def names(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def stored_inventory(placement, n_layers: int) -> dict:
+    """The inventory fields of a checkpoint loaded as stored, from its tensors' bytes by where a runtime places
+    them (:class:`~vramwise.inputs.gguf.GGUFPlacement`): the repeating layers' bytes as suffix sums over
+    ``n_layers`` layers (tensors of layers past the model's count join the output layer's)."""
+    layers = list(placement.layer_bytes[:n_layers]) + [0] * max(0, n_layers - len(placement.layer_bytes))
+    extra = sum(placement.layer_bytes[n_layers:])
+    suffix = [0] * (n_layers + 1)
+    for i in range(n_layers - 1, -1, -1):
+        suffix[i] = suffix[i + 1] + layers[i]
+    return {"stored_layer_bytes_from": tuple(suffix), "stored_embedding_bytes": placement.embedding_bytes,
+            "stored_output_bytes": placement.output_bytes + extra,
+            "stored_duplicated_output_bytes": placement.duplicated_output_bytes,
+            "stored_vocab_tokens": placement.vocab_tokens}
 
 
 #: Formula names of the inventory (the LoRA sums: :data:`vramwise.models.lora.LORA_NAMES`).

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from vramwise.errors import ConfigError
 from vramwise.rules.expr.language import render
@@ -18,7 +18,7 @@ from vramwise.models.facts import FactOrigin, resolve_facts, short_repr
 from vramwise.models.family import Family
 from vramwise.models.checkpoint_formats import checkpoint_storage
 from vramwise.models.inventory import build_modules, take_inventory
-from vramwise.models.model import ModelSpec
+from vramwise.models.model import ModelSpec, stored_inventory
 from vramwise.models.plan import layer_classes
 
 __all__ = ["resolve_model"]
@@ -35,10 +35,12 @@ def resolve_model(
     checkpoint_bytes: int | None = None,
     checkpoint_origin: str | None = None,
     checkpoint_as_stored: str | None = None,
+    stored_placement: Any = None,
 ) -> ModelSpec:
     """Resolve ``family`` on a config (``root``: whole config, ``text``: its text view; ``origin``: where it
     was read from). ``checkpoint_as_stored`` names the format of a checkpoint a runtime loads as it is stored
-    (``"GGUF Q4_K_M"``): ``checkpoint_bytes`` is then the weights' own bytes (the inventory's ``checkpoint_as_stored``)."""
+    (``"GGUF Q4_K_M"``): ``checkpoint_bytes`` is then the weights' own bytes (the inventory's ``checkpoint_as_stored``),
+    and ``stored_placement`` (a GGUF model's) its bytes by where llama.cpp places them (the ``stored_*`` inventory fields)."""
     warns = list(warnings)
     origins: dict[str, FactOrigin] = {}
     facts = resolve_facts(family, root, text, warns, origins)
@@ -67,10 +69,12 @@ def resolve_model(
         if checkpoint_bytes is None:
             raise ConfigError(f"a {checkpoint_as_stored} checkpoint without its size (from {checkpoint_origin})")
         inventory = replace(inventory, checkpoint_as_stored=True)
+        if stored_placement is not None:
+            inventory = replace(inventory, **stored_inventory(stored_placement, n_layers))
         warns.append(
             f"the weights are the {checkpoint_origin}: {checkpoint_bytes / 2**30:.2f} GiB as stored, exact to the "
-            "byte; the rest of the estimate is the profile's own, not yet llama.cpp's (its KV cache types and "
-            "compute buffer)"
+            "byte; the rest of the estimate is the profile's own (the llama.cpp profile: llama.cpp's KV cache and "
+            "buffers)"
         )
     elif checkpoint_bytes is not None and checkpoint_bytes > 2 * total:
         extra = checkpoint_bytes - 2 * total

@@ -21,7 +21,7 @@ from vramwise.models.stack_manifest import STACK_NAMES, LazyNames
 __all__ = [
     "DEFAULT_PROFILE", "Setting", "strategy_manifest_names", "SETTINGS", "SETTING_NAMES", "PER_CALL", "TrainingSettings", "METHODS", "COMPARED_METHODS", "CHECKPOINTING_MODES",
     "CHECKPOINTING_SAVINGS", "LOSS_MODES", "LOSS_SAVINGS", "ATTENTION_KINDS", "ATTENTION_KERNELS", "EXPERTS_LAYOUTS", "METHOD_GROUPS", "ADAPTER_METHODS",
-    "TRAINING_METHODS", "SERVING_METHODS", "settings_file", "check_vocabularies", "compile_settings_file", "STACKS", "STRATEGIES", "OFFLOAD_MODES", "DATA_PARALLEL_STRATEGIES", "SHARDS_IN_ORDER", "strategy_manifest_advice", "LIMITS", "normalise_settings", "normalise_static", "positive_int", "DEFAULTS", "SWEEPABLE", "DERIVED_FROM", "DERIVED_NAMES", "RELEASE_SETTINGS", "release_key", "profile_vocabularies",
+    "TRAINING_METHODS", "SERVING_METHODS", "settings_file", "check_vocabularies", "compile_settings_file", "STACKS", "STRATEGIES", "OFFLOAD_MODES", "DATA_PARALLEL_STRATEGIES", "SHARDS_IN_ORDER", "strategy_manifest_advice", "LIMITS", "normalise_settings", "normalise_static", "positive_int", "DEFAULTS", "SWEEPABLE", "DERIVED_FROM", "DERIVED_NAMES", "RELEASE_SETTINGS", "release_key", "profile_vocabularies", "LLAMA_CACHE_TYPES", "FLASH_ATTN_MODES",
 ]
 
 #: The profile an estimate uses when none is named.
@@ -174,6 +174,11 @@ BLOCK_SIZES = profile_vocabularies("vllm")["block_size"]
 #: (formulas/vllm/profile.yaml settings).
 VLLM_VERSIONS = profile_vocabularies("vllm")["vllm_version"]
 
+#: llama.cpp's KV-cache types (formulas/llama.cpp/profile.yaml settings; f16 first, the default).
+LLAMA_CACHE_TYPES = profile_vocabularies("llama.cpp")["cache_type_k"]
+#: llama.cpp's flash attention modes (formulas/llama.cpp/profile.yaml settings; auto first, the default).
+FLASH_ATTN_MODES = profile_vocabularies("llama.cpp")["flash_attn"]
+
 
 def positive_int(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
@@ -268,6 +273,26 @@ def _vllm_version(name: str, value: Any) -> str:
         raise SettingsError(f"vllm_version {text}: the serving profile has vLLM's rules from {first} to the "
                             f"{last.rsplit('.', 1)[0]} releases (versions before 0.8 run the older V0 engine)")
     return text
+
+
+def _n_ctx(name: str, value: Any) -> int:
+    if value == 0 and not isinstance(value, bool):
+        return 0  # llama.cpp: the model's training context
+    return positive_int(name, value)
+
+
+def _n_gpu_layers(name: str, value: Any) -> int | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("all", "auto", "-1")):
+        return None  # every layer, as llama.cpp's default places them
+    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+        return None  # llama.cpp: a negative count is all of them
+    if value == 0 and not isinstance(value, bool):
+        return 0
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+        if value == 0:
+            return 0
+    return positive_int(name, value)
 
 
 def _gpu_memory(name: str, value: Any) -> int | None:
@@ -453,6 +478,23 @@ SETTINGS: tuple = (
     Setting("block_size", None, "serving: tokens per KV-cache block (default: vLLM's, 16 for most models)",
             _block_size, cli_type="int", applies_to=_SERVING),
     Setting("enforce_eager", False, "serving: no CUDA graphs", _flag, cli_type="bool", applies_to=_SERVING),
+    # local inference (profile llama.cpp): llama.cpp's own names and defaults (formulas/llama.cpp, common/common.h)
+    Setting("n_ctx", 4096, "llama.cpp: context size in tokens (0: the model's training context)", _n_ctx,
+            cli_type="int", applies_to=_SERVING),
+    Setting("n_parallel", 1, "llama.cpp: sequences decoded in parallel (n_seq_max; the server's slots)", positive_int,
+            cli_type="int", applies_to=_SERVING),
+    Setting("kv_unified", False, "llama.cpp: one KV buffer shared by all sequences rather than a stream each",
+            _flag, cli_type="bool", applies_to=_SERVING),
+    Setting("cache_type_k", "f16", "llama.cpp: KV-cache type of K", _choice(LLAMA_CACHE_TYPES, default="f16"),
+            choices=LLAMA_CACHE_TYPES, applies_to=_SERVING),
+    Setting("cache_type_v", "f16", "llama.cpp: KV-cache type of V (a quantized type needs flash attention)",
+            _choice(LLAMA_CACHE_TYPES, default="f16"), choices=LLAMA_CACHE_TYPES, applies_to=_SERVING),
+    Setting("flash_attn", "auto", "llama.cpp: flash attention on, off or auto", _choice(FLASH_ATTN_MODES, default="auto"),
+            choices=FLASH_ATTN_MODES, applies_to=_SERVING),
+    Setting("n_gpu_layers", None, "llama.cpp: layers to store in VRAM, counted from the last with the output layer "
+            "(default: all)", _n_gpu_layers, cli_type="int", applies_to=_SERVING),
+    Setting("n_batch", 2048, "llama.cpp: logical batch size", positive_int, cli_type="int", applies_to=_SERVING),
+    Setting("n_ubatch", 512, "llama.cpp: physical batch size", positive_int, cli_type="int", applies_to=_SERVING),
 )
 
 #: Names derived from the settings for formula files (normalise_static sets them); none at present: a value

@@ -195,6 +195,18 @@ def _flags_settings(args, recipe) -> dict:
     return {**settings, **{k: v for k, v in stated.items() if k in settings}}
 
 
+def _only_method(profile: str, default: str) -> str:
+    """The one method of a profile that models one and serves no GPU budget (llama.cpp: inference), else ``default``
+    (--method not given); an unknown profile keeps ``default`` (the estimate names the profiles)."""
+    from vramwise.estimation.registry import Registry
+
+    reg = Registry.default()
+    if profile not in reg.profile_names():
+        return default
+    prof = reg.profile(profile)
+    return prof.methods[0] if len(prof.methods) == 1 and prof.serving is None else default
+
+
 def read_flags(args) -> Request:
     """The request of the command line's parsed arguments: MODEL / ``--params`` / ``--weight-bytes`` or
     ``--recipe``, ``--profile``, the settings' flags, ``--hub`` and ``--trust-remote-code``."""
@@ -233,6 +245,8 @@ def read_flags(args) -> Request:
     if launch is not None and launch.profile is not None and "profile" not in getattr(args, "given_flags", set()):
         profile = launch.profile  # the stack the launcher runs (tune run: torchtune's), unless --profile is given
     if not size_only:
+        if "method" in settings and "method" not in getattr(args, "given_flags", {"method"}):
+            settings = MappingProxyType({**settings, "method": _only_method(profile, settings["method"])})
         return Request(model, profile, label, settings, trust_remote_code=trust, launch=launch)
     if args.profile not in ("size_only", DEFAULT_PROFILE):
         raise SettingsError(f"--params and --weight-bytes estimate shares of the model size (profile size_only); "

@@ -37,7 +37,7 @@ from typing import Any, Iterable, Sequence
 
 from vramwise.rules.datafiles import MAX_FILE_BYTES, load_data_file, package_files, read_data_text
 from vramwise.errors import FileFormatError, UsageError, VramwiseError
-from vramwise.estimation.estimate import estimate, load_model
+from vramwise.estimation.estimate import estimate, load_model, needs_stored_checkpoint
 from vramwise.tooling.cases import read_cases, run_cases
 from vramwise.tooling.examples import run_example
 from vramwise.profiles.profile import check_inputs
@@ -359,6 +359,8 @@ def _check_registry(reg: Registry, given: dict[str, _GivenFile], user_profiles: 
     for pname in sorted(user_profiles & prof_objs.keys()):
         prof = prof_objs[pname]
         for fname, fam in compiled.items():
+            if needs_stored_checkpoint(prof):  # a GGUF file's profile (llama.cpp): no config.json to estimate from
+                break
             if not prof.serves(fam) or not fam.examples:
                 continue
             cfg = fam.examples[0].get("config")

@@ -130,13 +130,17 @@ def serving_settings_line(s) -> str:
     return ", ".join(parts)
 
 
-def settings_line(s, serving: bool = False, stored: str | None = None) -> str:
+def settings_line(s, serving: bool = False, stored: str | None = None, own: tuple = ()) -> str:
     """The settings that matter for the method (``SETTINGS[...].applies_to``), in a few words (a serving
     profile's: vLLM's settings); ``stored``: the format of a checkpoint loaded as stored ("GGUF Q4_K_M"),
-    whose weights an inference estimate takes as they are."""
+    whose weights an inference estimate takes as they are; ``own``: the inference settings a profile of its
+    own runtime reads (llama.cpp's n_ctx, cache types, ...), shown instead of batch and sequence."""
     if serving:
         return serving_settings_line(s)
     m = s.method
+    if own and m == "inference":
+        shown = [f"{name} {_word(getattr(s, name))}" for name in own]
+        return ", ".join([m, f"{stored} weights as stored" if stored else "weights as stored", *shown])
     parts = [m, f"batch {s.batch_size}", f"seq {s.seq_len}"]
     if applies("lora_rank", m):
         parts.append(f"rank {s.lora_rank}")
@@ -161,10 +165,24 @@ def settings_line(s, serving: bool = False, stored: str | None = None) -> str:
     return ", ".join(parts)
 
 
+def _word(value) -> str:
+    return "all" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def own_settings(est) -> tuple:
+    """The inference-only settings the estimate's profile reads, when it is not a serving profile (llama.cpp's)."""
+    prof = est.profile_data
+    if prof.serving is not None:
+        return ()
+    return tuple(x.name for x in _SETTING.values()
+                 if x.name in prof.settings_read and x.applies_to == ("inference",) and x.name not in ("gpu", "gpu_memory"))
+
+
 def family_line(est) -> str:
     kind = f" ({est.model_type})" if est.model_type else ""
     stored = est.model.checkpoint_format if est.model.inventory.checkpoint_as_stored else None
-    return f"family {est.family}{kind}, profile {est.profile}; {settings_line(est.settings, stored=stored)}"
+    return (f"family {est.family}{kind}, profile {est.profile}; "
+            f"{settings_line(est.settings, stored=stored, own=own_settings(est))}")
 
 
 def summary(profile: str) -> str | None:

@@ -306,7 +306,7 @@ def test_training_on_a_gguf_says_what_it_can_do(qwen2_file):
         'a GGUF Q4_K_M file holds quantized weights for inference (llama.cpp): vramwise estimates it with --method '
         'inference (method="inference"); a lora estimate needs the model\'s config.json or its hub id')
     with pytest.raises(SettingsError, match="the vllm profile does not count the weights of a GGUF Q4_K_M file as "
-                                            "stored: use the unsloth profile"):
+                                            "stored: use the llama.cpp or unsloth profile"):
         vramwise.estimate(str(qwen2_file), method="inference", profile="vllm", gpu="H100")
 
 
