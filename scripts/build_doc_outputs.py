@@ -35,7 +35,9 @@ Normalisations, so that an output depends on the code and data only:
 - ``HF_HUB_OFFLINE=1``: no network; a hub id must come from the offline catalog;
 - ``CUDA_VISIBLE_DEVICES`` unset, and NVML (the GPU driver's library, ``vramwise gpus`` and
   ``vramwise select``) answers as on a machine without NVIDIA's driver:
-  ``NVMLError_LibraryNotFound``.
+  ``NVMLError_LibraryNotFound``; the other discovery backends answer as on a Linux x86_64 machine
+  without their tools and libraries (no ``amdsmi``, ``amd-smi``, ``rocm-smi``, ``xpu-smi``; torch
+  not loaded).
 
 Usage::
 
@@ -247,6 +249,17 @@ class _NoNvml:
         raise self._error
 
 
+def _no_tool(argv, timeout=None):
+    """A command of the discovery backends, as on a machine without it."""
+    from vramwise.gpus.backends import ToolResult
+
+    return ToolResult("", f"{argv[0]} not found")
+
+
+def _no_amdsmi():
+    raise ImportError("No module named 'amdsmi'")
+
+
 @contextlib.contextmanager
 def _environment(root: Path):
     env = {"HF_HUB_OFFLINE": "1"}
@@ -256,7 +269,11 @@ def _environment(root: Path):
     os.environ.pop("CUDA_VISIBLE_DEVICES", None)
     os.chdir(root)
     try:
-        with mock.patch("vramwise.gpus.discovery.PynvmlBackend", _NoNvml):
+        with mock.patch("vramwise.gpus.discovery.PynvmlBackend", _NoNvml), \
+                mock.patch("vramwise.gpus.backends.run_tool", _no_tool), \
+                mock.patch("vramwise.gpus.backends._load_amdsmi", _no_amdsmi), \
+                mock.patch("vramwise.gpus.backends._loaded_torch_xpu", lambda: None), \
+                mock.patch("vramwise.gpus.backends.host_system", lambda: ("Linux", "x86_64")):
             yield
     finally:
         os.chdir(cwd)

@@ -1,4 +1,4 @@
-"""``vramwise gpus`` (the NVIDIA GPUs NVML sees, or with ``--catalog`` the GPU catalog) and ``vramwise select``
+"""``vramwise gpus`` (the devices every discovery backend sees, or with ``--catalog`` the GPU catalog) and ``vramwise select``
 (which of them a run should use)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from vramwise.surfaces.cli.format import gib, print_json
 
 
 def gpus(args, out) -> int:
-    from vramwise.gpus.discovery import discover_gpus
+    from vramwise.gpus.discovery import NVIDIA, discover_gpus
 
     if args.catalog:
         return catalog(args, out)
@@ -19,17 +19,33 @@ def gpus(args, out) -> int:
     if args.json:
         print_json(disc.to_dict(), out)
         return 0
-    if not disc.gpus:
-        out.write(f"{disc.reason}\n")
+    devices = [(b, d) for b in disc.backends for d in b.devices]
+    if not devices:
+        for b in disc.backends:
+            out.write(f"{b.reason}\n")
+        out.write("no GPU found: a run here uses the CPU\n")
         return 0
-    out.write(f"{'id':>3}  {'name':<28} {'total GiB':>10} {'used GiB':>9} {'free GiB':>9}  visible\n")
-    for g in disc.gpus:
-        seen = "yes" if g.index in disc.visible else ("(by UUID/MIG)" if disc.uses_uuids else "no")
-        out.write(f"{g.index:>3}  {g.name[:28]:<28} {gib(g.total):>10} {gib(g.used):>9} {gib(g.free):>9}  {seen}\n")
-    if disc.cuda_visible_devices is not None:
-        out.write(f"CUDA_VISIBLE_DEVICES={disc.cuda_visible_devices}\n")
-    if disc.reason:
-        out.write(f"{disc.reason}\n")
+    out.write(f"{'backend':<7} {'id':>3}  {'name':<28} {'total GiB':>10} {'used GiB':>9} {'free GiB':>9}  "
+              f"{'visible':<13} selected by\n")
+    for b, g in devices:
+        if b.backend == NVIDIA and disc.uses_uuids:
+            seen = "yes" if g.index in disc.visible else "(by UUID/MIG)"
+        else:
+            seen = "yes" if g.index in b.visible else "no"
+        name = g.name + (" (unified)" if g.unified else "")
+        used = "-" if g.used is None else gib(g.used)
+        free = "-" if g.free is None else gib(g.free)
+        var = f"{g.visibility_variable}={g.index}" if g.visibility_variable else "-"
+        out.write(f"{g.backend:<7} {g.index:>3}  {name[:28]:<28} {gib(g.total):>10} {used:>9} {free:>9}  "
+                  f"{seen:<13} {var}\n")
+    for b in disc.backends:
+        if b.variable_value is not None and b.devices:
+            out.write(f"{b.variable}={b.variable_value}\n")
+    for g in (g for _, g in devices if g.memory_source):
+        out.write(f"{g.backend} {g.index}: total is what its GPU may use, from {g.memory_source}\n")
+    for b in disc.backends:
+        if b.reason and b.devices:  # what a visibility variable hides; backends that found nothing stay quiet
+            out.write(f"{b.reason}\n")
     return 0
 
 

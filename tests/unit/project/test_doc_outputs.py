@@ -18,10 +18,19 @@ from helpers import script_module
 
 REPO = Path(__file__).resolve().parents[3]
 
-# what `vramwise gpus` prints under the script's normalisation (NVML as without NVIDIA's driver):
-# engine/gpus/discovery.py's "NVML could not start" reason with pynvml's NVMLError_LibraryNotFound text
-NO_GPU = ("no NVIDIA GPU visible: NVML could not start "
-          "(NVMLError_LibraryNotFound: NVML Shared Library Not Found)")
+# what `vramwise gpus` prints under the script's normalisation (NVML as without NVIDIA's driver, the
+# other backends as on Linux x86_64 without their tools): engine/gpus/discovery.py's "NVML could not
+# start" reason with pynvml's NVMLError_LibraryNotFound text, then each backend's "found none" line
+# (engine/gpus/backends.py) and the CPU line of engine/surfaces/cli/gpus.py
+NO_NVIDIA = ("no NVIDIA GPU visible: NVML could not start "
+             "(NVMLError_LibraryNotFound: NVML Shared Library Not Found)")
+NO_GPU = "\n".join([
+    NO_NVIDIA,
+    "no AMD GPU found: the amdsmi library is not installed; amd-smi not found; rocm-smi not found",
+    "no Intel GPU found: torch is not loaded (torch.xpu is read only where it is); xpu-smi not found",
+    "no Apple GPU: not macOS on Apple Silicon (Linux x86_64)",
+    "no GPU found: a run here uses the CPU",
+])
 
 
 def _script():
@@ -117,7 +126,7 @@ def test_a_stale_block_is_named_and_rewritten(tmp_path):
     assert errors == []
     # the block's first command is line 4; the first differing output line is line 5
     assert [s.where for s in stale] == ["docs/page.md:4"]
-    assert stale[0].first_difference == f"line 5: the page shows 'no GPU here', the command prints {NO_GPU!r}"
+    assert stale[0].first_difference == f"line 5: the page shows 'no GPU here', the command prints {NO_NVIDIA!r}"
     assert page.read_text(encoding="utf-8").count("no GPU here") == 1  # --check writes nothing
     b.process([page], root=tmp_path, write=True)
     assert page.read_text(encoding="utf-8") == f"# Page\n\n```\n$ vramwise gpus\n{NO_GPU}\n```\n"
@@ -132,13 +141,13 @@ def test_markers_skip_select_and_expect_an_exit_status(tmp_path):
     page = _page(tmp_path, text)
     assert b.process([page], root=tmp_path, write=True)[1] == []
     got = page.read_text(encoding="utf-8").split("\n")
-    # the skipped block is untouched; the usage error's two lines (stderr) are shown; the `gpus` output
-    # is one line, so both specs show it whole
+    # the skipped block is untouched; the usage error's two lines (stderr) are shown; of the `gpus`
+    # output, /NVML/ shows its first line and "..." for the rest, the second spec (1) the same
     assert got[3:5] == ["$ vramwise runs", "anything"]
     assert got[10:13] == ["$ vramwise estimate --batch-size x",
                           "vramwise: error: argument --batch-size: invalid int value: 'x'",
                           "run 'vramwise estimate --help' for usage"]
-    assert got[18:22] == ["$ vramwise gpus", NO_GPU, "$ vramwise gpus", NO_GPU]
+    assert got[18:24] == ["$ vramwise gpus", NO_NVIDIA, "...", "$ vramwise gpus", NO_NVIDIA, "..."]
 
 
 def test_an_indented_console_block_is_refused(tmp_path):

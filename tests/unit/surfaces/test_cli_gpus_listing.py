@@ -1,0 +1,118 @@
+"""``vramwise gpus``: every device of every discovery backend, with its backend, memory, what other
+processes use and the variable that selects it; on a host with none, one line per backend tried.
+
+The fake tools' outputs follow the shapes tests/unit/gpus/test_backends.py cites (amd-smi's
+``mem_usage`` in MB = 2**20 bytes, xpu-smi's ``device_list``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import vramwise.gpus.discovery as discovery
+from vramwise.gpus.backends import AmdBackend, AppleBackend, IntelBackend, ToolResult
+from vramwise.surfaces.cli.main import main
+
+GIB, MIB = 2**30, 2**20
+
+
+class Nvml:
+    def __init__(self, gpus=(), fail=None):
+        self.gpus, self.fail = list(gpus), fail
+
+    def init(self):
+        if self.fail:
+            raise self.fail
+
+    def shutdown(self):
+        pass
+
+    def device_count(self):
+        return len(self.gpus)
+
+    def device(self, i):
+        return self.gpus[i]
+
+
+def tools(outputs):
+    def run(argv):
+        out = outputs.get(tuple(argv))
+        return ToolResult("", f"{argv[0]} not found") if out is None else ToolResult(json.dumps(out), None)
+    return run
+
+
+def no_lib():
+    raise ImportError("amdsmi")
+
+
+AMD = {("amd-smi", "metric", "--mem-usage", "--json"): [
+    {"gpu": 0, "mem_usage": {"total_vram": {"value": 65536, "unit": "MB"}, "used_vram": {"value": 2048, "unit": "MB"}}},
+    {"gpu": 1, "mem_usage": {"total_vram": {"value": 65536, "unit": "MB"}, "used_vram": {"value": 0, "unit": "MB"}}}],
+       ("amd-smi", "static", "--asic", "--json"): [{"gpu": 0, "asic": {"market_name": "AMD Instinct MI210"}},
+                                                    {"gpu": 1, "asic": {"market_name": "AMD Instinct MI210"}}]}
+
+
+def backends(outputs, system=("Linux", "x86_64")):
+    run = tools(outputs)
+    return (AmdBackend(run, load_amdsmi=no_lib), IntelBackend(run, torch_xpu=lambda: None),
+            AppleBackend(run, system=lambda: system, mlx_device_info=no_lib))
+
+
+@pytest.fixture
+def host(monkeypatch):
+    def use(nvml, outputs, env, system=("Linux", "x86_64")):
+        real = discovery.discover_gpus
+        monkeypatch.setattr(discovery, "discover_gpus",
+                            lambda: real(nvml=nvml, env=env, backends=backends(outputs, system)))
+    return use
+
+
+def test_mixed_host_lists_each_device_with_backend_and_variable(host, capsys):
+    nv = [("GPU-00000000-aaaa", "NVIDIA H100 80GB HBM3", 80 * GIB, 10 * GIB, 70 * GIB)]
+    host(Nvml(nv), AMD, {"HIP_VISIBLE_DEVICES": "1"})
+    assert main(["gpus"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["backend", "id", "name", "total", "GiB", "used", "GiB", "free", "GiB", "visible",
+                                "selected", "by"]
+    # NVIDIA: 80 GiB, 10 used, 70 free; AMD: 65536 MB = 64 GiB, 2048 MB = 2 GiB used on GPU 0;
+    # HIP_VISIBLE_DEVICES=1 leaves the second AMD GPU only
+    assert lines[1].split() == ["nvidia", "0", "NVIDIA", "H100", "80GB", "HBM3", "80.00", "10.00", "70.00", "yes",
+                                "CUDA_VISIBLE_DEVICES=0"]
+    assert lines[2].split() == ["amd", "0", "AMD", "Instinct", "MI210", "64.00", "2.00", "62.00", "no",
+                                "ROCR_VISIBLE_DEVICES=0"]
+    assert lines[3].split() == ["amd", "1", "AMD", "Instinct", "MI210", "64.00", "0.00", "64.00", "yes",
+                                "ROCR_VISIBLE_DEVICES=1"]
+    assert len(lines) == 4  # backends that found nothing add no line on a host with devices
+
+
+def test_apple_is_unified_with_no_variable(host, capsys):
+    mac = {("sysctl", "-n", "hw.memsize"): 32 * GIB, ("sysctl", "-n", "iogpu.wired_limit_mb"): 0}
+    host(Nvml(fail=RuntimeError("no NVML on macOS")), mac, {}, system=("Darwin", "arm64"))
+    assert main(["gpus"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # 2/3 of 32 GiB (the OS default share up to 36 GiB) = 21.33 GiB; what other processes use is unknown
+    assert lines[1].split() == ["apple", "0", "Apple", "Silicon", "GPU", "(unified)", "21.33", "-", "-", "yes", "-"]
+    assert lines[2].startswith("apple 0: total is what its GPU may use, from the OS default share")
+
+
+def test_no_device_names_every_backend_tried(host, capsys):
+    host(Nvml(fail=RuntimeError("NVML Shared Library Not Found")), {}, {})
+    assert main(["gpus"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "no NVIDIA GPU visible: NVML could not start (RuntimeError: NVML Shared Library Not Found)",
+        "no AMD GPU found: the amdsmi library is not installed; amd-smi not found; rocm-smi not found",
+        "no Intel GPU found: torch is not loaded (torch.xpu is read only where it is); xpu-smi not found",
+        "no Apple GPU: not macOS on Apple Silicon (Linux x86_64)",
+        "no GPU found: a run here uses the CPU",
+    ]
+
+
+def test_json_lists_backends(host, capsys):
+    host(Nvml(fail=RuntimeError("x")), AMD, {"ROCR_VISIBLE_DEVICES": "7"})
+    assert main(["gpus", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    amd = data["backends"][1]
+    assert amd["backend"] == "amd" and amd["visible"] == [] and amd["variable_value"] == "7"
+    assert amd["devices"][0]["total"] == 64 * GIB and amd["devices"][0]["visibility_variable"] == "ROCR_VISIBLE_DEVICES"
+    assert data["gpus"] == [] and data["reason"].startswith("no NVIDIA GPU visible")
