@@ -29,9 +29,13 @@ Sources of what each backend reads:
   ``vramwise gpus`` and ``select`` stay light); else ``xpu-smi discovery -j`` (``device_list``:
   ``device_id``, ``device_name``, ``uuid``, ``memory_physical_size_byte``) and ``xpu-smi stats -d N -j``
   (``device_level``: ``XPUM_STATS_MEMORY_USED`` in MiB) (intel/xpumanager, doc/smi_user_guide.md).
-  ``ZE_AFFINITY_MASK`` (Level Zero specification, "Affinity Mask"): a comma list of ``device`` or
-  ``device.subdevice`` indices; a device is visible when an entry names it; entries naming no device
-  are ignored; an empty mask hides nothing.
+  ``ZE_AFFINITY_MASK`` (Level Zero specification, "Affinity Mask",
+  https://oneapi-src.github.io/level-zero-spec/level-zero/latest/core/PROG.html#affinity-mask): a
+  comma list of ``device`` or ``device.subdevice`` indices; a device is visible when an entry names
+  it; an empty mask hides nothing. Entries naming no device are taken as ignored (the specification
+  does not say; vramwise reports them). The indices are read as xpu-smi's cards: under
+  ``ZE_FLAT_DEVICE_HIERARCHY=FLAT`` a multi-tile card's tiles are devices of their own, which this
+  reading does not model.
 - Apple Silicon (macOS on arm64): ``sysctl -n hw.memsize`` (bytes); the GPU's recommended working set
   from MLX ``mx.metal.device_info()["max_recommended_working_set_size"]`` where MLX is installed
   (ml-explore/mlx, python/mlx/core/metal.pyi), which follows ``iogpu.wired_limit_mb`` when it is set;
