@@ -12,7 +12,7 @@ from vramwise.estimation.estimate import Estimate
 from vramwise.estimation.explain import live_formula_ids
 from vramwise.answers.profile_note import other_profile
 from vramwise.surfaces.cli.common import note_line, request_of, show_recipe, with_recipe
-from vramwise.surfaces.cli.format import gib, print_json, ranges, settings_line, short, value_text, write_wrapped
+from vramwise.surfaces.cli.format import gib, own_settings, print_json, ranges, settings_line, short, value_text, write_wrapped
 from vramwise.surfaces.views import explain_view
 
 _PACKAGE_DIRS = {"formulas": "vramwise.formulas", "families": "vramwise.families", "hardware": "vramwise.hardware"}
@@ -50,7 +50,8 @@ def print_trace(est: Estimate, model: str, out, show_all: bool, note: str | None
     text = est.profile_data.summary
     if text:
         write_wrapped(out, f"profile {est.profile}: {text}")
-    out.write(f"settings: {settings_line(est.settings, serving=est.serving is not None)}\n")
+    stored = est.model.checkpoint_format if est.model.inventory.checkpoint_as_stored else None
+    out.write(f"settings: {settings_line(est.settings, serving=est.serving is not None, stored=stored, own=own_settings(est))}\n")
     out.write(f"total: {est.total:,} bytes ({gib(est.total)} GiB)\n")
     for line in est.error_band.lines():
         write_wrapped(out, line)

@@ -190,3 +190,11 @@ def test_cli_prints_per_device(qwen2, capsys):
     assert "compute buffer: not modelled yet" in out
     assert main(["estimate", qwen2, "--profile", "llama.cpp", "--method", "qlora"]) != 0
     assert "does not model qlora" in capsys.readouterr().err
+
+
+def test_explain_names_llama_cpp_settings(qwen2, capsys):
+    assert main(["explain", qwen2, "--profile", "llama.cpp", "--n-parallel", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "settings: inference, GGUF Q4_K_M weights as stored, n_ctx 4096, n_parallel 2" in out
+    # the repeating layers' bytes from layer i on: 2 x 446,464, 446,464, then none
+    assert "stored_layer_bytes_from = (892928, 446464, 0)" in out
