@@ -24,6 +24,9 @@ from vramwise.rules.datafiles import DataFile, json_path
 __all__ = ["Profile", "Formula", "Table", "Dated", "Overlay", "build_profile", "check_inputs", "AGGREGATE_NAMES", "round_bytes"]
 
 N_GPUS = "n_gpus"
+#: A layer-scope name every profile may read: the indices of the layers of the formula's layer class (0 first), so
+#: that a formula may count the class's layers in a range (``count_at_least(layer_indices, first)``).
+LAYER_INDICES = "layer_indices"
 
 
 
@@ -243,7 +246,7 @@ class Profile:
             env[name] = spec.facts[name]
         env.update(self.constants)
         classes = spec.layer_classes
-        layer_envs = [dict(lc.attributes) for lc in classes]
+        layer_envs = [{**lc.attributes, LAYER_INDICES: lc.indices} for lc in classes]
         for name in self.layer_inputs:
             env[name] = LayerValues((lc.count, lc.attributes[name]) for lc in classes)
         for t in self.tables:
@@ -436,7 +439,7 @@ def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | 
             problems.append(f"{where}: $: name {name!r} is already defined at {declared[name]}")
         declared[name] = where
 
-    reserved = SETTING_NAMES | AGGREGATE_NAMES | {N_GPUS} | set(model_inputs) | set(layer_inputs)
+    reserved = SETTING_NAMES | AGGREGATE_NAMES | {N_GPUS, LAYER_INDICES} | set(model_inputs) | set(layer_inputs)
     for df in files:
         stem = df.path.rsplit("/", 1)[-1].removesuffix(".yaml")
         if df.data["component"] != stem:
@@ -480,7 +483,7 @@ def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | 
     for df, k, f in raw_formulas:
         scope = f.get("scope", "model")
         if scope == "layer":
-            allowed = base | set(layer_inputs) | layer_ids | model_ids
+            allowed = base | set(layer_inputs) | layer_ids | model_ids | {LAYER_INDICES}
             layer_valued = frozenset()
         else:
             allowed = base | model_ids | set(layer_inputs) | layer_ids

@@ -81,6 +81,12 @@ def _at(value, i: int):
     return value[i] if isinstance(value, (list, tuple)) else value
 
 
+def _count_at_least(values, start) -> int:
+    """How many of ``values`` (a layer class's ``layer_indices``) are ``start`` or more: the class's layers from
+    layer ``start`` on."""
+    return sum(1 for v in values if v >= start)
+
+
 def _lower(text: str) -> str:
     if not isinstance(text, str):
         raise TypeError(f"lower() needs a string, got {text!r}")
@@ -98,6 +104,7 @@ FUNCTIONS: dict[str, Callable] = {
     "len": len,
     "lower": _lower,
     "at": _at,
+    "count_at_least": _count_at_least,
     "layers_sum": _layers_sum,
     "layers_max": _layers_max,
     "layers_min": _layers_min,
@@ -249,7 +256,7 @@ def emit(
                     return text, NUMBER
             args = [go(a) for a in n.args]
             text = f"_vw_{fname}(" + ", ".join(a for a, _ in args) + ")"
-            if fname in ("ceil", "floor", "int", "len", *_LAYER_REDUCERS):
+            if fname in ("ceil", "floor", "int", "len", "count_at_least", *_LAYER_REDUCERS):
                 return text, NUMBER
             if fname == "lower":
                 return text, frozenset(_STR)

@@ -198,3 +198,20 @@ def test_explain_names_llama_cpp_settings(qwen2, capsys):
     assert "settings: inference, GGUF Q4_K_M weights as stored, n_ctx 4096, n_parallel 2" in out
     # the repeating layers' bytes from layer i on: 2 x 446,464, 446,464, then none
     assert "stored_layer_bytes_from = (892928, 446464, 0)" in out
+
+
+@pytest.mark.parametrize("ngl, gpu_kv", [
+    # n_gpu_layers 2: layer 3 (full attention, 8192 cells x 256 bytes) and the output layer on the GPU
+    (2, 8192 * 256),
+    # 3: layers 2 (sliding, 4608 cells) and 3
+    (3, 4608 * 256 + 8192 * 256),
+    # 4: layers 1 to 3: two full layers and one sliding
+    (4, 4608 * 256 + 2 * 8192 * 256),
+    (0, 0),
+])
+def test_partial_offload_of_sliding_and_full_layers_is_layer_by_layer(tmp_path, ngl, gpu_kv):
+    path = tmp_path / "gemma2.gguf"
+    _write_gemma2(path)
+    f = llama(str(path), n_ctx=8192, n_gpu_layers=ngl).figures
+    assert f["gpu_kv_cache"] == gpu_kv
+    assert f["host_kv_cache"] == 6_553_600 - gpu_kv
