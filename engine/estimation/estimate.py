@@ -588,8 +588,10 @@ def _check_as_stored(reg: Registry, spec: ModelSpec, prof: Profile, static: dict
     profile whose formulas read its bytes (``checkpoint_as_stored``); otherwise one SettingsError saying so."""
     fmt = spec.checkpoint_format or "stored"
     if static["method"] != "inference":
+        own = [n for n in reg.profile_names() if needs_stored_checkpoint(reg.profile(n))]
+        runtime = "".join(f"--profile {n} ({n}'s own memory) or " for n in own)
         raise SettingsError(
-            f"a {fmt} file holds quantized weights for inference (llama.cpp): vramwise estimates it with --method "
+            f"a {fmt} file holds quantized weights for inference (llama.cpp): vramwise estimates it with {runtime}--method "
             f"inference (method=\"inference\"); a {static['method']} estimate needs the model's config.json or its hub id")
     if not _reads_stored(prof):
         users = " or ".join(sorted(_as_stored_profiles(reg)))
@@ -634,6 +636,11 @@ def _stage(reg: Registry, spec: ModelSpec, prof: Profile, static: dict) -> Stage
                             "the memory the run needs on any GPU: to check it against a GPU, ask fit with that GPU "
                             "(vramwise fit MODEL --gpu H100, or --gpu 80GB; vramwise.fit(model, gpu=...))")
     warnings = list(spec.warnings)
+    if static["gpu"] is not None:  # a catalog GPU named: what of the settings does not run on its platform
+        from vramwise.inputs.gpu_catalog import gpu_spec
+        from vramwise.inputs.runs_on import check as runs_on_check
+
+        warnings.extend(r.line() for r in runs_on_check(gpu_spec(static["gpu"]).vendor, prof.name, static).refusals)
     unused = unused_settings(static)
     if unused:
         warnings.append(f"{', '.join(f'{n}={static[n]!r}' for n in unused)} "

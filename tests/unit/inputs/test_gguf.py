@@ -303,8 +303,9 @@ def test_training_on_a_gguf_says_what_it_can_do(qwen2_file):
     with pytest.raises(SettingsError) as e:
         vramwise.estimate(str(qwen2_file), method="lora")
     assert str(e.value) == (
-        'a GGUF Q4_K_M file holds quantized weights for inference (llama.cpp): vramwise estimates it with --method '
-        'inference (method="inference"); a lora estimate needs the model\'s config.json or its hub id')
+        'a GGUF Q4_K_M file holds quantized weights for inference (llama.cpp): vramwise estimates it with --profile '
+        'llama.cpp (llama.cpp\'s own memory) or --method inference (method="inference"); a lora estimate needs the '
+        'model\'s config.json or its hub id')
     with pytest.raises(SettingsError, match="the vllm profile does not count the weights of a GGUF Q4_K_M file as "
                                             "stored: use the llama.cpp or unsloth profile"):
         vramwise.estimate(str(qwen2_file), method="inference", profile="vllm", gpu="H100")
