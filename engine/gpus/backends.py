@@ -40,8 +40,9 @@ Sources of what each backend reads:
   from MLX ``mx.metal.device_info()["max_recommended_working_set_size"]`` where MLX is installed
   (ml-explore/mlx, python/mlx/core/metal.pyi), which follows ``iogpu.wired_limit_mb`` when it is set;
   else ``sysctl -n iogpu.wired_limit_mb`` where it is above 0 (0 means the OS default); else the OS
-  default share, :func:`apple_default_working_set`. The device is marked ``unified``; there is no
-  visibility variable.
+  default share, :func:`apple_default_working_set`: the GPU catalog's rule ``macos-working-set``
+  (hardware/gpus.yaml, ``unified_budgets``, with its sources), the one ``fit`` budgets a Mac of the
+  catalog by. The device is marked ``unified``; there is no visibility variable.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ from vramwise.gpus.device import BackendReport, GpuInfo
 
 __all__ = [
     "TOOL_TIMEOUT_S", "ToolResult", "DiscoveryBackend", "AmdBackend", "IntelBackend",
-    "AppleBackend", "run_tool", "host_system", "apple_default_working_set", "default_backends",
+    "AppleBackend", "run_tool", "host_system", "apple_default_working_set", "APPLE_BUDGET_RULE", "default_backends",
 ]
 
 TOOL_TIMEOUT_S = 5.0  # each external command's limit: a hung driver tool must not hang `vramwise gpus`
@@ -401,17 +402,20 @@ class IntelBackend:
 
 # ---- Apple Silicon --------------------------------------------------------------------------------
 
+#: The GPU catalog's unified-memory budget rule for macOS (hardware/gpus.yaml, ``unified_budgets``).
+APPLE_BUDGET_RULE = "macos-working-set"
+
+
 def apple_default_working_set(memsize: int) -> int:
     """The GPU's recommended working set macOS gives by default (``iogpu.wired_limit_mb`` = 0), where
-    neither MLX nor a set limit tells: two thirds of memory up to 36 GiB, three quarters above.
-
-    The rule is read from machines' reports of Metal's ``recommendedMaxWorkingSetSize``: 10.67 GB of
-    a 16 GB M4 (exo-explore/exo#1672: two thirds), 5.3 GB of an 8 GB Mac (SceneWorks/SceneWorks#1552:
-    two thirds), 75% of memory on larger Macs (gpustack/gpustack#1375). A 128 GiB Mac reports
-    107.52 GiB (antirez/ds4#893, 84%): above 36 GiB the rule is a floor, and MLX's figure, where
-    installed, replaces it.
+    neither MLX nor a set limit tells: the catalog's rule :data:`APPLE_BUDGET_RULE` (two thirds of memory
+    up to 36 GiB, three quarters above), whose sources the catalog cites (machines' reports of Metal's
+    ``recommendedMaxWorkingSetSize``). Above 36 GiB the rule is a floor, and MLX's figure, where installed,
+    replaces it.
     """
-    return memsize * 2 // 3 if memsize <= 36 * GIB else memsize * 3 // 4
+    from vramwise.inputs.gpu_catalog import budget_for_memory
+
+    return budget_for_memory(APPLE_BUDGET_RULE, memsize)
 
 
 def _load_mlx_device_info():
@@ -470,7 +474,8 @@ class AppleBackend:
                 mb = 0
             if mb > 0:
                 return mb * MIB, "iogpu.wired_limit_mb"
-        return apple_default_working_set(memsize), "the OS default share (2/3 of memory up to 36 GiB, 3/4 above)"
+        return apple_default_working_set(memsize), (f"the OS default share (rule {APPLE_BUDGET_RULE} of "
+                                                     "hardware/gpus.yaml: 2/3 of memory up to 36 GiB, 3/4 above)")
 
 
 def default_backends(runner: Callable[..., ToolResult] | None = None) -> tuple:

@@ -20,20 +20,28 @@ Lookup rules of :func:`gpu_spec`:
   with none (``24``, unless the catalog has it as a name) is rejected as ambiguous, as is a bare
   ``G``, ``M`` or ``T`` (``24g``).
 * Anything else raises :class:`~vramwise.SettingsError` naming the closest catalog names.
+
+**Unified memory.** An entry with ``unified: true`` (Apple Silicon, AMD APUs) shares its memory with the
+CPU: its ``memory_bytes`` is the system's total, and what its GPU may use is the rule its ``budget``
+names in the file's ``unified_budgets`` (an expression over ``memory``, read by the sandboxed
+evaluator, with its sources). :func:`unified_budget` evaluates it for an entry;
+:func:`budget_for_memory` for a memory size local discovery reads (the same rule).
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from vramwise.errors import FileFormatError, SettingsError
 from vramwise.inputs.sizes import UNIT_BASES, parse_size, split_number
 from vramwise.rules.datafiles import package_files
 
-__all__ = ["GpuSpec", "AmbiguousGpuName", "gpu_spec", "list_gpus", "list_ambiguous_gpu_names", "CATALOG_PATH"]
+__all__ = ["GpuSpec", "AmbiguousGpuName", "UnifiedBudget", "BudgetRule", "gpu_spec", "list_gpus",
+           "list_ambiguous_gpu_names", "unified_budget", "budget_rule", "budget_for_memory", "CATALOG_PATH"]
 
 #: Display path of the bundled catalog in error messages.
 CATALOG_PATH = "hardware/gpus.yaml"
@@ -68,6 +76,8 @@ class GpuSpec:
     size_unit: str | None = None
     cuda_total_bytes: int | None = None  # the total CUDA reports (torch.cuda.mem_get_info), where it is known
     cuda_total_source: str | None = None
+    unified: bool = False  # memory shared with the CPU: memory_bytes is the system's, ``budget`` gives the GPU's share
+    budget: str | None = None  # id of the unified_budgets rule (unified entries only)
 
     @property
     def memory_gib(self) -> float:
@@ -88,6 +98,48 @@ class AmbiguousGpuName:
     reason: str
 
 
+@dataclass(frozen=True)
+class BudgetRule:
+    """One ``unified_budgets`` rule: what the GPU of a unified-memory device may use of ``memory``."""
+
+    id: str
+    share: str  # the rule in words
+    source: str
+    measured: str | None = None  # what reads the figure on the device itself
+    override: str | None = None  # how a user changes it
+    not_modelled: str | None = None
+    expression: Any = field(default=None, repr=False, compare=False)  # the checked gpu_may_use expression
+
+    def gpu_bytes(self, memory: int) -> int:
+        """The bytes the GPU may use of ``memory`` bytes of system memory, by the rule."""
+        return int(self.expression.evaluate({"memory": int(memory)}))
+
+
+@dataclass(frozen=True)
+class UnifiedBudget:
+    """What the GPU of a unified-memory catalog entry may use: ``gpu_bytes`` of the system's ``memory_bytes``,
+    by ``rule``; the OS and other processes keep ``kept_bytes``."""
+
+    gpu_id: str
+    memory_bytes: int
+    gpu_bytes: int
+    rule: BudgetRule
+
+    @property
+    def kept_bytes(self) -> int:
+        return self.memory_bytes - self.gpu_bytes
+
+    @property
+    def share(self) -> float:
+        return self.gpu_bytes / self.memory_bytes
+
+    def line(self) -> str:
+        """The budget in one line: unified memory, the share the GPU may use and where the figure comes from."""
+        return (f"unified memory: the GPU may use {self.gpu_bytes / 2**30:.2f} GiB of the system's "
+                f"{self.memory_bytes / 2**30:.2f} GiB ({100 * self.share:.1f} %, rule {self.rule.id} of {CATALOG_PATH}: "
+                f"{self.rule.share}); the OS and other processes keep {self.kept_bytes / 2**30:.2f} GiB")
+
+
 def normalize(name: str) -> str:
     """The form names are compared in: lower case, no separators, no vendor/brand words."""
     words = [w for w in _SEPARATORS.split(name.strip().lower()) if w and w not in _DROP_WORDS]
@@ -101,6 +153,7 @@ class _Catalog:
     index: dict[str, tuple[str, str]]  # normalised name -> (gpu id, "id" | "name" | "alias")
     ambiguous: dict[str, tuple[str, tuple[str, ...], str, str]]  # normalised -> (default, candidates, reason, name)
     display: dict[str, str]  # normalised key -> a display form for "did you mean"
+    budgets: dict = field(default_factory=dict)  # rule id -> BudgetRule
 
 
 def _load_text() -> str:
@@ -114,6 +167,7 @@ def build_catalog(text: str, path: str = CATALOG_PATH, *, validate: bool = True)
     df = load_data_file(text, path, _SCHEMA, validate=validate)
     data = df.data
     problems: list[str] = []
+    budgets = _budget_rules(df, data.get("unified_budgets", []), problems)
     gpus: list[GpuSpec] = []
     by_id: dict[str, GpuSpec] = {}
     index: dict[str, tuple[str, str]] = {}
@@ -125,7 +179,15 @@ def build_catalog(text: str, path: str = CATALOG_PATH, *, validate: bool = True)
             source=entry["source"], nvml_visible=entry["nvml_visible"], memory_reading=entry["memory_reading"],
             aliases=tuple(entry["aliases"]), note=entry.get("note"),
             cuda_total_bytes=entry.get("cuda_total_bytes"), cuda_total_source=entry.get("cuda_total_source"),
+            unified=bool(entry.get("unified", False)), budget=entry.get("budget"),
         )
+        if spec.unified and spec.budget is None:
+            problems.append(df.problem(("gpus", i, "unified"), "a unified entry names its budget rule (budget)"))
+        elif not spec.unified and spec.budget is not None:
+            problems.append(df.problem(("gpus", i, "budget"), "budget is for unified entries (unified: true) only"))
+        elif spec.budget is not None and spec.budget not in budgets:
+            problems.append(df.problem(("gpus", i, "budget"), f"unknown budget rule {spec.budget!r} "
+                                                              f"(unified_budgets: {', '.join(budgets) or 'none'})"))
         if spec.id in by_id:
             problems.append(df.problem(("gpus", i, "id"), f"duplicate GPU id {spec.id!r}"))
             continue
@@ -163,7 +225,28 @@ def build_catalog(text: str, path: str = CATALOG_PATH, *, validate: bool = True)
         display[key] = entry["name"]
     if problems:
         raise FileFormatError(problems)
-    return _Catalog(tuple(gpus), by_id, index, ambiguous, display)
+    return _Catalog(tuple(gpus), by_id, index, ambiguous, display, budgets)
+
+
+def _budget_rules(df, entries: list, problems: list[str]) -> dict:
+    """The ``unified_budgets`` rules by id, each expression checked by the expression language."""
+    from vramwise.errors import ExpressionError
+    from vramwise.rules.expr.language import compile_expression
+
+    rules: dict = {}
+    for i, entry in enumerate(entries):
+        if entry["id"] in rules:
+            problems.append(df.problem(("unified_budgets", i, "id"), f"duplicate budget rule {entry['id']!r}"))
+            continue
+        try:
+            expr = compile_expression(entry["gpu_may_use"], allowed={"memory"}, df=df,
+                                      parts=("unified_budgets", i, "gpu_may_use"), what="gpu_may_use")
+        except ExpressionError as e:
+            problems.append(str(e))
+            continue
+        rules[entry["id"]] = BudgetRule(entry["id"], entry["share"], entry["source"], entry.get("measured"),
+                                        entry.get("override"), entry.get("not_modelled"), expr)
+    return rules
 
 
 @lru_cache(maxsize=1)
@@ -181,6 +264,29 @@ def list_ambiguous_gpu_names() -> tuple[AmbiguousGpuName, ...]:
     """The catalog's names that match several GPUs, in file order, each with its default and candidates."""
     return tuple(AmbiguousGpuName(name, default, candidates, reason)
                  for default, candidates, reason, name in _catalog().ambiguous.values())
+
+
+def budget_rule(rule_id: str) -> BudgetRule:
+    """The bundled catalog's unified-memory budget rule ``rule_id``."""
+    rules = _catalog().budgets
+    if rule_id not in rules:
+        raise SettingsError(f"unknown unified-memory budget rule {rule_id!r} (choose from: {', '.join(rules)})")
+    return rules[rule_id]
+
+
+def budget_for_memory(rule_id: str, memory: int) -> int:
+    """The bytes the GPU may use of ``memory`` bytes of system memory by the rule ``rule_id`` (local discovery
+    uses it where the device gives no figure of its own)."""
+    return budget_rule(rule_id).gpu_bytes(memory)
+
+
+def unified_budget(spec: GpuSpec) -> UnifiedBudget | None:
+    """What the GPU of a unified-memory entry may use, by its budget rule; None for dedicated memory (a
+    discrete GPU, or a size given, which stays dedicated)."""
+    if not spec.unified or spec.budget is None:
+        return None
+    rule = budget_rule(spec.budget)
+    return UnifiedBudget(spec.id, spec.memory_bytes, rule.gpu_bytes(spec.memory_bytes), rule)
 
 
 def _parse_size(query: str) -> GpuSpec | None:

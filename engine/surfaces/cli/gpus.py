@@ -72,7 +72,9 @@ def catalog(args, out) -> int:
             "query": " ".join(args.query),
             "gpus": [{"id": g.id, "name": g.name, "vendor": g.vendor, "memory_bytes": g.memory_bytes,
                       "memory_reading": g.memory_reading, "source": g.source, "aliases": list(g.aliases),
-                      "note": g.note, "cuda_total_bytes": g.cuda_total_bytes} for g in gpus],
+                      "note": g.note, "cuda_total_bytes": g.cuda_total_bytes, "unified": g.unified,
+                      "gpu_may_use_bytes": _budget(g).gpu_bytes if g.unified else None,
+                      "budget": _budget(g).line() if g.unified else None} for g in gpus],
             "ambiguous": [{"name": a.name, "default": a.default, "candidates": list(a.candidates),
                            "reason": a.reason} for a in ambiguous],
         }, out)
@@ -85,6 +87,8 @@ def catalog(args, out) -> int:
         out.write(f"{g.id:<24} {g.vendor:<7} {gib(g.memory_bytes):>7}  {g.memory_reading:<11} {g.name}\n")
         if g.aliases:
             out.write(f"{'':<24} also: {', '.join(g.aliases)}\n")
+        if g.unified:
+            out.write(f"{'':<24} {_budget(g).line()}\n")
     for a in ambiguous:
         others = ", ".join(c for c in a.candidates if c != a.default)
         out.write(f"{a.name!r} matches {', '.join(a.candidates)}: taken as {a.default} ({a.reason}); "
@@ -92,6 +96,13 @@ def catalog(args, out) -> int:
     out.write(f"{len(gpus)} of {len(list_gpus())} GPUs; GiB = 2**30 bytes, the memory as the driver reports it "
               f"(figure: nvidia-smi, rocm-smi, hip-runtime) or the vendor's (spec-sheet)\n")
     return 0
+
+
+def _budget(g):
+    """What the GPU of a unified-memory catalog entry may use (its memory is the system's)."""
+    from vramwise.inputs.gpu_catalog import unified_budget
+
+    return unified_budget(g)
 
 
 def select(args, out) -> int:

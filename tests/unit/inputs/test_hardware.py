@@ -67,7 +67,7 @@ def test_every_entry_has_positive_memory_a_source_and_unique_names():
     for g in gpus:
         assert isinstance(g.memory_bytes, int) and g.memory_bytes > 0, g.id
         assert g.source.strip(), g.id
-        assert g.vendor in ("nvidia", "amd", "intel")
+        assert g.vendor in ("nvidia", "amd", "intel", "apple")
         assert g.nvml_visible == (g.vendor == "nvidia"), g.id
         for name in (g.id, g.name, *g.aliases):
             key = normalize(name)
@@ -374,3 +374,136 @@ def test_unknown_ambiguous_candidate_is_rejected():
 
 def test_catalog_path_is_the_repository_file():
     assert CATALOG_PATH == "hardware/gpus.yaml"
+
+
+# ---------------------------------------------------------------- unified memory (Apple Silicon, AMD APUs)
+
+from vramwise.inputs.gpu_catalog import budget_for_memory, unified_budget  # noqa: E402
+
+# The memory sizes Apple's tech-spec pages list for each chip (MacBook Air (M1, 2020); MacBook Pro (14-inch,
+# 2021); Mac Studio (2022); MacBook Air (M2, 2022); MacBook Pro (14-inch, 2023); Mac Studio (2023); MacBook Pro
+# (14-inch, M3, Nov 2023); MacBook Pro (14-inch, M3 Pro or M3 Max, Nov 2023); Mac Studio (2025); MacBook Pro
+# (14-inch, M4, 2024); Mac mini (2024); MacBook Pro (14-inch, M4 Pro or M4 Max, 2024)), in GB
+APPLE_SIZES = {
+    "m1": [8, 16], "m1-pro": [16, 32], "m1-max": [32, 64], "m1-ultra": [64, 128],
+    "m2": [8, 16, 24], "m2-pro": [16, 32], "m2-max": [32, 64, 96], "m2-ultra": [64, 128, 192],
+    "m3": [8, 16, 24], "m3-pro": [18, 36], "m3-max": [36, 48, 64, 96, 128], "m3-ultra": [96, 256, 512],
+    "m4": [16, 24, 32], "m4-pro": [24, 48, 64], "m4-max": [36, 48, 64, 128],
+}
+
+
+def test_every_apple_chip_is_catalogued_in_every_size_sold_as_unified_memory():
+    apple = {g.id: g for g in vramwise.list_gpus() if g.vendor == "apple"}
+    want = {f"apple-{chip}-{gb}gb": gb for chip, sizes in APPLE_SIZES.items() for gb in sizes}
+    assert set(apple) == set(want)
+    for gid, gb in want.items():
+        g = apple[gid]
+        assert g.memory_bytes == gb * 2**30, gid  # Apple's "NGB" of unified memory, N x 2**30 bytes
+        assert g.unified and g.budget == "macos-working-set" and not g.nvml_visible, gid
+        assert "support.apple.com" in g.source, gid
+
+
+def test_only_unified_entries_name_a_budget_and_every_rule_has_a_source():
+    for g in vramwise.list_gpus():
+        assert (g.budget is not None) == g.unified, g.id
+        if g.unified:
+            rule = unified_budget(g).rule
+            assert rule.source.strip() and rule.share.strip(), g.id
+
+
+def test_apple_budget_is_the_macos_default_working_set():
+    # M3 Max 128GB: memory 128 x 2**30 = 137,438,953,472 B, above 36 GiB, so three quarters:
+    # 137,438,953,472 x 3 // 4 = 103,079,215,104 B = 96 GiB; the OS and other processes keep 32 GiB
+    b = unified_budget(vramwise.gpu_spec("M3 Max 128GB"))
+    assert b.memory_bytes == 137_438_953_472
+    assert b.gpu_bytes == 103_079_215_104
+    assert b.kept_bytes == 34_359_738_368
+    # M3 Pro 18GB: 18 x 2**30 = 19,327,352,832 B, at most 36 GiB, so two thirds: 12,884,901,888 B = 12 GiB
+    assert unified_budget(vramwise.gpu_spec("M3 Pro 18GB")).gpu_bytes == 12_884_901_888
+    # M3 Max 36GB sits on the boundary (36 GiB is "up to 36 GiB"): 38,654,705,664 x 2 // 3 = 25,769,803,776 (24 GiB)
+    assert unified_budget(vramwise.gpu_spec("m3 max 36gb")).gpu_bytes == 25_769_803_776
+    # M1 8GB: 8,589,934,592 x 2 = 17,179,869,184, // 3 = 5,726,623,061 (5.33 GiB; exo-explore/exo#1672 and
+    # SceneWorks#1552 report two thirds on 8 and 16 GB Macs)
+    assert unified_budget(vramwise.gpu_spec("M1 8GB")).gpu_bytes == 5_726_623_061
+
+
+def test_strix_halo_budget_is_the_largest_variable_graphics_memory():
+    # 128 x 2**30 x 3 // 4 = 96 x 2**30 = 103,079,215,104 B: AMD's "96GB of Variable Graphics Memory" on 128GB
+    b = unified_budget(vramwise.gpu_spec("Strix Halo 128GB"))
+    assert b.gpu_id == "ryzen-ai-max-395-128gb" and b.gpu_bytes == 103_079_215_104
+    # 64 x 2**30 x 3 // 4 = 48 x 2**30 = 51,539,607,552 B
+    assert unified_budget(vramwise.gpu_spec("strix halo 64gb")).gpu_bytes == 51_539_607_552
+
+
+def test_discovery_and_the_catalog_share_one_rule():
+    from vramwise.gpus.backends import APPLE_BUDGET_RULE, apple_default_working_set
+
+    for gb in (8, 16, 36, 48, 128):
+        memory = gb * 2**30
+        assert apple_default_working_set(memory) == budget_for_memory(APPLE_BUDGET_RULE, memory)
+    assert vramwise.gpu_spec("M4 Max 128GB").budget == APPLE_BUDGET_RULE
+
+
+@pytest.mark.parametrize("query, gpu_id", [
+    ("M3 Max 128GB", "apple-m3-max-128gb"), ("M2 Max 64GB", "apple-m2-max-64gb"), ("m4 pro 48gb", "apple-m4-pro-48gb"),
+    ("Apple M2 Ultra 192GB", "apple-m2-ultra-192gb"), ("Strix Halo 128GB", "ryzen-ai-max-395-128gb"),
+    ("Ryzen AI Max+ 395 64GB", "ryzen-ai-max-395-64gb"),
+])
+def test_unified_names_as_people_type_them(query, gpu_id):
+    assert vramwise.gpu_spec(query).id == gpu_id
+
+
+def test_a_bare_chip_name_is_ambiguous_among_its_sizes():
+    g = vramwise.gpu_spec("M3 Max")
+    assert g.matched_by == "ambiguous" and g.id == "apple-m3-max-36gb"
+    assert set(g.alternatives) == {"apple-m3-max-48gb", "apple-m3-max-64gb", "apple-m3-max-96gb", "apple-m3-max-128gb"}
+    assert "base configuration" in g.note
+    assert vramwise.gpu_spec("strix halo").alternatives == ("ryzen-ai-max-395-128gb",)
+
+
+def test_a_size_stays_dedicated_memory():
+    g = vramwise.gpu_spec("64GB")
+    assert g.memory_bytes == 64 * 10**9 and not g.unified and unified_budget(g) is None
+
+
+def test_the_budget_line_says_unified_memory_the_share_and_the_rule():
+    line = unified_budget(vramwise.gpu_spec("M3 Max 128GB")).line()
+    assert "\n" not in line
+    assert line.startswith("unified memory: the GPU may use 96.00 GiB of the system's 128.00 GiB (75.0 %")
+    assert "macos-working-set" in line and "hardware/gpus.yaml" in line and "keep 32.00 GiB" in line
+
+
+_UNIFIED = _MINIMAL.replace("[Shared]", "[other]") + """\
+  - id: three
+    name: Three
+    vendor: apple
+    memory_bytes: 4096
+    memory_reading: spec-sheet
+    source: test
+    aliases: []
+    nvml_visible: false
+    unified: true
+    budget: half
+unified_budgets:
+  - id: half
+    gpu_may_use: memory // 2
+    share: half
+    source: test
+"""
+
+
+def test_a_budget_rule_is_evaluated_from_the_file():
+    cat = build_catalog(_UNIFIED, "gpus.yaml")
+    assert cat.budgets["half"].gpu_bytes(4096) == 2048  # 4096 // 2
+
+
+def test_a_unified_entry_without_a_known_rule_is_rejected_with_its_position():
+    with pytest.raises(FileFormatError, match=r"gpus.yaml:\d+:\d+: \$.gpus\[2\].budget: unknown budget rule 'whole'"):
+        build_catalog(_UNIFIED.replace("budget: half", "budget: whole"), "gpus.yaml")
+    with pytest.raises(FileFormatError, match=r"\$.gpus\[2\].unified: a unified entry names its budget rule"):
+        build_catalog(_UNIFIED.replace("    budget: half\n", ""), "gpus.yaml")
+
+
+def test_a_budget_expression_outside_the_language_is_rejected_with_its_position():
+    with pytest.raises(FileFormatError, match=r"gpus.yaml:\d+:\d+: \$.unified_budgets\[0\].gpu_may_use"):
+        build_catalog(_UNIFIED.replace("memory // 2", "__import__('os')"), "gpus.yaml")
