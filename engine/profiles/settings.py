@@ -479,7 +479,7 @@ SETTINGS: tuple = (
             _block_size, cli_type="int", applies_to=_SERVING),
     Setting("enforce_eager", False, "serving: no CUDA graphs", _flag, cli_type="bool", applies_to=_SERVING),
     # local inference (profile llama.cpp): llama.cpp's own names and defaults (formulas/llama.cpp, common/common.h)
-    Setting("n_ctx", 4096, "llama.cpp: context size in tokens (0: the model's training context)", _n_ctx,
+    Setting("n_ctx", 0, "llama.cpp: context size in tokens (0, the default: the model's training context)", _n_ctx,
             cli_type="int", applies_to=_SERVING),
     Setting("n_parallel", 1, "llama.cpp: sequences decoded in parallel (n_seq_max; the server's slots)", positive_int,
             cli_type="int", applies_to=_SERVING),

@@ -40,10 +40,10 @@ def llama(path, **settings):
 
 
 def test_defaults_f16_cache_all_layers_offloaded(qwen2):
-    e = llama(qwen2)  # no method given: the profile's one method, inference
+    e = llama(qwen2, n_ctx=4096)  # no method given: the profile's one method, inference
     f = e.figures
     assert e.settings.method == "inference"
-    # n_ctx 4096 (common/arg default) is a multiple of 256: 4096 cells, one stream (n_parallel 1)
+    # n_ctx 4096 is a multiple of 256: 4096 cells, one stream (n_parallel 1)
     assert (f["n_ctx"], f["n_ctx_seq"], f["kv_cells"], f["n_stream"]) == (4096, 4096, 4096, 1)
     # 2 layers x 4096 cells x (128 x 2 bytes of K + 128 x 2 of V) = 4,194,304
     assert f["kv_cache"] == f["gpu_kv_cache"] == 2 * 4096 * F16_CELL == 4_194_304
@@ -69,7 +69,7 @@ def test_q8_0_cache_and_padding(qwen2):
 
 
 def test_q4_0_k_and_f32_v(qwen2):
-    f = llama(qwen2, cache_type_k="q4_0", cache_type_v="f32").figures
+    f = llama(qwen2, n_ctx=4096, cache_type_k="q4_0", cache_type_v="f32").figures
     # K: 4 blocks of 18 bytes = 72 a row; V: 128 x 4 = 512 a row; 2 layers x 4096 cells
     assert f["kv_cache"] == 2 * 4096 * (72 + 512) == 4_784_128
 
@@ -87,8 +87,10 @@ def test_n_parallel_4_with_and_without_kv_unified(qwen2, unified, cells, seq_cel
     assert f["output_buffer"] == 290 * 4 * 4  # logits for n_seq_max = 4 outputs
 
 
-def test_n_ctx_0_is_the_training_context(qwen2):
-    f = llama(qwen2, n_ctx=0).figures
+def test_n_ctx_0_the_default_is_the_training_context(qwen2):
+    # common/common.h at 3514e9f6: n_ctx = 0, the context the model was trained with
+    assert llama(qwen2).figures == llama(qwen2, n_ctx=0).figures
+    f = llama(qwen2).figures
     assert f["kv_cells"] == 32768  # qwen2.context_length
     assert f["kv_cache"] == 2 * 32768 * F16_CELL == 33_554_432
 
@@ -101,7 +103,7 @@ def test_n_ctx_0_is_the_training_context(qwen2):
     (99, 2, True),
 ])
 def test_n_gpu_layers_partial(qwen2, ngl, layers, output_on_gpu):
-    f = llama(qwen2, n_gpu_layers=ngl).figures
+    f = llama(qwen2, n_ctx=4096, n_gpu_layers=ngl).figures
     assert f["offloaded_layers"] == layers
     assert f["gpu_weights"] == layers * LAYER + (OUTPUT if output_on_gpu else 0)
     assert f["host_weights"] == EMBEDDING + (2 - layers) * LAYER + (0 if output_on_gpu else OUTPUT)
@@ -175,7 +177,7 @@ def test_refusals_are_one_line(qwen2, tmp_path):
 
 
 def test_quantized_v_without_flash_attention_is_flagged(qwen2):
-    e = llama(qwen2, cache_type_v="q8_0", flash_attn="off")
+    e = llama(qwen2, n_ctx=4096, cache_type_v="q8_0", flash_attn="off")
     assert any("refuses a quantized V cache (q8_0) without flash attention" in w for w in e.warnings)
     assert not any("flash attention" in w for w in llama(qwen2, cache_type_v="q8_0").warnings)
 
@@ -195,7 +197,7 @@ def test_cli_prints_per_device(qwen2, capsys):
 def test_explain_names_llama_cpp_settings(qwen2, capsys):
     assert main(["explain", qwen2, "--profile", "llama.cpp", "--n-parallel", "2"]) == 0
     out = capsys.readouterr().out
-    assert "settings: inference, GGUF Q4_K_M weights as stored, n_ctx 4096, n_parallel 2" in out
+    assert "settings: inference, GGUF Q4_K_M weights as stored, n_ctx 0, n_parallel 2" in out
     # the repeating layers' bytes from layer i on: 2 x 446,464, 446,464, then none
     assert "stored_layer_bytes_from = (892928, 446464, 0)" in out
 
