@@ -105,6 +105,22 @@ def _explicit(ids: Sequence[Any], disc: GpuDiscovery) -> tuple:
     return tuple(ids)
 
 
+def _non_cuda(disc: GpuDiscovery, est: Any) -> GpuSelection:
+    """No NVIDIA GPU: CUDA_VISIBLE_DEVICES selects nothing. Where another backend reports a unified-memory device
+    (Apple Silicon), the answer is judged against what its GPU may use, and its reason says so in one line."""
+    reason = disc.reason or "no NVIDIA GPU visible"
+    unified = [d for b in disc.backends if b.backend != "nvidia" for d in b.devices
+               if d.unified and d.index in b.visible]
+    if not unified:
+        return GpuSelection((), "non_cuda", est.total if est else None, None, None, None, reason)
+    dev = unified[0]
+    fits = None if est is None else est.total <= dev.total
+    verdict = "" if est is None else (f"; the estimate ({est.total / 2**30:.2f} GiB) "
+                                      + ("fits it" if fits else "does not fit it"))
+    return GpuSelection((), "non_cuda", est.total if est else None, dev.total, None, fits,
+                        f"{reason}; {dev.backend} {dev.index} ({dev.name}): {dev.unified_line()}{verdict}")
+
+
 def select_gpus(
     estimate_or_model: Any = None,
     *,
@@ -133,7 +149,7 @@ def select_gpus(
     if not disc.gpus:
         if gpu_ids:
             raise GpuSelectionError(f"GPU ids {list(gpu_ids)} were asked for, but {disc.reason}")
-        return GpuSelection((), "non_cuda", est.total if est else None, None, None, None, disc.reason or "no NVIDIA GPU visible")
+        return _non_cuda(disc, est)
     required = est.total if est else None
 
     share = _further_gpu_share(est)

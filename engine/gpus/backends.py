@@ -455,7 +455,7 @@ class AppleBackend:
         name = self._run(["sysctl", "-n", "machdep.cpu.brand_string"])
         chip = name.stdout.strip() if name.problem is None and name.stdout.strip() else "Apple Silicon"
         dev = _gpu(index=0, uuid="", name=f"{chip} GPU", total=working_set, used=None, free=None, backend=self.name,
-                   visibility_variable=None, unified=True, memory_source=how)
+                   visibility_variable=None, unified=True, memory_source=how, system_memory=memsize)
         return BackendReport(self.name, (dev,), (0,), None, None, None)
 
     def _working_set(self, memsize: int) -> tuple[int, str]:

@@ -24,6 +24,17 @@ class GpuInfo:
     visibility_variable: str | None = "CUDA_VISIBLE_DEVICES"  # the variable that selects it; None where none does
     unified: bool = False  # memory shared with the CPU (Apple Silicon)
     memory_source: str | None = None  # where ``total`` comes from, where it is not the driver's device memory
+    system_memory: int | None = None  # a unified-memory device: the system's memory, of which ``total`` is the GPU's share
+
+    def unified_line(self) -> str | None:
+        """For a unified-memory device, one line: what its GPU may use of the system's memory and where the figure
+        comes from; None for dedicated memory."""
+        if not self.unified:
+            return None
+        of = f" of the system's {self.system_memory / 2**30:.2f} GiB" if self.system_memory else ""
+        share = f" ({100 * self.total / self.system_memory:.1f} %)" if self.system_memory else ""
+        return (f"unified memory: the GPU may use {self.total / 2**30:.2f} GiB{of}{share}, from "
+                f"{self.memory_source or 'the device'}; the OS and other processes keep the rest")
 
 
 @dataclass(frozen=True)
