@@ -33,6 +33,7 @@ from vramwise.answers.advice import Advice, consider
 from vramwise.answers.placement import GpuSet, Placement, Placer, rule_text
 from vramwise.answers.search import fewest as _fewest, largest as _largest
 from vramwise.errors import SettingsError, VramwiseError
+from vramwise.inputs.runs_on import RunsOn, check as runs_on_check
 from vramwise.estimation.estimate import COMPONENTS, Estimate, estimate, load_model
 from vramwise.models.model import ModelSpec
 from vramwise.estimation.recipe import unpack
@@ -46,8 +47,10 @@ __all__ = ["fit", "Fit", "Verdict", "VERDICTS", "Advice", "MethodFit", "GpuTarge
 DEFAULT_FRONTIER = tuple(128 * 2**k for k in range(16))
 #: The most GPUs ``fit`` considers.
 MAX_GPUS = 1024
-#: The verdicts, from the best: fits with the headroom, fits the GPU but not with the headroom, does not fit.
-VERDICTS = ("fits", "tight", "does not fit")
+#: The verdicts, from the best: fits with the headroom, fits the GPU but not with the headroom, does not fit; and
+#: does not run: the settings use a stack, kernel or quantization that hardware/runs_on.yaml says does not run on
+#: the GPU's platform (whatever the memory).
+VERDICTS = ("fits", "tight", "does not fit", "does not run")
 
 
 def _gib(n: int | float) -> str:
@@ -74,6 +77,7 @@ class Verdict:
     headroom_why: str  # the headroom in words: its figure and where it comes from
     placed: str = ""  # where no strategy is set on several GPUs, what places the run: "on 8 GPUs with device_map"
     refused: str | None = None  # every strategy refuses the run on the GPUs: why
+    runs_on: str | None = None  # "does not run": what of the settings does not run on the GPU's platform, its source
 
     @property
     def margin_gib(self) -> float:
@@ -86,7 +90,10 @@ class Verdict:
     def head(self, placed: bool = True) -> str:
         """The verdict and its margin: ``tight, 2.10 GiB left of 24.00 GiB per GPU, less than the 3.75 GiB
         headroom``; with ``placed``, what places a run without a strategy on several GPUs: ``fits on 8 GPUs
-        with device_map, ...`` (a line that names it already leaves it out)."""
+        with device_map, ...`` (a line that names it already leaves it out). Where the settings do not run on
+        the GPU's platform, that in one line, and no margin."""
+        if self.runs_on is not None:
+            return f"does not run: {self.runs_on}"
         if self.refused is not None:
             return f"does not fit, no multi-GPU strategy runs it {self.placed or 'there'}: {self.refused}"
         if self.label == "does not fit":
@@ -102,14 +109,17 @@ class Verdict:
         return f" {self.placed}" if self.placed and placed else ""
 
     def line(self) -> str:
-        """The verdict, its margin and the headroom in words: ``tight, 2.10 GiB left of ... (headroom ...)``."""
+        """The verdict, its margin and the headroom in words: ``tight, 2.10 GiB left of ... (headroom ...)``; where
+        the settings do not run on the GPU's platform, that line alone."""
+        if self.runs_on is not None:
+            return self.head()
         return f"{self.head()} ({self.headroom_why})"
 
     def to_dict(self) -> dict:
         return {"label": self.label, "margin_gib": round(self.margin_gib, 2), "margin_bytes": self.margin_bytes,
                 "headroom": self.headroom, "headroom_bytes": self.headroom_bytes,
                 "headroom_source": self.headroom_source, "placed": self.placed or None, "refused": self.refused,
-                "summary": self.line()}
+                "runs_on": self.runs_on, "summary": self.line()}
 
 
 def default_headroom(est: Estimate) -> tuple[float, str, str]:
@@ -224,8 +234,10 @@ class Fit:
     verdict: Verdict | None = None  # fits / tight / does not fit, with the margin (None: no estimate)
     placement: Placement | None = None  # what each of the gpus holds at the settings (None: no estimate)
     min_gpus_placement: Placement | None = None  # the same on min_gpus GPUs (None: no such count)
+    runs_on: RunsOn | None = None  # what of the settings does not run (or is not known to run) on the GPU's platform
 
     def to_dict(self) -> dict:
+        runs_on = self.runs_on
         return {
             "gpu": self.gpu.to_dict(), "gpus": self.gpus, "headroom": self.headroom, "usable_bytes": self.usable_bytes,
             "verdict": self.verdict.to_dict() if self.verdict else None,
@@ -245,7 +257,17 @@ class Fit:
             "blocked": [{"description": d, "why": why} for d, why in self.blocked],
             "error_band": self.estimate.error_band.to_dict() if self.estimate else None,
             "notes": list(self.notes),
+            "runs_on": None if runs_on is None or runs_on.platform is None else {
+                "platform": runs_on.platform.id, "refusals": [r.to_dict() for r in runs_on.refusals],
+                "unknowns": [u.line() for u in runs_on.unknowns]},
         }
+
+
+def runs_on(target: GpuTarget, profile: str, settings: Mapping[str, Any]) -> RunsOn:
+    """What of ``profile`` at ``settings`` does not run on ``target``'s platform (its catalog vendor's, in
+    hardware/runs_on.yaml; a GPU given by size or the local GPUs have none, and nothing is refused there)."""
+    vendor = getattr(target.matched, "vendor", None)
+    return runs_on_check(vendor, profile, settings)
 
 
 def context_window(spec: ModelSpec) -> tuple[int | None, str]:
@@ -349,6 +371,10 @@ def fit(
     if prof.serving is not None:  # a serving engine fills its GPUs: the answers are context and concurrency
         from vramwise.answers.serving import serving_fit
 
+        refused = runs_on(target, prof.name, base)
+        if not refused.runs:
+            raise SettingsError(refused.line())
+
         ranks = base["tensor_parallel_size"] * base["pipeline_parallel_size"]
         if gpus is not None and gpus != ranks:
             raise SettingsError(f"profile {prof.name} runs on tensor_parallel_size x pipeline_parallel_size GPUs "
@@ -368,6 +394,7 @@ def fit(
         return estimate(spec, profile=profile, registry=reg, **{**base, **changes})
 
     here = est()  # raises on bad settings: the answers below are all about these settings
+    ran = runs_on(target, prof.name, here.settings.to_dict())
     if headroom is None:
         headroom, source, why = default_headroom(here)
     else:
@@ -379,8 +406,9 @@ def fit(
         try:
             e = est(method=m, load_in_4bit=None)
             placed = placer.place(e, n)
-            methods.append(MethodFit(m, e.total, placed.per_gpu, placed.fits(gpu_set, share), placed.refused,
-                                     placed.strategy if placed.best else None))
+            method_runs = runs_on(target, prof.name, e.settings.to_dict())
+            methods.append(MethodFit(m, e.total, placed.per_gpu, placed.fits(gpu_set, share) and method_runs.runs,
+                                     method_runs.line() or placed.refused, placed.strategy if placed.best else None))
         except VramwiseError as exc:
             methods.append(MethodFit(m, None, None, False, str(exc)))
     max_batch = _largest(lambda b: _fits_on(est(batch_size=b), gpu_set, share), LIMITS["batch_size"])
@@ -415,14 +443,16 @@ def fit(
     )
     placed = placer.place(here, n)
     rule = rule_text(here.strategy, n, usable, share, best=placed.strategy if placed.best else None)
-    fits_here = placed.fits(gpu_set, share)
+    fits_here = placed.fits(gpu_set, share) and ran.runs
     whole = GpuSet.alike(target.memory_bytes, n)  # the GPUs with nothing kept free
-    label = "fits" if fits_here else "tight" if placed.fits(whole, share) else "does not fit"
+    label = ("does not run" if not ran.runs else "fits" if fits_here else "tight" if placed.fits(whole, share)
+             else "does not fit")
     on = (f"on {n} GPUs" + placed.words) if placed.best or placed.refused else ""
     verdict = Verdict(label, placed.spare(target.memory_bytes) or 0, target.memory_bytes, float(headroom), source, why,
-                      on, placed.refused)
+                      on, placed.refused, ran.line() or None)
+    notes += tuple(u.line() for u in ran.unknowns)
     advice = blocked = ()
-    if not fits_here:
+    if not fits_here and ran.runs:  # settings that do not run there: the refusal names what runs instead
         steps = recipe.extras.get("gradient_accumulation_steps") if recipe is not None else None
         accumulation = steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else 1
         layout = here.settings.experts_layout  # resolved once, not again for every new combination of settings
@@ -436,7 +466,7 @@ def fit(
         max_batch_size=max_batch, max_seq_len=max_seq, max_lora_rank=max_rank, min_gpus=min_gpus,
         frontier=frontier, rule=rule, advice=advice, blocked=blocked, max_seq_len_memory=max_seq_memory,
         context_window=window, notes=notes, verdict=verdict, placement=placed,
-        min_gpus_placement=None if min_gpus is None else placer.place(here, min_gpus),
+        min_gpus_placement=None if min_gpus is None else placer.place(here, min_gpus), runs_on=ran,
     )
 
 

@@ -187,6 +187,9 @@ def _change_text(name: str, value) -> str:
 
 def _print_advice(f, out) -> None:
     """What to change so it fits: each change, the per-GPU figure after it and whether it fits."""
+    if f.verdict is not None and f.verdict.runs_on is not None:  # hardware/runs_on.yaml: the settings do not run there
+        write_wrapped(out, "advice: none until the settings run on this GPU; change what the verdict names first")
+        return
     if not f.advice:
         out.write("advice: no change vramwise models makes it fit\n")
         _print_blocked(f, out)
