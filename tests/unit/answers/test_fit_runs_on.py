@@ -155,3 +155,27 @@ def test_the_schema_refuses_a_bad_entry_with_its_place(text, where, path):
         build_runs_on(text, "runs_on.yaml")
     message = str(err.value)
     assert where in message and path in message, message
+
+
+def test_flash_attention_2_on_apple_is_refused_and_sdpa_named():
+    # transformers 5.24.0: FLASH_ATTENTION_COMPATIBILITY_MATRIX[2] supports cuda, mlu, musa, npu, xpu (no mps), and
+    # kernels-community/flash-attn2 ships cuda and xpu builds only
+    got = check("apple", "hf", {"attention": "flash_attention_2"})
+    assert [r.thing for r in got.refusals] == ["flash-attention-2"] and got.refusals[0].alternatives == ("attention=sdpa",)
+    assert check("apple", "hf", {"attention": "sdpa"}).runs
+
+
+def test_what_runs_instead_is_not_refused_there():
+    # each `instead` of a `no`, applied to the settings that use the thing, is refused by nothing on that platform
+    table = runs_on_table()
+    vendor = {p.id: p.vendors[0] for p in table.platforms}
+    for thing in table.things:
+        for platform, claim in thing.runs.items():
+            if claim.runs != "no":
+                continue
+            uses = {k: v[0] for k, v in thing.when[0]}
+            assert not check(vendor[platform], uses.pop("profile", "hf"), uses, table).runs
+            for change in claim.instead:
+                settings = {**uses, **dict(change)}
+                profile = settings.pop("profile", "hf")
+                assert check(vendor[platform], profile, settings, table).runs, (thing.id, platform, change)
