@@ -163,7 +163,10 @@ class GpuTarget:
 
 def gpu_target(gpu: Any, count: int | None = None) -> GpuTarget:
     """A GPU from a catalog name or alias (``"RTX 4090"``, ``"H100"``), a size (``"24GiB"``, ``"80GB"``),
-    a number of bytes, ``"local"`` (the visible GPUs, by free memory) or a :class:`GpuTarget`."""
+    a number of bytes, ``"local"`` (the visible GPUs, by free memory) or a :class:`GpuTarget`. A unified-memory
+    entry of the catalog (Apple Silicon, an APU) is what its GPU may use of the system's memory, by the
+    entry's budget rule (:func:`~vramwise.inputs.gpu_catalog.unified_budget`), and its source begins with
+    that budget in one line; a size is dedicated memory."""
     if isinstance(gpu, GpuTarget):
         return gpu if count is None else GpuTarget(gpu.name, gpu.memory_bytes, gpu.source, count, matched=gpu.matched)
     if isinstance(gpu, bool) or gpu is None:
@@ -184,9 +187,13 @@ def gpu_target(gpu: Any, count: int | None = None) -> GpuTarget:
         smallest = min(visible, key=lambda g: g.free)
         return GpuTarget(f"local ({len(visible)} x {smallest.name})", smallest.free,
                          "NVML: the smallest free memory among the visible GPUs", count or len(visible))
-    from vramwise.inputs.gpu_catalog import gpu_spec
+    from vramwise.inputs.gpu_catalog import gpu_spec, unified_budget
 
     spec = gpu_spec(gpu)
+    budget = unified_budget(spec)  # memory shared with the CPU: the answers are for what the GPU may use of it
+    if budget is not None:
+        return GpuTarget(spec.name, budget.gpu_bytes, f"{budget.line()}; the system's memory: {spec.source}",
+                         count or 1, None, spec)
     return GpuTarget(spec.name, spec.memory_bytes, spec.source, count or 1, spec.cuda_total_bytes, spec)
 
 
@@ -474,11 +481,13 @@ def fit(
 class Comparison:
     """Estimates side by side: one cell per (profile, method). With a GPU, each cell's ``fits`` keeps the p90
     shortfall of its device band free, as fit does by default, and ``verdicts`` says fits, tight or does not
-    fit per cell (None without a GPU or an estimate)."""
+    fit per cell (None without a GPU or an estimate), or does not run where the cell's settings use something
+    hardware/runs_on.yaml says does not run on the GPU's platform (``runs_on``: that line, per cell)."""
 
     cells: tuple  # ((profile, method, Estimate or None, problem or None, fits or None), ...)
     gpu: GpuTarget | None
-    verdicts: tuple = ()  # per cell: "fits", "tight", "does not fit" or None
+    verdicts: tuple = ()  # per cell: "fits", "tight", "does not fit", "does not run" or None
+    runs_on: tuple = ()  # per cell: why it does not run on the GPU's platform, or None
 
     def to_dict(self) -> dict:
         out = []
@@ -490,6 +499,7 @@ class Comparison:
             cell["error_band"] = est.error_band.to_dict() if est is not None else None
             if self.gpu is not None:
                 cell["verdict"] = self.verdicts[len(out)] if self.verdicts else None
+                cell["runs_on"] = self.runs_on[len(out)] if self.runs_on else None
             out.append(cell)
         return {"gpu": self.gpu.to_dict() if self.gpu else None, "cells": out}
 
@@ -511,7 +521,7 @@ def compare(model: Any, *, methods: Iterable[str] = COMPARED_METHODS, profiles: 
     for m in methods:
         if m not in METHODS:
             raise SettingsError(f"unknown method {m!r} (choose from: {', '.join(METHODS)})")
-    cells, verdicts = [], []
+    cells, verdicts, refusals = [], [], []
     placer = Placer(reg)  # this comparison's
     strategy = settings.get("strategy")
     served = reg.strategy_info(strategy)["profiles"] if strategy not in (None, "none") else None
@@ -524,6 +534,7 @@ def compare(model: Any, *, methods: Iterable[str] = COMPARED_METHODS, profiles: 
             why = f"strategy {strategy} is modelled on the {', '.join(served)} profile, not on {p}"
             cells.extend((p, m, None, why, None) for m in methods)
             verdicts.extend(None for _ in methods)
+            refusals.extend(None for _ in methods)
             continue
         extra = {}
         if prof.serving is not None:  # a training step's batch and sequence are not a server's (max_num_seqs...)
@@ -539,16 +550,21 @@ def compare(model: Any, *, methods: Iterable[str] = COMPARED_METHODS, profiles: 
                     raise
                 cells.append((p, m, None, str(exc), None))
                 verdicts.append(None)
+                refusals.append(None)
                 continue
-            fits = verdict = None
+            fits = verdict = refused = None
             if target is not None:  # fit's rule at its default headroom, the device band's p90 shortfall
                 headroom = default_headroom(e)[0]
                 fits = _fits(e, target.count, int(target.memory_bytes * (1 - headroom)), prof.further_gpu_share, placer)
                 verdict = ("fits" if fits else "tight" if _fits(e, target.count, target.memory_bytes,
                                                                 prof.further_gpu_share, placer) else "does not fit")
+                ran = runs_on(target, p, e.settings.to_dict())
+                if not ran.runs:  # as in fit: no verdict of fits for settings that do not run there
+                    fits, verdict, refused = False, "does not run", ran.line()
             cells.append((p, m, e, None, fits))
             verdicts.append(verdict)
-    return Comparison(tuple(cells), target, tuple(verdicts))
+            refusals.append(refused)
+    return Comparison(tuple(cells), target, tuple(verdicts), tuple(refusals))
 
 
 

@@ -61,7 +61,13 @@ def _gpu_words(fit_result) -> list[str]:
         if spec.matched_by == "ambiguous" and spec.note:
             note = f"note: {spec.note} (name another: {', '.join(spec.alternatives)})"
         reading = None if spec.matched_by == "size" else _READINGS.get(spec.memory_reading, spec.memory_reading)
-    lines.append(f"memory figure: {reading}; source: {g.source}" if reading else f"memory figure: {g.source}")
+    if spec is not None and spec.unified:  # the budget in one line, then the system's memory and its source
+        from vramwise.inputs.gpu_catalog import unified_budget
+
+        lines.append(unified_budget(spec).line())
+        lines.append(f"memory figure: {reading}, the system's memory; source: {spec.source}")
+    else:
+        lines.append(f"memory figure: {reading}; source: {g.source}" if reading else f"memory figure: {g.source}")
     if note:
         lines.append(note)
     est = fit_result.estimate

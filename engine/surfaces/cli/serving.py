@@ -76,6 +76,11 @@ def print_serving_fit(f, label: str, out) -> None:
     s = est.settings
     out.write(f"GPU: {f.gpu.name}, {gib(f.gpu.memory_bytes)} GiB each; vLLM {s.vllm_version}, tensor_parallel_size "
               f"{s.tensor_parallel_size}, pipeline_parallel_size {s.pipeline_parallel_size}\n")
+    spec = f.gpu.matched
+    if spec is not None and getattr(spec, "unified", False):  # a unified-memory device: the budget in one line
+        from vramwise.inputs.gpu_catalog import unified_budget
+
+        write_wrapped(out, unified_budget(spec).line())
     write_wrapped(out, _start_line(est))
     out.write(f"KV cache: {f.kv_cache_tokens:,} tokens ({gib(est.figures['kv_cache_bytes'])} GiB per GPU)\n")
     out.write("largest max_model_len that starts: "
