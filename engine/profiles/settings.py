@@ -276,23 +276,24 @@ def _vllm_version(name: str, value: Any) -> str:
 
 
 def _n_ctx(name: str, value: Any) -> int:
-    if value == 0 and not isinstance(value, bool):
+    if type(value) is int and value == 0:
         return 0  # llama.cpp: the model's training context
-    return positive_int(name, value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= LIMITS[name]:
+        raise SettingsError(f"n_ctx must be a number of tokens up to {LIMITS[name]:,}, or 0 for the model's training "
+                            f"context, got {_short(value)}")
+    return value
 
 
 def _n_gpu_layers(name: str, value: Any) -> int | None:
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("all", "auto", "-1")):
-        return None  # every layer, as llama.cpp's default places them
-    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
-        return None  # llama.cpp: a negative count is all of them
-    if value == 0 and not isinstance(value, bool):
-        return 0
+    if isinstance(value, str) and value.strip().lower() in ("all", "-1"):
+        value = None
+    if value is None or (type(value) is int and value < 0):
+        return None  # every layer and the output layer, as llama.cpp's default (-1) places them
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value.strip())
-        if value == 0:
-            return 0
-    return positive_int(name, value)
+    if type(value) is not int or value > LIMITS[name]:
+        raise SettingsError(f"n_gpu_layers must be a number of layers (0 to {LIMITS[name]:,}) or all, got {_short(value)}")
+    return value
 
 
 def _gpu_memory(name: str, value: Any) -> int | None:

@@ -169,6 +169,13 @@ def test_refusals_are_one_line(qwen2, tmp_path):
         llama(qwen2, cache_type_k="q9_0")
     with pytest.raises(SettingsError, match="n_parallel must be a positive integer"):
         llama(qwen2, n_parallel=0)
+    with pytest.raises(SettingsError, match=r"^n_ctx must be a number of tokens up to 33,554,432, or 0 for the model's "
+                                            r"training context, got -5$"):
+        llama(qwen2, n_ctx=-5)
+    with pytest.raises(SettingsError, match=r"^n_gpu_layers must be a number of layers \(0 to 65,536\) or all, "
+                                            r"got 'some'$"):
+        llama(qwen2, n_gpu_layers="some")
+    assert llama(qwen2, n_ctx=256, n_gpu_layers="all").figures == llama(qwen2, n_ctx=256, n_gpu_layers=-1).figures
     config = tmp_path / "config.json"
     config.write_text('{"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, '
                       '"intermediate_size": 512, "vocab_size": 300}')
