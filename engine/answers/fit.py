@@ -481,11 +481,13 @@ def fit(
 class Comparison:
     """Estimates side by side: one cell per (profile, method). With a GPU, each cell's ``fits`` keeps the p90
     shortfall of its device band free, as fit does by default, and ``verdicts`` says fits, tight or does not
-    fit per cell (None without a GPU or an estimate)."""
+    fit per cell (None without a GPU or an estimate), or does not run where the cell's settings use something
+    hardware/runs_on.yaml says does not run on the GPU's platform (``runs_on``: that line, per cell)."""
 
     cells: tuple  # ((profile, method, Estimate or None, problem or None, fits or None), ...)
     gpu: GpuTarget | None
-    verdicts: tuple = ()  # per cell: "fits", "tight", "does not fit" or None
+    verdicts: tuple = ()  # per cell: "fits", "tight", "does not fit", "does not run" or None
+    runs_on: tuple = ()  # per cell: why it does not run on the GPU's platform, or None
 
     def to_dict(self) -> dict:
         out = []
@@ -497,6 +499,7 @@ class Comparison:
             cell["error_band"] = est.error_band.to_dict() if est is not None else None
             if self.gpu is not None:
                 cell["verdict"] = self.verdicts[len(out)] if self.verdicts else None
+                cell["runs_on"] = self.runs_on[len(out)] if self.runs_on else None
             out.append(cell)
         return {"gpu": self.gpu.to_dict() if self.gpu else None, "cells": out}
 
@@ -518,7 +521,7 @@ def compare(model: Any, *, methods: Iterable[str] = COMPARED_METHODS, profiles: 
     for m in methods:
         if m not in METHODS:
             raise SettingsError(f"unknown method {m!r} (choose from: {', '.join(METHODS)})")
-    cells, verdicts = [], []
+    cells, verdicts, refusals = [], [], []
     placer = Placer(reg)  # this comparison's
     strategy = settings.get("strategy")
     served = reg.strategy_info(strategy)["profiles"] if strategy not in (None, "none") else None
@@ -531,6 +534,7 @@ def compare(model: Any, *, methods: Iterable[str] = COMPARED_METHODS, profiles: 
             why = f"strategy {strategy} is modelled on the {', '.join(served)} profile, not on {p}"
             cells.extend((p, m, None, why, None) for m in methods)
             verdicts.extend(None for _ in methods)
+            refusals.extend(None for _ in methods)
             continue
         extra = {}
         if prof.serving is not None:  # a training step's batch and sequence are not a server's (max_num_seqs...)
@@ -546,16 +550,21 @@ def compare(model: Any, *, methods: Iterable[str] = COMPARED_METHODS, profiles: 
                     raise
                 cells.append((p, m, None, str(exc), None))
                 verdicts.append(None)
+                refusals.append(None)
                 continue
-            fits = verdict = None
+            fits = verdict = refused = None
             if target is not None:  # fit's rule at its default headroom, the device band's p90 shortfall
                 headroom = default_headroom(e)[0]
                 fits = _fits(e, target.count, int(target.memory_bytes * (1 - headroom)), prof.further_gpu_share, placer)
                 verdict = ("fits" if fits else "tight" if _fits(e, target.count, target.memory_bytes,
                                                                 prof.further_gpu_share, placer) else "does not fit")
+                ran = runs_on(target, p, e.settings.to_dict())
+                if not ran.runs:  # as in fit: no verdict of fits for settings that do not run there
+                    fits, verdict, refused = False, "does not run", ran.line()
             cells.append((p, m, e, None, fits))
             verdicts.append(verdict)
-    return Comparison(tuple(cells), target, tuple(verdicts))
+            refusals.append(refused)
+    return Comparison(tuple(cells), target, tuple(verdicts), tuple(refusals))
 
 
 

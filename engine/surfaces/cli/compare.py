@@ -78,7 +78,7 @@ def print_compare(c, label: str, settings: dict, out) -> None:
             row.append(gib(getattr(est, comp)) if est is not None else no)
         out.write(f"{comp:<{name_w}}" + "".join(f"  {v:>{width}}" for v in row) + "\n")
     if c.gpu is not None:  # yes: with the device band's p90 shortfall free; tight: the GPU holds the total only
-        words = {"fits": fits_word(True), "tight": "tight", "does not fit": fits_word(False)}
+        words = {"fits": fits_word(True), "tight": "tight", "does not fit": fits_word(False), "does not run": "cannot run"}
         out.write(f"{fits_label:<{name_w}}" + "".join(
             f"  {(words[v] if est is not None else no):>{width}}" for (_, _, est, _, _), v in zip(cells, c.verdicts))
             + "\n")
@@ -102,6 +102,8 @@ def print_compare(c, label: str, settings: dict, out) -> None:
     for p, m, est, problem, _ in cells:
         if est is None:
             write_wrapped(out, f"{p}/{m}: {problem}")
+    for line in dict.fromkeys(line for line in c.runs_on if line):  # hardware/runs_on.yaml: what does not run there
+        write_wrapped(out, f"cannot run: {line}")
     if c.gpu is not None:
         write_wrapped(out, f"GPU: {c.gpu.name}, {gib(c.gpu.memory_bytes)} GiB each"
                            + (f", {c.gpu.count} of them" if c.gpu.count > 1 else "") + f" (source: {c.gpu.source})")

@@ -179,3 +179,19 @@ def test_what_runs_instead_is_not_refused_there():
                 settings = {**uses, **dict(change)}
                 profile = settings.pop("profile", "hf")
                 assert check(vendor[platform], profile, settings, table).runs, (thing.id, platform, change)
+
+
+def test_compare_says_does_not_run_where_fit_does():
+    # the same FlashAttention-3 on Intel XPU as above; sdpa on the same GPU keeps compare's usual verdicts
+    from vramwise.answers.fit import compare
+
+    methods = ("lora", "full")
+    c = compare(LLAMA, methods=methods, profiles=("hf",), gpu=INTEL, batch_size=1, seq_len=1024,
+                attention="flash_attention_3")
+    assert c.verdicts == ("does not run", "does not run") and all(fits is False for *_, fits in c.cells)
+    assert all("does not run on Intel XPU" in line for line in c.runs_on)
+    assert [cell["verdict"] for cell in c.to_dict()["cells"]] == ["does not run", "does not run"]
+    ok = compare(LLAMA, methods=methods, profiles=("hf",), gpu=INTEL, batch_size=1, seq_len=1024, attention="sdpa")
+    by_size = compare(LLAMA, methods=methods, profiles=("hf",), gpu=gpu_spec(INTEL).memory_bytes, batch_size=1,
+                      seq_len=1024, attention="sdpa")
+    assert ok.verdicts == by_size.verdicts and "does not run" not in ok.verdicts and ok.runs_on == (None, None)
