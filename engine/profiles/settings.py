@@ -645,10 +645,11 @@ def normalise_static(values: dict) -> dict:
     if not out["load_in_4bit"] and method == "qlora":
         raise SettingsError("qlora loads the base model in 4 bit: use method 'lora' for a 16-bit base model")
     if out["gpu"] is not None:
-        from vramwise.inputs.gpu_catalog import gpu_spec
+        from vramwise.inputs.gpu_catalog import gpu_spec, unified_budget
 
         spec = gpu_spec(out["gpu"])
-        total = spec.cuda_total_bytes or spec.memory_bytes  # what CUDA reports, where the catalog knows it
+        budget = unified_budget(spec)  # unified memory (Apple Silicon, an APU): what its GPU may use of the system's
+        total = budget.gpu_bytes if budget else spec.cuda_total_bytes or spec.memory_bytes  # CUDA's, where known
         if out["gpu_memory"] is not None and out["gpu_memory"] != total:
             raise SettingsError(f"gpu {out['gpu']!r} has {total:,} bytes but gpu_memory is "
                                 f"{out['gpu_memory']:,}: give one of them")

@@ -89,3 +89,11 @@ def test_select_on_a_mac_answers_against_the_working_set():
     assert "unified memory: the GPU may use 21.33 GiB of the system's 32.00 GiB (66.7 %)" in sel.reason
     assert "the OS default share" in sel.reason
     assert select_gpus(_Estimate(22 * GIB), discovery=_mac()).fits is False  # 23.6 GB > 22.9 GB
+
+
+def test_a_serving_estimates_gpu_setting_is_the_budget_too():
+    import vramwise
+
+    # Strix Halo 128GB: 128 x 2**30 x 3 // 4 = 103,079,215,104 B is the gpu_memory a server sizes itself from
+    e = vramwise.estimate(EXAMPLE, profile="vllm", method="inference", gpu="Strix Halo 128GB")
+    assert e.settings.gpu == "ryzen-ai-max-395-128gb" and e.settings.gpu_memory == 103_079_215_104
