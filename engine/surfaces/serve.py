@@ -266,11 +266,17 @@ def api_families(_query: dict) -> dict:
 
 def api_gpus(_query: dict) -> dict:
     from vramwise.gpus.discovery import discover_gpus
-    from vramwise.inputs.gpu_catalog import list_gpus
+    from vramwise.inputs.gpu_catalog import list_gpus, unified_budget
 
-    # cuda_total_bytes: what CUDA reports where the catalog knows it, the size a serving profile's figures use
-    catalog = [{"id": g.id, "name": g.name, "vendor": g.vendor, "memory_bytes": g.memory_bytes, "source": g.source,
-                "aliases": list(g.aliases), "cuda_total_bytes": g.cuda_total_bytes} for g in list_gpus()]
+    # cuda_total_bytes: what CUDA reports where the catalog knows it, the size a serving profile's figures use;
+    # a unified-memory entry (memory_bytes: the system's): gpu_may_use_bytes, what its GPU may use, and that line
+    catalog = []
+    for g in list_gpus():
+        budget = unified_budget(g)
+        catalog.append({"id": g.id, "name": g.name, "vendor": g.vendor, "memory_bytes": g.memory_bytes,
+                        "source": g.source, "aliases": list(g.aliases), "cuda_total_bytes": g.cuda_total_bytes,
+                        **({"unified": True, "gpu_may_use_bytes": budget.gpu_bytes, "unified_memory": budget.line()}
+                           if budget else {})})
     return {"catalog": catalog, "local": discover_gpus().to_dict()}
 
 

@@ -160,13 +160,17 @@
 
   // the GPU menu in the sizes the figures use: a training step fits in the memory nvidia-smi reports; a server
   // sizes its KV cache from the total CUDA reports, where the catalog knows it (answers/fit.py, the serving fit)
-  function gpuBytes(g) { return isServing() && g.cuda_total_bytes ? g.cuda_total_bytes : g.memory_bytes; }
+  // a unified-memory entry (Apple Silicon, an APU): what its GPU may use of the system's memory (the catalog's rule)
+  function gpuBytes(g) {
+    if (g.gpu_may_use_bytes) return g.gpu_may_use_bytes;
+    return isServing() && g.cuda_total_bytes ? g.cuda_total_bytes : g.memory_bytes;
+  }
 
   function labelGpus() {
     const byId = Object.fromEntries(state.gpus.map((g) => [g.id, g]));
     for (const o of $("gpu").options) {
       const g = byId[o.value];
-      if (g) o.textContent = g.name + " (" + gib(gpuBytes(g)) + " GiB)";
+      if (g) o.textContent = g.name + " (" + gib(gpuBytes(g)) + " GiB" + (g.unified ? " of " + gib(g.memory_bytes) + " unified" : "") + ")";
     }
   }
 
@@ -395,6 +399,8 @@
       est.profile + "; " + s.method + ", batch " + s.batch_size + ", seq " + s.seq_len + "; " + count(est.params_total) +
       " parameters, " + count(est.params_trainable) + " trainable" +
       (s.method === "inference" ? "; the total is weights + KV cache + overhead" : "");
+    const unified = fit && fit.gpu.source.startsWith("unified memory:") ? fit.gpu.source.split("; the system's memory: ")[0] : "";
+    if (unified) $("summary").textContent += "; " + unified;  // the GPU's share of a unified memory, in one line
     // one stacked bar, the GPU's usable memory as a line
     const svg = $("chart");
     clear(svg);
