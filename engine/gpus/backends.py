@@ -165,6 +165,25 @@ def _rows(data: Any) -> list[dict]:
     return data
 
 
+def _first_found(backend, probes, env: Mapping[str, str], variable: str, vendor: str) -> BackendReport:
+    """The devices of the first of ``probes`` (library, then tools) that finds any, as ``backend`` shows them under
+    ``env``; else a report naming what each probe found instead."""
+    tried: list[str] = []
+    for probe in probes:
+        devices, problem = probe()
+        if devices:
+            return backend._visible(tuple(devices), env)
+        tried.append(problem or "no device")
+    return BackendReport(backend.name, variable=variable, variable_value=env.get(variable),
+                         reason=f"no {vendor} GPU found: " + "; ".join(tried))
+
+
+def _device_of(backend: str, variable: str, i: int, name: str, uuid: str, total: int, used: int | None) -> Any:
+    """A device a backend found (``used`` None: the tool does not say, and then neither is free known)."""
+    return _gpu(index=i, uuid=uuid, name=name, total=total, used=used, free=None if used is None else total - used,
+                backend=backend, visibility_variable=variable)
+
+
 class AmdBackend:
     """AMD GPUs through ROCm: the amdsmi library, else amd-smi, else rocm-smi."""
 
@@ -175,19 +194,10 @@ class AmdBackend:
         self._load = load_amdsmi or _load_amdsmi
 
     def discover(self, env: Mapping[str, str]) -> BackendReport:
-        tried: list[str] = []
-        for probe in (self._library, self._amd_smi, self._rocm_smi):
-            devices, problem = probe()
-            if devices:
-                return self._visible(tuple(devices), env)
-            tried.append(problem or "no device")
-        return BackendReport(self.name, variable="ROCR_VISIBLE_DEVICES", variable_value=env.get("ROCR_VISIBLE_DEVICES"),
-                             reason="no AMD GPU found: " + "; ".join(tried))
+        return _first_found(self, (self._library, self._amd_smi, self._rocm_smi), env, "ROCR_VISIBLE_DEVICES", "AMD")
 
     def _device(self, i: int, name: str, uuid: str, total: int, used: int | None) -> Any:
-        free = None if used is None else total - used
-        return _gpu(index=i, uuid=uuid, name=name, total=total, used=used, free=free, backend=self.name,
-                    visibility_variable="ROCR_VISIBLE_DEVICES")
+        return _device_of(self.name, "ROCR_VISIBLE_DEVICES", i, name, uuid, total, used)
 
     def _library(self) -> tuple[list, str | None]:
         try:
@@ -317,18 +327,10 @@ class IntelBackend:
         self._xpu = torch_xpu or _loaded_torch_xpu
 
     def discover(self, env: Mapping[str, str]) -> BackendReport:
-        tried = []
-        for probe in (self._torch, self._xpu_smi):
-            devices, problem = probe()
-            if devices:
-                return self._visible(tuple(devices), env)
-            tried.append(problem or "no device")
-        return BackendReport(self.name, variable="ZE_AFFINITY_MASK", variable_value=env.get("ZE_AFFINITY_MASK"),
-                             reason="no Intel GPU found: " + "; ".join(tried))
+        return _first_found(self, (self._torch, self._xpu_smi), env, "ZE_AFFINITY_MASK", "Intel")
 
     def _device(self, i: int, name: str, uuid: str, total: int, used: int | None) -> Any:
-        return _gpu(index=i, uuid=uuid, name=name, total=total, used=used, free=None if used is None else total - used,
-                    backend=self.name, visibility_variable="ZE_AFFINITY_MASK")
+        return _device_of(self.name, "ZE_AFFINITY_MASK", i, name, uuid, total, used)
 
     def _torch(self) -> tuple[list, str | None]:
         xpu = self._xpu()
