@@ -81,9 +81,10 @@ def pytest_collection_modifyitems(config, items):
         parts = Path(str(item.fspath)).resolve().relative_to(HERE).parts
         if len(parts) > 1 and parts[0] in TIERS:
             item.add_marker(getattr(pytest.mark, parts[0]))
-    # the tests marked slow first: in a run that selects them (-m slow, or -n 2 with an explicit -m) the workers
-    # start on them while the rest is shared out, so no single long test is left running alone at the end
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    # the tests marked slow first, then the modules marked long (minutes of one worker): in a run that selects them
+    # (-m slow, or -n 2 with an explicit -m) the workers start on them while the rest is shared out, so no single
+    # long module is left running alone at the end
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None, item.get_closest_marker("long") is None))
 
 
 def _required_but_skipped(report) -> str | None:

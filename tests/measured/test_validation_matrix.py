@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import pytest
 
+pytestmark = pytest.mark.long  # 199 cells: about 4 minutes of one worker
+
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 pytest.importorskip("bitsandbytes")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+pytestmark = pytest.mark.long  # inductor compiles every cell's step: about 6 minutes of one core on a machine whose compile cache is empty
+
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
