@@ -47,9 +47,14 @@ vramwise.fit(recipe, gpu="H100").advice                 # what to change, writte
   `read_recipe(..., framework="torchtune@0.6.1")`.
 - **The release** a recipe is read under: the one `--framework NAME@VERSION` (`framework="litgpt@0.5.9"`)
   names, which must be a release the format file lists (another is one error line listing them); else
-  the newest release the format knows. Among the releases the format files list, no key a recipe may
-  write exists only before one (LitGPT's `train.max_time` exists only from 0.5.11), so a recipe's own
-  keys never point to a release older than the newest. A default or a rule that changed between
+  the newest release the recipe's own keys allow; else the newest release the format knows. Keys that
+  tell a release are data, `framework.release_signals` in the format file: each holds conditions on the
+  recipe's keys, the releases from which (`since`) and before which (`until`) they are read, and the
+  source line. LitGPT's `train.max_time` exists only from 0.5.11 (`args.py:31`): a recipe with it is read
+  under the newest release from 0.5.11 and its heading says so (`litgpt 0.5.13, as its keys tell:
+  train.max_time (...): releases from 0.5.11`); named with `--framework litgpt@0.5.10`, it is read under
+  0.5.10 with a warning that its keys say otherwise. Keys that allow no known release are warned, and the
+  newest is read. A default or a rule that changed between
   releases is dated (`since:` / `until:` in the format file, each with the source line at its
   release); the recipe's heading and each default's origin name the release read
   (`litgpt 0.5.13 default (...)`). Each format's section below lists the releases it knows and what

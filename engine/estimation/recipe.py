@@ -92,6 +92,7 @@ class Recipe:
     framework: str | None = None  # the main part's framework and the version its defaults come from
     framework_version: str | None = None
     path: str | None = None  # the main part's file (None for a mapping)
+    release_basis: tuple = ()  # the recipe's keys that chose framework_version, in words (empty: named or newest)
     parts: tuple = ()  # ((format, file or None), ...) of every part read, the main one first
     writer: Any = field(default=None, repr=False, compare=False)  # writes changes in the recipe's keys
 
@@ -134,7 +135,8 @@ class Recipe:
         return {
             "model": self.model if isinstance(self.model, (str, type(None))) else "<config mapping>",
             "profile": self.profile, "format": self.format, "framework": self.framework,
-            "framework_version": self.framework_version, "path": self.path,
+            "framework_version": self.framework_version, "release_basis": list(self.release_basis),
+            "path": self.path,
             "parts": [{"format": f, "file": p} for f, p in self.parts],
             "settings": settings, "extras": dict(self.extras),
             "origins": {k: o.to_dict() for k, o in self.origins.items()},

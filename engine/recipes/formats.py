@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from vramwise.rules.datafiles import load_data_file, package_files, read_data_text, read_folder
 from vramwise.errors import FileFormatError, SettingsError
 
-__all__ = ["Rule", "Format", "Formats", "Release", "MISSING", "canon", "lookup", "version_tuple"]
+__all__ = ["Rule", "Format", "Formats", "Release", "ReleaseSignal", "MISSING", "canon", "lookup", "version_tuple"]
 
 FORMATS_DISPLAY = "frameworks"
 SCHEMA = "recipe-format-1.schema.json"
@@ -183,6 +183,32 @@ class Release:
         return version_tuple(self.version)
 
 
+@dataclass(frozen=True)
+class ReleaseSignal:
+    """Recipe keys that tell which releases a recipe was written for (``framework.release_signals``): when
+    ``when`` holds, only releases from ``since`` (inclusive) and before ``until`` are candidates."""
+
+    when: tuple
+    since: tuple | None
+    until: tuple | None
+    source: str
+    description: str | None = None
+
+    def allows(self, version: tuple) -> bool:
+        return (self.since is None or version >= self.since) and (self.until is None or version < self.until)
+
+    def says(self) -> str:
+        """The signal in words: its keys and the release range it gives."""
+        keys = ", ".join(dict.fromkeys(c.key for c in self.when))
+        what = f" ({self.description})" if self.description else ""
+        bounds = []
+        if self.since is not None:
+            bounds.append(f"from {'.'.join(map(str, self.since))}")
+        if self.until is not None:
+            bounds.append(f"before {'.'.join(map(str, self.until))}")
+        return f"{keys}{what}: releases {' and '.join(bounds)}"
+
+
 def _rule(r: Mapping, where: str) -> Rule:
     mapping = None
     if "map" in r:
@@ -231,6 +257,7 @@ class Format:
     header_launch: tuple | None = None  # (launcher, source): a launch line its files' leading comment may hold
     shipped_configs: tuple | None = None  # (folder under frameworks/, source): the configs its releases ship
     releases: tuple = ()  # of Release, oldest first; empty: the pinned version is the one release known
+    release_signals: tuple = ()  # of ReleaseSignal
 
     def known_releases(self) -> tuple:
         """The releases the format knows, oldest first (the pinned version alone when the file lists none)."""
@@ -245,6 +272,14 @@ class Format:
         """The known release ``version`` names (``0.5`` and ``0.5.0`` alike), or None."""
         wanted = version_tuple(version)
         return next((r for r in self.known_releases() if _same_version(r.key, wanted)), None)
+
+    def signals_of(self, data: Any) -> tuple:
+        """The release signals whose conditions hold for ``data``."""
+        return tuple(s for s in self.release_signals if all(c.holds(data) for c in s.when))
+
+    def candidates(self, signals: tuple) -> tuple:
+        """The known releases every signal of ``signals`` allows, oldest first."""
+        return tuple(r for r in self.known_releases() if all(s.allows(r.key) for s in signals))
 
     def score(self, data: Mapping) -> int:
         """How strongly ``data`` looks like this format (0: not at all)."""
@@ -271,6 +306,7 @@ class Format:
             for rule in group:
                 keys.update(rule.keys())
         keys.update(r[0] for r in self.references)
+        keys.update(c.key for signal in self.release_signals for c in signal.when)  # a key that tells a release
         for key, conds, _ in self.unmodelled:
             keys.add(key)
             keys.update(c.key for c in conds)
@@ -289,11 +325,22 @@ def _releases(df) -> tuple:
     return tuple(sorted(items, key=lambda r: r.key))
 
 
+def _release_signals(d: Mapping) -> tuple:
+    return tuple(ReleaseSignal(_conditions(s["when"]),
+                               version_tuple(s["since"]) if "since" in s else None,
+                               version_tuple(s["until"]) if "until" in s else None,
+                               s["source"], s.get("description"))
+                 for s in d["framework"].get("release_signals", ()))
+
+
 def _release_problems(df, fmt: Format) -> list:
-    """A releases list that does not hold the pinned version, a release listed twice, or a rule dated by a
-    release the file does not list: each with file:line:col and JSON path."""
+    """A releases list that does not hold the pinned version, a release listed twice, a rule or release signal
+    dated by a release the file does not list, or a signal that allows no release: each with file:line:col and
+    JSON path."""
+    signals = df.data["framework"].get("release_signals", ())
     if not fmt.releases:
-        return []
+        return [df.problem(("framework", "release_signals"), "release signals need the releases they date "
+                                                              "(framework.releases)")] if signals else []
     problems = []
     listed = df.data["framework"]["releases"]
     keys = [version_tuple(r["version"]) for r in listed]
@@ -315,6 +362,14 @@ def _release_problems(df, fmt: Format) -> list:
                 if field in rule and fmt.release(str(rule[field])) is None:
                     problems.append(df.problem(parts + (i, field), f"{field} {rule[field]} is not a release the "
                                                                    f"file lists (releases: {known})"))
+    for i, (raw, signal) in enumerate(zip(signals, fmt.release_signals)):
+        where = ("framework", "release_signals", i)
+        bad = [f for f in ("since", "until") if f in raw and fmt.release(str(raw[f])) is None]
+        for field in bad:
+            problems.append(df.problem(where + (field,), f"{field} {raw[field]} is not a release the file lists "
+                                                         f"(releases: {known})"))
+        if not bad and not fmt.candidates((signal,)):
+            problems.append(df.problem(where, "the signal allows none of the releases the file lists"))
     return problems
 
 
@@ -347,6 +402,7 @@ def _compile(df) -> Format:
         shipped_configs=(d["shipped_configs"]["folder"], d["shipped_configs"]["source"]) if "shipped_configs" in d
         else None,
         releases=_releases(df),
+        release_signals=_release_signals(d),
     )
 
 

@@ -167,9 +167,31 @@ def _split_framework(framework: Any, formats: Formats) -> tuple[Format | None, t
     return fmt, release.key, release.version
 
 
-def _read_under(part: _Part, forced: tuple | None) -> tuple:
-    """The release a part is read under: the one framework= named for the main part, else its format's newest."""
-    return forced if forced is not None else part.fmt.newest.key
+def _read_under(part: _Part, forced: tuple | None, warnings: list) -> tuple:
+    """The release a part is read under and the release signals that chose it: the one framework= named for the
+    main part (a warning where the recipe's keys say it was written for other releases), else the newest of the
+    releases its keys allow (``framework.release_signals``), else its format's newest (a warning where the
+    keys allow none)."""
+    fmt = part.fmt
+    signals = fmt.signals_of(part.data)
+    shown = part.file or "the recipe"
+    if forced is not None:
+        against = [s for s in signals if not s.allows(forced)]
+        if against:
+            warnings.append(f"{shown} is read under {fmt.framework} {'.'.join(map(str, forced))} as named, but its "
+                            f"keys say another release: " + "; ".join(s.says() for s in against))
+        return forced, ()
+    if not signals:
+        return fmt.newest.key, ()
+    allowed = fmt.candidates(signals)
+    if not allowed:
+        warnings.append(f"{shown}: its keys allow no release of {fmt.framework} that vramwise knows ("
+                        + "; ".join(s.says() for s in signals) + f"): read under the newest, {fmt.newest.version}")
+        return fmt.newest.key, ()
+    chosen = allowed[-1]
+    # only the signals that ruled out a newer release chose it; the others agree with the newest
+    deciding = tuple(s for s in signals if not s.allows(fmt.newest.key)) if chosen is not fmt.newest else signals
+    return chosen.key, deciding
 
 
 def _detect(part: _Part, formats: Formats) -> Format:
@@ -510,7 +532,10 @@ def read_recipe(source: Any, *, framework: str | None = None, overrides: Mapping
         from vramwise.recipes.launch import header_launch
 
         launch = header_launch(main.df.text if main.df is not None else None, main.fmt, main.file)
-    versions = [_read_under(p, forced_version if p is main else None) for p in parts]
+    read_under = [_read_under(p, forced_version if p is main else None, warnings) for p in parts]
+    versions = [v for v, _ in read_under]
+    if version_text is None and read_under[0][1]:
+        version_text = main.fmt.release(".".join(map(str, versions[0]))).version
     extras_names = {n for p in parts for n in p.fmt.extras}
     over = _overrides(overrides, extras_names)
     if "method" in over and "load_in_4bit" not in over:  # a method given over the recipe brings its own base
@@ -572,6 +597,7 @@ def read_recipe(source: Any, *, framework: str | None = None, overrides: Mapping
         model=model, settings=settings, profile=profile, origins=origins, extras=extras,
         warnings=tuple(dict.fromkeys(warnings)), format=main.fmt.name, framework=main.fmt.framework,
         framework_version=version_text or main.fmt.newest.version, path=main.file,
+        release_basis=tuple(sig.says() for sig in read_under[0][1]),
         parts=tuple((p.fmt.name, p.file) for p in parts if p.prefix == ()),
         writer=writer(tuple(p.fmt for p in parts)),
     )

@@ -37,7 +37,8 @@ def recipe_lines(recipe, everything: bool = False, lora_targets: tuple | None = 
     # a part named by its format already (a framework's shipped config) is not prefixed twice
     parts = ", ".join(path if path and path.startswith(f"{fmt} ") else f"{fmt} {path}" if path else fmt
                       for fmt, path in recipe.parts)
-    lines = [f"recipe: {parts} ({recipe.framework} {recipe.framework_version}; profile {recipe.profile}, "
+    basis = f", as its keys tell: {'; '.join(recipe.release_basis)}" if recipe.release_basis else ""
+    lines = [f"recipe: {parts} ({recipe.framework} {recipe.framework_version}{basis}; profile {recipe.profile}, "
              f"{recipe.origins.get('profile', Origin('vramwise default')).describe()})"]
     shown = [(n, recipe.shown(n, lora_targets)) for n in recipe.settings
              if everything or recipe.origins[n].kind != "vramwise default"]

@@ -183,3 +183,61 @@ def test_every_bundled_release_list_holds_its_pinned_version_and_is_dated():
         assert fmt.release(fmt.version) is not None, fmt.name
         for r in fmt.releases:
             assert r.date and r.source, (fmt.name, r.version)
+
+
+# -- the release a recipe's own keys tell (framework.release_signals) ------------------------------
+
+THREE = GOOD + '\n    - {version: "2.1", date: "2025-09-01", source: toyfw v2.1}'
+SIGNALS = """
+  release_signals:
+    - {when: [{key: old_knob, present: true}], until: "2.0", description: removed in 2.0, source: toyfw/config.py:7}
+    - {when: [{key: new_knob, present: true}], since: "2.1", source: toyfw v2.1 config.py:9}"""
+
+
+def test_a_key_a_release_removed_reads_the_recipe_under_the_newest_release_before_it(tmp_path):
+    formats = _load(tmp_path, THREE + SIGNALS)
+    plain = vramwise.read_recipe({"base": "m"}, formats=formats)
+    assert (plain.framework_version, plain.release_basis, plain.settings["batch_size"]) == ("2.1", (), 3)
+    # old_knob is read until 2.0 (exclusive): of 1.9, 2.0 and 2.1 only 1.9 reads it, whose default batch is 5
+    old = vramwise.read_recipe({"base": "m", "old_knob": 1}, formats=formats)
+    assert (old.framework_version, old.settings["batch_size"]) == ("1.9", 5)
+    assert old.release_basis == ("old_knob (removed in 2.0): releases before 2.0",)
+    assert old.origins["batch_size"].version == "1.9" and not old.warnings
+    # new_knob says 2.1 or later: the newest, which the recipe would be read under anyway
+    new = vramwise.read_recipe({"base": "m", "new_knob": 1}, formats=formats)
+    assert (new.framework_version, new.release_basis) == ("2.1", ("new_knob: releases from 2.1",))
+
+
+def test_keys_that_allow_no_release_or_a_named_release_they_rule_out_are_warned(tmp_path):
+    formats = _load(tmp_path, THREE + SIGNALS)
+    both = vramwise.read_recipe({"base": "m", "old_knob": 1, "new_knob": 1}, formats=formats)
+    assert both.framework_version == "2.1" and both.release_basis == ()
+    assert any("allow no release of toyfw" in w and "read under the newest, 2.1" in w for w in both.warnings)
+    named = vramwise.read_recipe({"base": "m", "old_knob": 1}, formats=formats, framework="toy@2.0")
+    assert named.framework_version == "2.0" and named.release_basis == () and named.settings["batch_size"] == 3
+    assert any("read under toyfw 2.0 as named" in w and "old_knob" in w for w in named.warnings)
+
+
+@pytest.mark.parametrize("signals,where,why", [
+    (SIGNALS.replace('until: "2.0"', 'until: "3.0"'), r"\$\.framework\.release_signals\[0\]\.until",
+     "until 3.0 is not a release the file lists"),
+    (SIGNALS.replace('until: "2.0", ', ""), r"\$\.framework\.release_signals\[0\]", "since"),
+    (SIGNALS.replace('until: "2.0"', 'since: "2.1", until: "2.0"'), r"\$\.framework\.release_signals\[0\]",
+     "allows none of the releases"),
+])
+def test_a_bad_release_signal_is_refused_at_its_line(tmp_path, signals, where, why):
+    with pytest.raises(FileFormatError, match=where) as e:
+        _load(tmp_path, THREE + signals)
+    assert why in str(e.value)
+
+
+def test_litgpt_train_max_time_tells_a_release_from_0_5_11(capsys):
+    # litgpt/args.py: TrainArgs.max_time is at line 31 of v0.5.11 and absent from v0.5.10's TrainArgs
+    recipe = dict(FOUR_DEVICES, train=dict(FOUR_DEVICES["train"], max_time=3600))
+    r = vramwise.read_recipe(recipe)
+    assert r.framework_version == "0.5.13" and r.release_basis and "from 0.5.11" in r.release_basis[0]
+    assert not any("max_time" in w for w in r.warnings)  # a known key: the release it tells, nothing unused
+    older = vramwise.read_recipe(recipe, framework="litgpt@0.5.10")
+    assert older.framework_version == "0.5.10"
+    assert any("litgpt 0.5.10 as named" in w and "train.max_time" in w for w in older.warnings)
+    assert not any("as named" in w for w in vramwise.read_recipe(recipe, framework="litgpt@0.5.11").warnings)
