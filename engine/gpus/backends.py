@@ -55,7 +55,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from vramwise.gpus.device import BackendReport, GpuInfo
+from vramwise.gpus.device import BackendReport, GpuInfo, parse_visible_list
 
 __all__ = [
     "TOOL_TIMEOUT_S", "ToolResult", "DiscoveryBackend", "AmdBackend", "IntelBackend",
@@ -117,24 +117,6 @@ def _load_json(text: str, argv: str) -> tuple[Any, str | None]:
         return json.loads(text[start:]), None
     except ValueError as e:
         return None, f"could not read the output of `{argv}` ({str(e).splitlines()[0][:120]})"
-
-
-def _index_list(spec: str, count: int, uuids: Sequence[str] = ()) -> tuple[list[int], str | None]:
-    """Indices (into a list of ``count`` devices) a ``0,2``-style list names, stopping at the first
-    invalid entry as the CUDA and HIP runtimes do; UUID entries match ``uuids``. (indices, problem)."""
-    out: list[int] = []
-    for e in (x.strip() for x in spec.split(",")):
-        if e.lstrip("-").isdigit():
-            i = int(e)
-            if i < 0 or i >= count or i in out:
-                return out, f"entry {e!r} names no device: the list ends there"
-            out.append(i)
-        else:
-            match = [k for k, u in enumerate(uuids) if u and (u == e or u == "GPU-" + e or e.startswith("GPU-") and u.startswith(e))]
-            if len(match) != 1 or match[0] in out:
-                return out, f"entry {e!r} names no device: the list ends there"
-            out.append(match[0])
-    return out, None
 
 
 # ---- AMD ------------------------------------------------------------------------------------------
@@ -286,20 +268,22 @@ class AmdBackend:
         problems = []
         order = [d.index for d in devices]
         if rocr is not None:
-            picked, problem = _index_list(rocr, len(devices), [d.uuid for d in devices]) if rocr.strip() else ([], None)
-            order = [devices[i].index for i in picked]
+            named = parse_visible_list(rocr, len(devices), [d.uuid for d in devices])
+            order, problem = [devices[i].index for i in named.indices], named.problem
             if problem:
                 problems.append(f"ROCR_VISIBLE_DEVICES={rocr!r}: {problem}")
+        rocr_order = tuple(order)  # what HIP_VISIBLE_DEVICES numbers: the devices ROCr leaves, in its order
         if hip is not None:
-            picked, problem = _index_list(hip, len(order)) if hip.strip() else ([], None)
-            order = [order[i] for i in picked]
+            named = parse_visible_list(hip, len(order))
+            order, problem = [order[i] for i in named.indices], named.problem
             if problem:
                 problems.append(f"{hip_name}={hip!r}: {problem}")
         reason = "; ".join(problems) or None
         if not order:
             set_vars = ", ".join(f"{k}={env[k]!r}" for k in ("ROCR_VISIBLE_DEVICES", hip_name) if k in env)
             reason = f"no AMD GPU visible: {set_vars} hides every device" + (f" ({reason})" if reason else "")
-        return BackendReport(self.name, devices, tuple(order), "ROCR_VISIBLE_DEVICES", rocr, reason)
+        return BackendReport(self.name, devices, tuple(order), "ROCR_VISIBLE_DEVICES", rocr, reason,
+                             selector="HIP_VISIBLE_DEVICES", selector_base=rocr_order)
 
 
 def _rocr_uuid(serial: str) -> str:
@@ -385,7 +369,8 @@ class IntelBackend:
     def _visible(self, devices: tuple, env: Mapping[str, str]) -> BackendReport:
         mask = env.get("ZE_AFFINITY_MASK")
         if mask is None or not mask.strip():
-            return BackendReport(self.name, devices, tuple(d.index for d in devices), "ZE_AFFINITY_MASK", mask)
+            return BackendReport(self.name, devices, tuple(d.index for d in devices), "ZE_AFFINITY_MASK", mask,
+                                 selector="ZE_AFFINITY_MASK")
         named, ignored = [], []
         known = {d.index for d in devices}
         for e in (x.strip() for x in mask.split(",")):
@@ -399,7 +384,7 @@ class IntelBackend:
         if not named:
             reason = f"no Intel GPU visible: ZE_AFFINITY_MASK={mask!r} names no device of this machine"
         visible = tuple(sorted(named))
-        return BackendReport(self.name, devices, visible, "ZE_AFFINITY_MASK", mask, reason)
+        return BackendReport(self.name, devices, visible, "ZE_AFFINITY_MASK", mask, reason, selector="ZE_AFFINITY_MASK")
 
 
 # ---- Apple Silicon --------------------------------------------------------------------------------

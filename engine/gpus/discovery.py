@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Protocol, Sequence
 
 from vramwise.gpus.backends import BackendReport, default_backends
-from vramwise.gpus.device import NVIDIA, GpuInfo
+from vramwise.gpus.device import NVIDIA, GpuInfo, parse_visible_list
 
 __all__ = ["GpuInfo", "GpuDiscovery", "NvmlBackend", "PynvmlBackend", "NVIDIA", "discover_gpus"]
 
@@ -104,31 +104,16 @@ class GpuDiscovery:
 
 
 def _parse_visible(spec: str | None, gpus: Sequence[GpuInfo]) -> tuple[tuple, bool, str | None]:
-    """(visible physical indices, names GPUs by UUID/MIG, reason when none) for CUDA_VISIBLE_DEVICES."""
+    """(visible physical indices, names GPUs by UUID/MIG, reason when none) for CUDA_VISIBLE_DEVICES: the list rule
+    of :func:`~vramwise.gpus.device.parse_visible_list`, with CUDA's UUID prefixes and MIG entries."""
     if spec is None:
         return tuple(g.index for g in gpus), False, None
-    entries = [e.strip() for e in spec.split(",")]
     if spec.strip() == "":
         return (), False, "CUDA_VISIBLE_DEVICES is empty: no GPU is visible to this process"
-    visible: list[int] = []
-    uses_uuids = False
-    for e in entries:
-        if e.lstrip("-").isdigit():
-            i = int(e)
-            if i < 0 or i >= len(gpus) or i in visible:
-                break  # CUDA stops at the first invalid entry
-            visible.append(i)
-        elif e.startswith("MIG-"):
-            uses_uuids = True
-        elif e.startswith("GPU-") or e:
-            uses_uuids = True
-            matches = [g.index for g in gpus if g.uuid.startswith(e) or g.uuid.startswith("GPU-" + e)]
-            if len(matches) != 1:
-                break
-            if matches[0] not in visible:
-                visible.append(matches[0])
-    reason = None if visible or uses_uuids else f"CUDA_VISIBLE_DEVICES={spec!r} names no GPU of this machine"
-    return tuple(visible), uses_uuids, reason
+    named = parse_visible_list(spec, len(gpus), [g.uuid for g in gpus], bare_uuid_prefixes=True, mig_entries=True)
+    visible = tuple(gpus[k].index for k in named.indices)
+    reason = None if visible or named.uses_uuids else f"CUDA_VISIBLE_DEVICES={spec!r} names no GPU of this machine"
+    return visible, named.uses_uuids, reason
 
 
 def discover_gpus(nvml: NvmlBackend | None = None, env: Mapping[str, str] | None = None,
@@ -138,7 +123,8 @@ def discover_gpus(nvml: NvmlBackend | None = None, env: Mapping[str, str] | None
     whose commands go through ``runner``)."""
     env = os.environ if env is None else env
     disc = _discover_nvidia(nvml, env)
-    nvidia = BackendReport(NVIDIA, disc.gpus, disc.visible, "CUDA_VISIBLE_DEVICES", disc.cuda_visible_devices, disc.reason)
+    nvidia = BackendReport(NVIDIA, disc.gpus, disc.visible, "CUDA_VISIBLE_DEVICES", disc.cuda_visible_devices, disc.reason,
+                           selector="CUDA_VISIBLE_DEVICES")
     others = tuple(b.discover(env) for b in (default_backends(runner) if backends is None else backends))
     return dataclasses.replace(disc, backends=(nvidia, *others))
 

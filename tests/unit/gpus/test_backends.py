@@ -326,3 +326,39 @@ def test_run_tool_bounds_and_missing(tmp_path):
     bad.write_text("#!/bin/sh\necho boom >&2\nexit 3\n")
     bad.chmod(0o755)
     assert run_tool([str(bad)]).problem == f"`{bad}` exited 3 (boom)"
+
+
+# ---- the visibility-list rule CUDA and ROCm share ----------------------------------------------------
+
+def test_visible_list_shared_rule():
+    """Indices and UUIDs; the first entry naming no device (out of range, negative, repeated) ends the list."""
+    from vramwise.gpus.device import parse_visible_list
+
+    uuids = ["GPU-aaaa1111", "GPU-bbbb2222", "GPU-aaaa3333"]
+    for cuda in (False, True):  # both runtimes' parameters give the same answer here
+        kw = {"bare_uuid_prefixes": cuda, "mig_entries": cuda}
+        assert parse_visible_list("2,0", 3, uuids, **kw).indices == (2, 0)
+        assert parse_visible_list("1,7,0", 3, uuids, **kw).indices == (1,)  # 7 ends the list; 0 is not read
+        assert parse_visible_list("0,-1,1", 3, uuids, **kw).indices == (0,)
+        assert parse_visible_list("1,1,2", 3, uuids, **kw).indices == (1,)
+        assert parse_visible_list("GPU-bbbb2222,0", 3, uuids, **kw).indices == (1, 0)
+        assert parse_visible_list("GPU-bbbb", 3, uuids, **kw).indices == (1,)  # a unique prefix after GPU-
+        assert parse_visible_list("GPU-aaaa", 3, uuids, **kw).indices == ()  # matches two devices: ends the list
+        assert parse_visible_list(" ", 3, uuids, **kw) == parse_visible_list("", 3, uuids, **kw)
+        assert parse_visible_list("", 3, uuids, **kw).indices == ()
+    r = parse_visible_list("0,9", 3, uuids)
+    assert r.problem == "entry '9' names no device: the list ends there" and not r.uses_uuids
+
+
+def test_visible_list_runtime_differences():
+    """CUDA takes a bare UUID prefix (no GPU-) and MIG entries; ROCr takes a bare UUID only whole."""
+    from vramwise.gpus.device import parse_visible_list
+
+    uuids = ["GPU-aaaa1111", "GPU-bbbb2222"]
+    cuda = {"bare_uuid_prefixes": True, "mig_entries": True}
+    assert parse_visible_list("bbbb", 2, uuids, **cuda).indices == (1,)
+    assert parse_visible_list("bbbb", 2, uuids).indices == ()  # ROCr: a bare prefix names nothing
+    assert parse_visible_list("bbbb2222", 2, uuids).indices == (1,)  # ROCr: the whole UUID without GPU-
+    mig = parse_visible_list("MIG-8b1c2d3e-0000", 2, uuids, **cuda)
+    assert mig.indices == () and mig.uses_uuids and mig.problem is None
+    assert parse_visible_list("MIG-8b1c2d3e-0000", 2, uuids).problem is not None  # ROCr has no MIG entries
