@@ -1,4 +1,4 @@
-"""Discovery backends beside NVML: AMD (ROCm), Intel XPU and Apple Silicon, behind one protocol.
+"""Discovery backends beside NVML: AMD (ROCm), Intel XPU, Apple Silicon and Vulkan, behind one protocol.
 
 A backend has a ``name`` and ``discover(env)``, which returns a :class:`BackendReport`: the devices
 it found (:class:`~vramwise.gpus.discovery.GpuInfo`, with the backend, the visibility variable and
@@ -43,23 +43,42 @@ Sources of what each backend reads:
   default share, :func:`apple_default_working_set`: the GPU catalog's rule ``macos-working-set``
   (hardware/gpus.yaml, ``unified_budgets``, with its sources), the one ``fit`` budgets a Mac of the
   catalog by. The device is marked ``unified``; there is no visibility variable.
+- Vulkan: ``vulkaninfo``'s text output (Vulkan SDK, "vulkaninfo" in the LunarG SDK docs; KhronosGroup/Vulkan-Tools,
+  vulkaninfo/vulkaninfo.cpp: the "Device Properties and Extensions" section, one ``GPU<n>:`` block per
+  device the loader enumerates, in that order). ``vulkaninfo --summary`` names the devices but not their
+  memory heaps, so the full output is read: ``deviceType``, ``deviceName``, ``vendorID``, ``driverName`` /
+  ``driverInfo``, ``deviceUUID`` and ``VkPhysicalDeviceMemoryProperties``' ``memoryHeaps`` (``size``, with
+  ``budget`` / ``usage`` where VK_EXT_memory_budget is present, and ``MEMORY_HEAP_DEVICE_LOCAL_BIT``). The
+  memory and the visibility follow llama.cpp's Vulkan backend, which ``GGML_VK_VISIBLE_DEVICES`` is for
+  (ggml/src/ggml-vulkan/ggml-vulkan.cpp of ggml-org/llama.cpp, read in ggml-org/ggml, which carries the same
+  file as src/ggml-vulkan/ggml-vulkan.cpp, at commit d99724f: ``ggml_vk_instance_init`` from line 7350, and
+  ``ggml_backend_vk_get_device_memory``, lines 17881-17911):
+  the memory is the sum of the device-local heaps (of every heap for an integrated GPU), free the heaps'
+  budget less their usage; ``GGML_VK_VISIBLE_DEVICES`` lists indices (commas or spaces) into every device
+  the loader enumerates, the software rasteriser included, reading stops at the first entry that is not a
+  number and an index beyond the devices makes llama.cpp refuse to start (lines 7441-7457); unset, llama.cpp
+  takes every discrete and integrated GPU, one per deviceUUID, else the first device that is not a CPU
+  (lines 7458-7579). The software rasteriser (llvmpipe, ``PHYSICAL_DEVICE_TYPE_CPU``) is left out; an
+  integrated GPU is marked ``unified``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import platform
+import re
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from vramwise.gpus.device import BackendReport, GpuInfo, parse_visible_list
+from vramwise.gpus.device import NVIDIA, BackendReport, GpuInfo, parse_visible_list
 
 __all__ = [
     "TOOL_TIMEOUT_S", "ToolResult", "DiscoveryBackend", "AmdBackend", "IntelBackend",
-    "AppleBackend", "run_tool", "host_system", "apple_default_working_set", "APPLE_BUDGET_RULE", "default_backends",
+    "AppleBackend", "VulkanBackend", "VULKAN_VENDORS", "parse_vulkaninfo", "run_tool", "host_system", "apple_default_working_set", "APPLE_BUDGET_RULE", "default_backends",
 ]
 
 TOOL_TIMEOUT_S = 5.0  # each external command's limit: a hung driver tool must not hang `vramwise gpus`
@@ -465,6 +484,222 @@ class AppleBackend:
                                                      "hardware/gpus.yaml: 2/3 of memory up to 36 GiB, 3/4 above)")
 
 
+# ---- Vulkan ---------------------------------------------------------------------------------------
+
+#: Vulkan's ``vendorID`` (PCI vendor ids) of the vendors a backend of their own reports.
+VULKAN_VENDORS = {0x10DE: NVIDIA, 0x1002: "amd", 0x8086: "intel", 0x106B: "apple"}
+_VK_TYPES = {"DISCRETE_GPU": "discrete", "INTEGRATED_GPU": "integrated", "VIRTUAL_GPU": "virtual", "CPU": "cpu",
+             "OTHER": "other"}
+_VK_FIELD = re.compile(r"^\s*(deviceType|deviceName|driverName|driverInfo|deviceUUID|vendorID)\s*=\s*(.*?)\s*$")
+_VK_HEAP = re.compile(r"^\s*memoryHeaps\[(\d+)\]\s*:")
+_VK_NUMBER = re.compile(r"^\s*(size|budget|usage)\s*=\s*(0x[0-9a-fA-F]+|\d+)")
+
+
+def parse_vulkaninfo(text: str) -> list[dict]:
+    """The devices of ``vulkaninfo``'s text output, in its order (the order the Vulkan loader enumerates them,
+    which ``GGML_VK_VISIBLE_DEVICES`` indexes): per ``GPU<n>:`` block of the "Device Properties and Extensions"
+    section, ``index``, the first ``deviceType`` / ``deviceName`` / ``driverName`` / ``driverInfo`` /
+    ``deviceUUID`` / ``vendorID`` and ``heaps``: per ``memoryHeaps[i]`` of ``VkPhysicalDeviceMemoryProperties``,
+    ``size``, ``budget`` and ``usage`` (None where VK_EXT_memory_budget is absent) and ``device_local``
+    (``MEMORY_HEAP_DEVICE_LOCAL_BIT`` among its flags). Raises ValueError when there is no such section."""
+    lines = text.splitlines()
+    start = next((k for k, line in enumerate(lines) if line.startswith("Device Properties and Extensions")), None)
+    if start is None:  # the "GPU<n>:" blocks of the layer and group sections above it are not the devices
+        raise ValueError("no 'Device Properties and Extensions' section")
+    devices: list[dict] = []
+    heap: dict | None = None
+    for line in lines[start + 1:]:
+        head = re.match(r"^GPU(\d+):\s*$", line)
+        if head:
+            devices.append({"index": int(head.group(1)), "heaps": [], "heaps_done": False})
+            heap = None
+            continue
+        if not devices:
+            continue
+        dev = devices[-1]
+        field = _VK_FIELD.match(line)
+        if field and field.group(1) not in dev:
+            dev[field.group(1)] = field.group(2)
+        if dev["heaps_done"]:
+            continue
+        if _VK_HEAP.match(line):
+            heap = {"size": None, "budget": None, "usage": None, "device_local": False}
+            dev["heaps"].append(heap)
+        elif heap is not None and line.strip().startswith("memoryTypes"):
+            dev["heaps_done"], heap = True, None  # the heaps end where the memory types begin
+        elif heap is not None:
+            number = _VK_NUMBER.match(line)
+            if number:
+                heap[number.group(1)] = int(number.group(2), 0)
+            elif "MEMORY_HEAP_DEVICE_LOCAL_BIT" in line:
+                heap["device_local"] = True
+    for dev in devices:
+        del dev["heaps_done"]
+    return devices
+
+
+def _vk_type(value: str | None) -> str:
+    text = (value or "").upper()
+    return next((kind for key, kind in _VK_TYPES.items() if text.endswith(key)), "other")
+
+
+def _vk_memory(kind: str, heaps: Sequence[dict]) -> tuple[int, int | None, int | None]:
+    """(total, used, free) as llama.cpp's Vulkan backend counts them (ggml_backend_vk_get_device_memory): the
+    device-local heaps, every heap for an integrated GPU; free is each heap's budget less its usage where
+    VK_EXT_memory_budget gives them (then used is the usage), else unknown."""
+    counted = [h for h in heaps if h["size"] and (kind == "integrated" or h["device_local"])]
+    total = sum(h["size"] for h in counted)
+    if counted and all(h["budget"] is not None and h["usage"] is not None for h in counted):
+        return total, sum(h["usage"] for h in counted), sum(max(h["budget"] - h["usage"], 0) for h in counted)
+    return total, None, None
+
+
+class VulkanBackend:
+    """GPUs as the Vulkan loader lists them (``vulkaninfo``): what llama.cpp's Vulkan backend runs on.
+
+    The software rasteriser (llvmpipe, device type CPU) is left out. A device another backend also reports is
+    left out by :meth:`without_devices_of`, so that a GPU is offered once (see there)."""
+
+    name = "vulkan"
+    variable = "GGML_VK_VISIBLE_DEVICES"
+
+    def __init__(self, runner: Callable[..., ToolResult] | None = None):
+        self._run = runner or (lambda argv: run_tool(argv))
+
+    def discover(self, env: Mapping[str, str]) -> BackendReport:
+        got = self._run(["vulkaninfo"])
+        spec = env.get(self.variable)
+        if "Device Properties and Extensions" not in got.stdout:  # a failing driver may still print its devices
+            why = got.problem or "`vulkaninfo` printed no device section"
+            return BackendReport(self.name, variable=self.variable, variable_value=spec,
+                                 reason=f"no Vulkan GPU found: {why}")
+        try:
+            listed = parse_vulkaninfo(got.stdout)
+        except ValueError as e:
+            return BackendReport(self.name, variable=self.variable, variable_value=spec,
+                                 reason=f"no Vulkan GPU found: could not read the output of `vulkaninfo` ({e})")
+        devices, left_out = [], []
+        for d in listed:
+            kind = _vk_type(d.get("deviceType"))
+            name = d.get("deviceName") or f"Vulkan device {d['index']}"
+            total, used, free = _vk_memory(kind, d["heaps"])
+            if kind == "cpu":
+                left_out.append(f"{d['index']} ({name}): the software rasteriser (device type CPU)")
+                continue
+            if not total:
+                left_out.append(f"{d['index']} ({name}): no memory heap read")
+                continue
+            driver = " ".join(x for x in (d.get("driverName"), d.get("driverInfo")) if x) or None
+            integrated = kind == "integrated"
+            devices.append(_gpu(
+                index=d["index"], uuid=d.get("deviceUUID") or "", name=name, total=total, used=used, free=free,
+                backend=self.name, visibility_variable=self.variable, unified=integrated,
+                memory_source=("Vulkan's memory heaps, all of them as llama.cpp counts an integrated GPU's: it "
+                               "shares the system's memory") if integrated else None,
+                device_type=kind, driver=driver, vendor_id=_vk_vendor(d.get("vendorID"))))
+        note = "vulkaninfo lists " + "; ".join(left_out) + ", left out" if left_out else None
+        if not devices:
+            return BackendReport(self.name, variable=self.variable, variable_value=spec,
+                                 reason="no Vulkan GPU found: " + (note or "vulkaninfo lists no device"))
+        return self._visible(tuple(devices), len(listed), spec, note)
+
+    def _visible(self, devices: tuple, listed: int, spec: str | None, note: str | None) -> BackendReport:
+        """The devices llama.cpp's Vulkan backend takes (ggml_vk_instance_init): unset, every discrete and
+        integrated GPU, one per deviceUUID, else the first device that is not a CPU; set, the indices it lists
+        (commas or spaces between them) into every device the loader enumerates, the software rasteriser
+        counted: reading stops at the first entry that is not a number, and an index beyond the devices makes
+        llama.cpp refuse to start."""
+        problems = [note] if note else []
+        known = {d.index for d in devices}
+        if spec is None:
+            order, uuids = [], set()
+            for d in devices:
+                if d.device_type in ("discrete", "integrated") and not (d.uuid and d.uuid in uuids):
+                    order.append(d.index)
+                    uuids.add(d.uuid)
+            order = order or [devices[0].index]
+        else:
+            order = []
+            for e in spec.replace(",", " ").split():
+                if not e.lstrip("-").isdigit():
+                    problems.append(f"{self.variable}={spec!r}: llama.cpp stops reading at {e!r}")
+                    break
+                i = int(e)
+                if i < 0 or i >= listed:
+                    problems.append(f"{self.variable}={spec!r}: index {e} is beyond the {listed} Vulkan device(s): "
+                                    "llama.cpp refuses to start")
+                    order = []
+                    break
+                if i not in known:
+                    problems.append(f"{self.variable}={spec!r}: device {i} is left out here")
+                elif i not in order:
+                    order.append(i)
+            if not order:
+                problems.insert(0, f"no Vulkan GPU visible: {self.variable}={spec!r} names none of them")
+        return BackendReport(self.name, devices, tuple(order), self.variable, spec, "; ".join(problems) or None,
+                             selector=self.variable)
+
+    @staticmethod
+    def without_devices_of(report: BackendReport, others: Sequence[BackendReport]) -> BackendReport:
+        """``report`` without the devices another backend reports, so that each GPU is offered once, by its vendor's
+        backend (whose runtime a run uses: CUDA, ROCm, Level Zero, Metal). A Vulkan device is another backend's
+        device when its deviceUUID is that device's UUID (NVIDIA's Vulkan driver reports the UUID NVML gives,
+        without ``GPU-``), else when its vendorID names that backend's vendor and the names agree: equal, or one
+        within the other, once lower-cased and without the driver's parenthesised suffix (RADV's
+        "AMD Radeon RX 7900 XTX (RADV NAVI31)") and the (R)/(TM) marks. Each device of another backend stands for
+        one Vulkan device at most."""
+        if not report.devices:
+            return report
+        taken: set = set()
+        kept, same = [], []
+        pool = [(b.backend, d) for b in others for d in b.devices]
+        for dev in report.devices:
+            match = next((k for k, (_, o) in enumerate(pool) if k not in taken and dev.uuid and o.uuid
+                          and _uuid_key(dev.uuid) == _uuid_key(o.uuid)), None)
+            if match is None:
+                vendor = VULKAN_VENDORS.get(dev.vendor_id)
+                match = next((k for k, (b, o) in enumerate(pool) if k not in taken and b == vendor
+                              and _names_agree(dev.name, o.name)), None)
+            if match is None:
+                kept.append(dev)
+            else:
+                taken.add(match)
+                backend, other = pool[match]
+                same.append(f"{dev.index} ({dev.name}) is {backend} {other.index}")
+        if not same:
+            return report
+        note = "Vulkan device " + "; ".join(same) + ": offered there, once"
+        kept_ids = {d.index for d in kept}
+        visible = tuple(i for i in report.visible if i in kept_ids)
+        reason = "; ".join(x for x in (report.reason, note) if x)
+        if not kept:
+            reason = f"no Vulkan GPU of its own: {reason}"
+        return dataclasses.replace(report, devices=tuple(kept), visible=visible, reason=reason)
+
+
+def _vk_vendor(value: str | None) -> int | None:
+    try:
+        return int(str(value).split()[0], 0)
+    except (ValueError, IndexError):
+        return None
+
+
+def _uuid_key(uuid: str) -> str:
+    u = uuid.strip().lower()
+    return (u[4:] if u.startswith("gpu-") else u).replace("-", "")
+
+
+def _name_key(name: str) -> str:
+    n = re.sub(r"\((r|tm)\)", "", name.lower())
+    n = re.sub(r"\s*\([^)]*\)\s*$", "", n)  # the driver's suffix: "(RADV NAVI31)", "(LLVM 15.0.6, 256 bits)"
+    return " ".join(n.split())
+
+
+def _names_agree(a: str, b: str) -> bool:
+    x, y = _name_key(a), _name_key(b)
+    return bool(x and y) and (x == y or x in y or y in x)
+
+
 def default_backends(runner: Callable[..., ToolResult] | None = None) -> tuple:
-    """The backends tried after NVML, in order."""
-    return (AmdBackend(runner), IntelBackend(runner), AppleBackend(runner))
+    """The backends tried after NVML, in order; Vulkan's last, as it defers to the others' devices."""
+    return (AmdBackend(runner), IntelBackend(runner), AppleBackend(runner), VulkanBackend(runner))

@@ -29,6 +29,7 @@ class GpuInfo:
     system_memory: int | None = None  # a unified-memory device: the system's memory, of which ``total`` is the GPU's share
     device_type: str | None = None  # where the backend tells: "discrete", "integrated", "virtual" (Vulkan's deviceType)
     driver: str | None = None  # where the backend tells: the driver's name and version (Vulkan's driverName, driverInfo)
+    vendor_id: int | None = None  # where the backend tells: the PCI vendor id (Vulkan's vendorID)
 
     def unified_line(self) -> str | None:
         """For a unified-memory device, one line: what its GPU may use of the system's memory and where the figure

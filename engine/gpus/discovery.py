@@ -1,7 +1,8 @@
 """GPU discovery: the accelerators of this machine and the ones visible to this process.
 
 NVIDIA GPUs come from NVML, as before; the backends of :mod:`vramwise.gpus.backends` (AMD, Intel XPU,
-Apple Silicon) are tried after it, each with its own visibility variable. ``gpus``, ``visible`` and
+Apple Silicon, Vulkan) are tried after it, each with its own visibility variable; Vulkan's leaves out the
+devices the backends before it report, so that each GPU is listed once. ``gpus``, ``visible`` and
 ``reason`` stay NVIDIA's (what ``select`` places CUDA runs on); ``backends`` holds every backend's
 report and ``devices`` every device found. A host with no device says, per backend, why it found none.
 
@@ -125,8 +126,12 @@ def discover_gpus(nvml: NvmlBackend | None = None, env: Mapping[str, str] | None
     disc = _discover_nvidia(nvml, env)
     nvidia = BackendReport(NVIDIA, disc.gpus, disc.visible, "CUDA_VISIBLE_DEVICES", disc.cuda_visible_devices, disc.reason,
                            selector="CUDA_VISIBLE_DEVICES")
-    others = tuple(b.discover(env) for b in (default_backends(runner) if backends is None else backends))
-    return dataclasses.replace(disc, backends=(nvidia, *others))
+    reports = [nvidia]
+    for b in default_backends(runner) if backends is None else backends:
+        report = b.discover(env)
+        defer = getattr(b, "without_devices_of", None)  # a backend that leaves out the devices others report
+        reports.append(defer(report, tuple(reports)) if defer is not None else report)
+    return dataclasses.replace(disc, backends=tuple(reports))
 
 
 def _discover_nvidia(nvml: NvmlBackend | None, env: Mapping[str, str]) -> GpuDiscovery:

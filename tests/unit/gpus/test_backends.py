@@ -21,6 +21,18 @@ Sources of the fakes' shapes:
   ``stats -d N -j`` gives ``device_level`` metrics, ``XPUM_STATS_MEMORY_USED`` in MiB.
 - MLX: ml-explore/mlx python/mlx/core/metal.pyi: ``device_info()`` returns ``memory_size`` and
   ``max_recommended_working_set_size`` (bytes).
+- vulkaninfo: the text output's layout (a "Device Properties and Extensions" section, one ``GPU<n>:`` block
+  per device with ``VkPhysicalDeviceProperties``, ``VkPhysicalDeviceMemoryProperties``' ``memoryHeaps``,
+  ``VkPhysicalDeviceDriverProperties`` and ``VkPhysicalDeviceIDProperties``) is KhronosGroup/Vulkan-Tools
+  vulkaninfo/vulkaninfo.cpp's; the values are from outputs posted in issues: an Intel HD Graphics 530
+  (integrated) and an AMD Radeon R9 380 (discrete), with their driver and deviceUUID lines, from
+  KhronosGroup/Vulkan-Tools#801 (``vulkaninfo --summary``); an AMD Radeon RX 6600 XT's deviceUUID
+  ``00000000-0a00-0000-0000-000000000000`` (AMD proprietary driver) from nix-community/nixGL#153; the heaps of an
+  RTX 2080 (8 GiB and 246 MiB device-local heaps with budget and usage, a 5.80 GiB host heap) from
+  KhronosGroup/Vulkan-Tools#446; an integrated GPU's three heaps (1.75 GiB and 256 MiB device-local, 6.72 GiB
+  host) from GpuZelenograd/memtest_vulkan#22; heaps without budget lines (VK_EXT_memory_budget absent) from
+  ggml-org/llama.cpp#5198; llvmpipe's driver lines (``DRIVER_ID_MESA_LLVMPIPE``, ``Mesa 20.3.5 (LLVM 11.0.1)``)
+  from kpet/clvk#537. A device's heaps are paired with another post's name where a post gives one of the two.
 """
 
 from __future__ import annotations
@@ -33,7 +45,9 @@ from vramwise.gpus.backends import (
     AppleBackend,
     IntelBackend,
     ToolResult,
+    VulkanBackend,
     apple_default_working_set,
+    parse_vulkaninfo,
     run_tool,
 )
 
@@ -362,3 +376,164 @@ def test_visible_list_runtime_differences():
     mig = parse_visible_list("MIG-8b1c2d3e-0000", 2, uuids, **cuda)
     assert mig.indices == () and mig.uses_uuids and mig.problem is None
     assert parse_visible_list("MIG-8b1c2d3e-0000", 2, uuids).problem is not None  # ROCr has no MIG entries
+
+
+# ---- Vulkan ------------------------------------------------------------------------------------------
+
+VULKANINFO = ("vulkaninfo",)
+
+# heaps: (size, budget, usage, device-local), as vulkaninfo prints each memoryHeaps[i]
+RTX_2080_HEAPS = [(8589934592, 8005484544, 0, True), (6227162112, 6227162112, 0, False),
+                  (257949696, 248905728, 9043968, True)]
+IGPU_HEAPS = [(1879048192, 1785095808, 0, True), (7215251456, 6854488576, 0, False),
+              (268435456, 255013680, 0, True)]
+NO_BUDGET_HEAPS = [(3826401280, None, None, True), (268435456, None, None, True)]
+
+
+def vk_device(n, kind, name, vendor, driver, info, uuid, heaps):
+    lines = [f"GPU{n}:", "VkPhysicalDeviceProperties:", "---------------------------",
+             "\tapiVersion        = 1.2.203 (4202699)", "\tdriverVersion     = 101.1340 (419759404)",
+             f"\tvendorID          = {vendor}", "\tdeviceID          = 0x1912",
+             f"\tdeviceType        = PHYSICAL_DEVICE_TYPE_{kind}", f"\tdeviceName        = {name}",
+             "\tpipelineCacheUUID = 2eb7a0b6-0000-0000-0000-000000000000", "",
+             "VkPhysicalDeviceMemoryProperties:", "=================================",
+             f"memoryHeaps: count = {len(heaps)}"]
+    for k, (size, budget, usage, local) in enumerate(heaps):
+        lines += [f"\tmemoryHeaps[{k}]:", f"\t\tsize   = {size} ({size:#x}) (x GiB)"]
+        if budget is not None:
+            lines += [f"\t\tbudget = {budget} ({budget:#x}) (x GiB)", f"\t\tusage  = {usage} ({usage:#010x}) (x B)"]
+        lines += ["\t\tflags: count = 1", "\t\t\tMEMORY_HEAP_DEVICE_LOCAL_BIT"] if local else ["\t\tflags:", "\t\t\tNone"]
+    lines += ["memoryTypes: count = 2", "\tmemoryTypes[0]:", "\t\theapIndex     = 0",
+              "\t\tpropertyFlags = 0x0001: count = 1", "\t\t\tMEMORY_PROPERTY_DEVICE_LOCAL_BIT", "",
+              "VkPhysicalDeviceDriverProperties:", "---------------------------------",
+              "\tdriverID           = DRIVER_ID_X", f"\tdriverName         = {driver}", f"\tdriverInfo         = {info}",
+              "", "VkPhysicalDeviceIDProperties:", "-----------------------------",
+              f"\tdeviceUUID      = {uuid}", "\tdriverUUID      = 33302e30-2e31-3031-2e31-333430000000", ""]
+    return "\n".join(lines)
+
+
+INTEL_530 = ("INTEGRATED_GPU", "Intel(R) HD Graphics 530", "0x8086", "Intel Corporation", "Intel driver",
+             "86801219-0600-0000-0000-000000000000", IGPU_HEAPS)
+R9_380 = ("DISCRETE_GPU", "AMD Radeon (TM) R9 380 Series", "0x1002", "AMD proprietary driver", "21.20.0",
+          "00000000-0100-0000-0000-000000000000", RTX_2080_HEAPS)
+RX_6600 = ("DISCRETE_GPU", "AMD Radeon RX 6600 XT", "0x1002", "AMD proprietary driver", "2.0.279",
+           "00000000-0a00-0000-0000-000000000000", NO_BUDGET_HEAPS)
+LLVMPIPE = ("CPU", "llvmpipe (LLVM 11.0.1, 256 bits)", "0x10005", "llvmpipe", "Mesa 20.3.5 (LLVM 11.0.1)",
+            "6d657361-3230-2e33-2e35-000000000000", [(8342503424, None, None, True)])
+
+
+def vulkaninfo(*devices, preamble=True):
+    """A vulkaninfo text output: the sections above the devices repeat GPU<n>: headers that are not the devices."""
+    head = ["==========", "VULKANINFO", "==========", "", "Vulkan Instance Version: 1.3.250", ""]
+    if preamble:
+        head += ["Device Groups:", "==============", "Group 0:", "\tProperties:", "GPU0:", "\tdeviceName = decoy", ""]
+    body = [vk_device(n, *d) for n, d in enumerate(devices)]
+    return "\n".join(head + ["Device Properties and Extensions:", "=================================", *body])
+
+
+def vulkan(*devices, env=None):
+    return VulkanBackend(FakeTools({VULKANINFO: vulkaninfo(*devices)})).discover(env or {})
+
+
+def test_vulkaninfo_parsed_per_device():
+    listed = parse_vulkaninfo(vulkaninfo(INTEL_530, R9_380))
+    assert [d["index"] for d in listed] == [0, 1]
+    assert listed[0]["deviceName"] == "Intel(R) HD Graphics 530" and listed[1]["vendorID"] == "0x1002"
+    assert listed[1]["heaps"][2] == {"size": 257949696, "budget": 248905728, "usage": 9043968, "device_local": True}
+
+
+def test_vulkan_discrete_and_integrated_memory():
+    r = vulkan(INTEL_530, R9_380, LLVMPIPE)
+    igpu, dgpu = r.devices
+    # discrete, as llama.cpp counts it: the device-local heaps, 8589934592 + 257949696 = 8847884288 B;
+    # free = budget - usage per heap: (8005484544 - 0) + (248905728 - 9043968) = 8245346304 B; used 9043968 B
+    assert (dgpu.index, dgpu.total, dgpu.free, dgpu.used) == (1, 8847884288, 8245346304, 9043968)
+    assert dgpu.device_type == "discrete" and not dgpu.unified and dgpu.driver == "AMD proprietary driver 21.20.0"
+    assert dgpu.uuid == "00000000-0100-0000-0000-000000000000" and dgpu.vendor_id == 0x1002
+    # integrated: every heap, 1879048192 + 7215251456 + 268435456 = 9362735104 B, shared with the system;
+    # free 1785095808 + 6854488576 + 255013680 = 8894598064 B
+    assert (igpu.total, igpu.free, igpu.used) == (9362735104, 8894598064, 0)
+    assert igpu.unified and igpu.device_type == "integrated" and "shares the system's memory" in igpu.memory_source
+    assert igpu.visibility_variable == "GGML_VK_VISIBLE_DEVICES" and igpu.backend == "vulkan"
+    # llvmpipe (device type CPU) is left out, and said so; unset, llama.cpp takes discrete and integrated GPUs
+    assert "2 (llvmpipe (LLVM 11.0.1, 256 bits)): the software rasteriser (device type CPU)" in r.reason
+    assert r.visible == (0, 1) and r.selector == "GGML_VK_VISIBLE_DEVICES"
+
+
+def test_vulkan_without_memory_budget():
+    d = vulkan(RX_6600).devices[0]
+    assert d.total == 3826401280 + 268435456 and d.used is None and d.free is None  # no budget: unknown
+
+
+def test_ggml_vk_visible_devices():
+    """Indices into every device the loader lists (llvmpipe counted); commas or spaces between them."""
+    assert vulkan(LLVMPIPE, R9_380, INTEL_530, env={"GGML_VK_VISIBLE_DEVICES": "2,1"}).visible == (2, 1)
+    assert vulkan(LLVMPIPE, R9_380, INTEL_530, env={"GGML_VK_VISIBLE_DEVICES": "2 1"}).visible == (2, 1)
+    r = vulkan(LLVMPIPE, R9_380, env={"GGML_VK_VISIBLE_DEVICES": "0"})
+    assert r.visible == () and "device 0 is left out here" in r.reason  # the software rasteriser
+    r = vulkan(R9_380, INTEL_530, env={"GGML_VK_VISIBLE_DEVICES": "1,x,0"})
+    assert r.visible == (1,) and "stops reading at 'x'" in r.reason
+    r = vulkan(R9_380, INTEL_530, env={"GGML_VK_VISIBLE_DEVICES": "0,5"})  # llama.cpp refuses to start
+    assert r.visible == () and "index 5 is beyond the 2 Vulkan device(s)" in r.reason
+    assert r.reason.startswith("no Vulkan GPU visible")
+
+
+def test_vulkan_default_falls_back_to_a_virtual_gpu():
+    virtual = ("VIRTUAL_GPU", "Virtio-GPU Venus", "0x1af4", "venus", "Mesa 24.0", "", NO_BUDGET_HEAPS)
+    assert vulkan(virtual).visible == (0,)  # no discrete or integrated GPU: the first that is not a CPU
+
+
+def test_vulkan_missing_garbage_and_cpu_only():
+    assert VulkanBackend(FakeTools()).discover({}).reason == "no Vulkan GPU found: vulkaninfo not found"
+    tools = FakeTools({VULKANINFO: "ERROR: [Loader Message] Code 0 : vkCreateInstance: Found no drivers!\n"})
+    assert VulkanBackend(tools).discover({}).reason == "no Vulkan GPU found: `vulkaninfo` printed no device section"
+    r = vulkan(LLVMPIPE)
+    assert r.devices == () and r.reason.startswith("no Vulkan GPU found: vulkaninfo lists 0 (llvmpipe")
+    # a driver that fails after printing its devices: the output is still read
+    tools = FakeTools({VULKANINFO: ToolResult(vulkaninfo(R9_380), "`vulkaninfo` exited 1")})
+    assert [d.index for d in VulkanBackend(tools).discover({}).devices] == [0]
+
+
+# ---- one GPU, one backend ------------------------------------------------------------------------------
+
+class OneNvml:
+    """NVML with one RTX 2080; its UUID is the deviceUUID NVIDIA's Vulkan driver reports, with GPU- before it."""
+
+    def init(self):
+        pass
+
+    def shutdown(self):
+        pass
+
+    def device_count(self):
+        return 1
+
+    def device(self, i):
+        return ("GPU-6cde3e0a-1d2b-4e4f-9a8b-0c1d2e3f4a5b", "NVIDIA GeForce RTX 2080", 8 * GIB, GIB, 7 * GIB)
+
+
+RTX_2080 = ("DISCRETE_GPU", "NVIDIA GeForce RTX 2080", "0x10de", "NVIDIA", "450.57",
+            "6cde3e0a-1d2b-4e4f-9a8b-0c1d2e3f4a5b", RTX_2080_HEAPS)
+RADV_6600 = ("DISCRETE_GPU", "AMD Radeon RX 6600 XT (RADV NAVI23)", "0x1002", "radv", "Mesa 23.1",
+             "00000000-0a00-0000-0000-000000000000", NO_BUDGET_HEAPS)
+
+
+def test_a_gpu_seen_by_nvml_and_vulkan_is_listed_once():
+    """By UUID (NVIDIA) or by vendor and name (RADV's suffix dropped); Vulkan keeps what no other backend reports."""
+    amd_metric = [{"gpu": 0, "mem_usage": {"total_vram": {"value": 8176, "unit": "MB"}, "used_vram": {"value": 0, "unit": "MB"}}}]
+    amd_static = [{"gpu": 0, "asic": {"market_name": "AMD Radeon RX 6600 XT"}}]
+    tools = FakeTools({VULKANINFO: vulkaninfo(RTX_2080, RADV_6600, INTEL_530), METRIC: amd_metric, STATIC: amd_static})
+    d = discover_gpus(nvml=OneNvml(), env={}, backends=(AmdBackend(tools, load_amdsmi=no_amdsmi), VulkanBackend(tools)))
+    assert [(x.backend, x.index) for x in d.devices] == [("nvidia", 0), ("amd", 0), ("vulkan", 2)]
+    vk = d.backends[2]
+    assert vk.visible == (2,)
+    assert "0 (NVIDIA GeForce RTX 2080) is nvidia 0" in vk.reason and "1 (AMD Radeon RX 6600 XT (RADV NAVI23)) is amd 0" in vk.reason
+
+
+def test_no_device_report_names_vulkan_too():
+    tools = FakeTools()
+    backends = (AmdBackend(tools, load_amdsmi=no_amdsmi), IntelBackend(tools, torch_xpu=no_torch),
+                AppleBackend(tools, system=lambda: ("Linux", "x86_64")), VulkanBackend(tools))
+    d = discover_gpus(nvml=NoNvml(), env={}, backends=backends)
+    assert d.report()[-1] == "vulkan: no Vulkan GPU found: vulkaninfo not found"
+    assert len(d.report()) == 5
