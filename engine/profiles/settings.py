@@ -437,6 +437,9 @@ SETTINGS: tuple = (
     Setting("optimizer_in_bwd", False,
             "step the optimizer per parameter during the backward pass, so the gradients never exist all at once "
             "(torchtune's optimizer_in_bwd)", _flag, cli_type="bool", applies_to=_TRAINING),
+    Setting("lora_layers", 16,
+            "layers that train, counted from the last (mlx-lm's num_layers, default 16; read by the mlx profile)",
+            positive_int, cli_type="int", applies_to=_TRAINING),
     Setting("compile", False, "torch.compile the model and loss (each profile states what it changes)", _flag,
             cli_type="bool", applies_to=_TRAINING),
     Setting("experts_layout", None,

@@ -18,7 +18,7 @@ WITH_CASES = sorted(p.name for p in FORMULAS.iterdir() if p.is_dir() and p.joinp
 
 def test_every_profile_estimated_from_a_config_has_cases():
     # size_only estimates from a size, not a config: its figures are checked by its family's examples
-    assert WITH_CASES == ["hf", "litgpt", "studio", "torchtune", "unsloth", "vllm"]
+    assert WITH_CASES == ["hf", "litgpt", "mlx", "studio", "torchtune", "unsloth", "vllm"]
 
 
 @pytest.mark.parametrize("profile", WITH_CASES)
