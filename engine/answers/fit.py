@@ -393,6 +393,19 @@ def fit(
         total = target.cuda_total_bytes or target.memory_bytes
         return serving_fit(spec, prof, GpuTarget(target.name, total, target.source, ranks, target.cuda_total_bytes,
                                                            target.matched), base, reg)
+    from vramwise.answers.offload import is_local, local_answers
+
+    if is_local(prof):  # one GPU and the host: the answers are the context, the layers offloaded and the sequences
+        if n != 1:
+            raise SettingsError(f"profile {prof.name} runs on one GPU and the host here (a split over GPUs is not "
+                                f"modelled): give one GPU, not {n}")
+        given = headroom
+
+        def headroom_of(e: Estimate) -> tuple:
+            return default_headroom(e) if given is None else (given, "given", given_headroom(e, given))
+
+        return local_answers(spec, prof.name, target, {**settings, "method": "inference"}, reg,
+                             headroom_of=headroom_of, verdict_type=Verdict)
     share = prof.further_gpu_share
     placer = Placer(reg)  # this answer's: each (settings, GPU count) placed once
     _fits_on = placer.fits

@@ -6,9 +6,12 @@ import sys
 import textwrap
 
 from vramwise.answers.fit import MAX_GPUS, fit
+from vramwise.answers.local import local_fit
+from vramwise.answers.offload import LocalFit
 from vramwise.answers.placement import GpuSet, pooled_bytes
 from vramwise.profiles.settings import ADAPTER_METHODS
 from vramwise.surfaces.cli.common import plot, request_of, show_recipe, with_recipe
+from vramwise.surfaces.cli.local import print_local_fit
 from vramwise.surfaces.cli.format import WRAP, bar, dash, family_line, fits_word, gib, gpus_word, print_json, summary, write_wrapped
 from vramwise.surfaces.cli.parser import BadValue, int_list
 
@@ -22,6 +25,8 @@ def run(args, out) -> int:
         raise BadValue(f"--gpus must be a number of GPUs from 1 to {MAX_GPUS:,}, got {args.gpus}")
     req = request_of(args)
     label = req.label
+    if args.preset or args.modelfile or args.ollama_env:  # a runtime's defaults, environment and Modelfile
+        return _run_preset(args, req, out)
     if req.recipe is not None:  # the flags given are in the recipe already; the advice is written in its keys
         f = fit(req.recipe, gpu=args.gpu, gpus=args.gpus, headroom=args.headroom, seq_lens=seq_lens,
                 trust_remote_code=args.trust_remote_code)
@@ -33,6 +38,14 @@ def run(args, out) -> int:
         f = fit(req.model, gpu=args.gpu, gpus=gpus, headroom=args.headroom, seq_lens=seq_lens, profile=req.profile,
                 trust_remote_code=args.trust_remote_code, **settings)
     serving = not hasattr(f, "frontier")  # a serving profile's answers (vramwise.answers.serving.ServingFit)
+    if isinstance(f, LocalFit):  # one GPU and the host (vramwise.answers.local)
+        if args.plot:
+            raise BadValue("--plot draws a training fit's frontier; a local-inference fit has none")
+        if args.json:
+            print_json(f.to_dict(), out)
+        else:
+            print_local_fit(f, label, out, _gpu_words(f))
+        return 0
     if args.json:
         print_json(with_recipe(args, f.to_dict()), out)
     elif serving:
@@ -46,6 +59,33 @@ def run(args, out) -> int:
         plot("fit", f, args.plot, sys.stderr)
     elif args.plot:
         raise BadValue("--plot draws a training fit's frontier; a serving profile's fit has none")
+    return 0
+
+
+def _run_preset(args, req, out) -> int:
+    """fit under a runtime preset: its settings from the Modelfile, the environment and its defaults, the flags
+    given winning."""
+    import os
+
+    from vramwise.inputs.presets import preset
+
+    if req.recipe is not None or req.size_only:
+        raise BadValue("--preset, --modelfile and --ollama-env take a GGUF model, not a recipe or a size")
+    if args.gpus not in (None, 1):
+        raise BadValue("a preset's answers are for one GPU and the host: leave --gpus out")
+    name = args.preset or "ollama"
+    given = getattr(args, "given_flags", set())
+    profile = req.profile if "profile" in given else preset(name).profile
+    settings = {k: v for k, v in req.settings.items() if k in given}
+    f = local_fit(req.model, gpu=args.gpu, headroom=args.headroom, profile=profile, preset=name,
+                  modelfile=args.modelfile, environ=os.environ if args.ollama_env else None,
+                  trust_remote_code=args.trust_remote_code, **settings)
+    if args.plot:
+        raise BadValue("--plot draws a training fit's frontier; a local-inference fit has none")
+    if args.json:
+        print_json(f.to_dict(), out)
+    else:
+        print_local_fit(f, req.label, out, _gpu_words(f))
     return 0
 
 

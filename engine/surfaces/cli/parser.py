@@ -13,6 +13,7 @@ from vramwise.errors import SettingsError
 from vramwise.models.stack_manifest import runnable_names
 from vramwise.profiles.settings import COMPARED_METHODS, DEFAULT_PROFILE, SETTINGS, STACKS, SWEEPABLE
 from vramwise.inputs.sizes import parse_size, split_number
+from vramwise.inputs.presets import PRESETS
 from vramwise.measuring.strategies import STRATEGIES as MEASURED_STRATEGIES
 
 #: sweepable settings the sweep parser reads as comma-separated lists
@@ -318,6 +319,14 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="sequence lengths of the frontier (default: 16 powers of two from 128 to 4,194,304)")
     p.add_argument("--plot", type=_plot_path, default=None, metavar="FILE",
                    help="also draw the frontier to FILE (.png or .svg; needs vramwise[plot])")
+    p.add_argument("--preset", choices=PRESETS, default=None,
+                   help="a runtime that runs the llama.cpp profile with its own defaults (ollama: Ollama's num_ctx, "
+                        "num_batch, num_gpu, ...); the settings' flags given win over it")
+    p.add_argument("--modelfile", default=None, metavar="FILE",
+                   help="an Ollama Modelfile: its PARAMETER lines (num_ctx, num_gpu, num_batch) as settings (--preset ollama)")
+    p.add_argument("--ollama-env", action="store_true",
+                   help="read OLLAMA_CONTEXT_LENGTH, OLLAMA_NUM_PARALLEL, OLLAMA_FLASH_ATTENTION and OLLAMA_KV_CACHE_TYPE "
+                        "from the environment (--preset ollama)")
     p = _sub(sub, "compare", "methods and profiles side by side: one column each, rows per component",
              "Estimates side by side at the same settings: one column per profile and method, a row per component, "
              "the total and, with --gpu, whether each fits.",
