@@ -60,6 +60,9 @@ ZERO_STRATEGIES = ("zero1", "zero2", "zero3")
 #: above score each run with ``PROFILE_OF``); studio is the reference estimator's answer for Unsloth's stack
 ALSO_ESTIMATED_BY = {"unsloth": ("studio",)}
 
+#: what a memory figure depends on most: a run that states none of them (nor the framework's defaults for them)
+#: is not compared, as vramwise's own defaults for them are not the run's
+SHAPE_SETTINGS = ("method", "batch_size", "seq_len")
 MEMORY_STATISTICS = ("torch_max_allocated", "torch_max_reserved", "torch_peak_active", "nvidia_smi",
                      "total_reported")
 BOUNDARY_STATISTICS = ("largest_seq_len", "largest_batch")
@@ -220,6 +223,9 @@ def score_run(run: dict, *, shared: Path | None = SHARED_CONFIGS, registry=None,
         count = (run.get("gpu") or {}).get("count", 1)
         try:
             if statistic in MEMORY_STATISTICS:
+                unstated = [k for k in SHAPE_SETTINGS if k not in settings]
+                if unstated:  # vramwise's defaults are not the run's: the comparison would test nothing
+                    raise NotScored(f"a memory figure whose {', '.join(unstated)} the source does not state")
                 published = published_bytes(run)
                 est = vramwise.estimate(model, profile=profile, registry=registry, **settings)
                 estimated, figure = _memory_figure(est, statistic, count)

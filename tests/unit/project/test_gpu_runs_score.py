@@ -183,9 +183,11 @@ def test_a_profile_without_the_figure_is_compared_by_its_total():
     assert "tensor_peak" not in est.figures
     assert s._memory_figure(est, "torch_max_allocated", 1) == (est.total, "total")
     # the unsloth profile counts its tensors, so a run of torch's allocated peak meets its tensor peak
-    result = s.score_run(_run(framework="unsloth", settings={"stated": {"method": "qlora"}}))
+    result = s.score_run(_run(framework="unsloth",
+                              settings={"stated": {"method": "qlora", "batch_size": 2, "seq_len": 2048}}))
     assert result.profile == "unsloth" and result.compared_with == "tensor_peak"
-    assert result.estimated == vramwise.estimate("catalog:meta-llama/Llama-2-7b-hf", method="qlora").figures["tensor_peak"]
+    assert result.estimated == vramwise.estimate("catalog:meta-llama/Llama-2-7b-hf", method="qlora", batch_size=2,
+                                                 seq_len=2048).figures["tensor_peak"]
 
 
 def test_boundaries_and_verdicts_use_fit():
@@ -215,10 +217,30 @@ def test_a_refused_estimate_is_not_scored_with_its_reason():
     s = _scorer()
     # several GPUs stated without a strategy: vramwise refuses a world_size without one
     run = _run(framework="torchtune", gpu={"name": "A100", "count": 8},
-               settings={"stated": {"method": "lora", "world_size": 8}})
+               settings={"stated": {"method": "lora", "world_size": 8, "batch_size": 1, "seq_len": 512}})
     result = s.score_run(run)
     assert isinstance(result, s.Skipped)
     assert result.reason.startswith("refused: world_size 8 needs a multi-GPU strategy")
+
+
+@pytest.mark.parametrize("stated, unstated", [
+    ({"method": "lora", "batch_size": 1}, "seq_len"),
+    ({"batch_size": 1, "seq_len": 512}, "method"),
+    ({}, "method, batch_size, seq_len"),
+])
+def test_a_memory_figure_at_an_unstated_shape_is_not_scored(stated, unstated):
+    s = _scorer()
+    result = s.score_run(_run(settings={"stated": stated}))
+    assert isinstance(result, s.Skipped)
+    assert result.reason == f"a memory figure whose {unstated} the source does not state"
+    # a framework default recorded for it (from_defaults, with its source) counts as stated
+    given = {"method": "lora", "batch_size": 1, "seq_len": 512}
+    defaults = {k: v for k, v in given.items() if k not in stated}
+    scored = s.score_run(_run(settings={"stated": stated, "from_defaults": defaults, "defaults_source": "x.py:1"}))
+    assert isinstance(scored, s.Scored)
+    # a boundary or a verdict is still scored: fit answers it at the stated settings
+    boundary = s.score_run(_run(statistic="fits", value=True, unit="bool", settings={"stated": stated}))
+    assert isinstance(boundary, s.Scored)
 
 
 def test_the_page_shows_the_scorer_output_through_a_console_block():
