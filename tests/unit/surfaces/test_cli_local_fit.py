@@ -1,0 +1,86 @@
+"""`vramwise fit MODEL.gguf --profile llama.cpp` and `--preset ollama` / `--modelfile` / `--ollama-env`: the local
+answers printed and as JSON. The figures are derived in tests/unit/answers/test_local_fit.py: the small Qwen2 of
+tests/gguf_files.py takes 975,552 bytes of weights on the GPU and 1,024 bytes a cell of f16 cache."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vramwise.surfaces.cli.main import main
+
+pytest.importorskip("gguf", reason="the gguf package (pip install 'vramwise[gguf]', in the test extra) writes the "
+                                   "GGUF files these tests read")
+
+from gguf_files import write_qwen2  # noqa: E402  (tests/gguf_files.py)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli-local") / "tiny-Q4_K_M.gguf"
+    write_qwen2(path)
+    return str(path)
+
+
+def test_fit_prints_the_local_answers(model, capsys):
+    assert main(["fit", model, "--profile", "llama.cpp", "--gpu", "4MiB", "--n-ctx", "4096"]) == 0
+    out = capsys.readouterr().out
+    # 975,552 + 1,024 x cells <= 4,194,304 -> cells <= 3,143.3 -> 3,072 (12 x 256)
+    assert "largest n_ctx: 3,072 (n_parallel 1, cache f16/f16, n_gpu_layers all)" in out
+    # k = 2: 2,626,240 bytes on the GPU (test_local_fit.py)
+    assert "n_gpu_layers at n_ctx 4,096: 2 of 3 (the last layer and the output layer)" in out
+    assert "parallel sequences of 4,096 tokens each: none (one does not fit)" in out
+    assert "does not fit" in out
+    assert "frontier" not in out and "LoRA rank" not in out
+
+
+def test_fit_json(model, capsys):
+    assert main(["fit", model, "--profile", "llama.cpp", "--gpu", "8MiB", "--n-ctx", "4096", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    # 1,024 x cells <= 7,413,056 -> 7,168; at 4,096 cells every layer fits (5,169,856 bytes)
+    assert (data["max_n_ctx"], data["max_n_gpu_layers"], data["all_layers"]) == (7168, 3, True)
+    assert data["host_bytes_at_max_layers"] == 153_600 + 1_160  # the token embedding and the logits
+    assert data["verdict"]["label"] == "fits"
+
+
+def test_several_gpus_is_one_line(model, capsys):
+    assert main(["fit", model, "--profile", "llama.cpp", "--gpu", "8MiB", "--gpus", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "one GPU and the host" in err
+
+
+def test_modelfile_and_environment_with_their_origins(model, tmp_path, capsys, monkeypatch):
+    mf = tmp_path / "Modelfile"
+    mf.write_text("FROM ./tiny-Q4_K_M.gguf\nPARAMETER num_ctx 2048\nPARAMETER num_gpu 2\n")
+    monkeypatch.setenv("OLLAMA_NUM_PARALLEL", "2")
+    monkeypatch.setenv("OLLAMA_KV_CACHE_TYPE", "q8_0")
+    assert main(["fit", model, "--modelfile", str(mf), "--ollama-env", "--gpu", "8MiB", "--flash-attn", "on"]) == 0
+    out = capsys.readouterr().out
+    assert "preset ollama 0.32.15:" in out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ") and len(line.split()) > 2}
+    # -c 2,048 x 2
+    assert rows["n_ctx"].split()[1] == "4096" and f"Modelfile {mf}:2 (PARAMETER num_ctx)" in rows["n_ctx"]
+    assert "environment OLLAMA_NUM_PARALLEL=2" in rows["n_parallel"]
+    assert rows["cache_type_k"].split()[1:] == ["q8_0", "environment", "OLLAMA_KV_CACHE_TYPE=q8_0"]
+    assert rows["flash_attn"].split()[1:] == ["on", "given"]
+    assert rows["n_batch"].split()[1:] == ["512", "ollama", "0.32.15", "default"]
+    assert "the answers as ollama options: num_ctx" in out
+
+
+def test_environment_is_read_only_when_asked(model, tmp_path, capsys, monkeypatch):
+    mf = tmp_path / "Modelfile"
+    mf.write_text("PARAMETER num_ctx 1024\n")
+    monkeypatch.setenv("OLLAMA_NUM_PARALLEL", "4")
+    assert main(["fit", model, "--modelfile", str(mf), "--gpu", "8MiB", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["settings"]["n_parallel"] == 1 and data["settings"]["n_ctx"] == 1024
+    assert data["origins"]["n_parallel"] == "ollama 0.32.15 default"
+
+
+def test_preset_default_context_follows_the_gpu(model, capsys):
+    # 24 GiB reaches Ollama's 32,768 tier, the model's training context too
+    assert main(["fit", model, "--preset", "ollama", "--gpu", "24GiB", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["settings"]["n_ctx"] == 32768
+    assert data["origins"]["n_ctx"] == "ollama 0.32.15 default for the GPU's memory"
