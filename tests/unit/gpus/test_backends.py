@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from vramwise import discover_gpus
 from vramwise.gpus.backends import (
     AmdBackend,
@@ -537,3 +539,119 @@ def test_no_device_report_names_vulkan_too():
     d = discover_gpus(nvml=NoNvml(), env={}, backends=backends)
     assert d.report()[-1] == "vulkan: no Vulkan GPU found: vulkaninfo not found"
     assert len(d.report()) == 5
+
+
+# ---- select among every backend's devices ---------------------------------------------------------------
+
+class Est:
+    """What selection reads from an estimate: total and min_per_gpu(n) = state / n + replicated (bytes)."""
+
+    def __init__(self, total, state, replicated):
+        self.total, self._state, self._replicated = total, state, replicated
+
+    def min_per_gpu(self, n):
+        return self._state // n + self._replicated
+
+
+def host(nvml=None, env=None, tools=None, vulkan_tools=None):
+    tools = tools or FakeTools()
+    backends = (AmdBackend(tools, load_amdsmi=no_amdsmi), IntelBackend(tools, torch_xpu=no_torch),
+                AppleBackend(tools, system=lambda: ("Linux", "x86_64")), VulkanBackend(vulkan_tools or tools))
+    return discover_gpus(nvml=nvml or NoNvml(), env=env or {}, backends=backends)
+
+
+def test_select_on_an_amd_host_with_two_mi300x():
+    from vramwise import child_env, select_gpus
+
+    # amd_tools(2): 196592 MB each (MB = 2**20 B), GPU 1 uses 1024 MB: free 196592 and 195568 MiB
+    # 250 GiB (state 200, replicated 20): one GPU holds 196592 MiB = 191.98 GiB < 250; two give
+    # 196592 + 0.85 x 195568 = 362824.8 MiB = 354.32 GiB >= 250, and each holds 200/2 + 20 = 120 GiB <= 190.98
+    sel = select_gpus(Est(250 * GIB, 200 * GIB, 20 * GIB), discovery=host(tools=amd_tools(2)))
+    assert (sel.backend, sel.mode, sel.gpu_ids, sel.fits) == ("amd", "auto", (0, 1), True)
+    assert sel.usable_bytes == int(196592 * MIB + 0.85 * 195568 * MIB)
+    assert sel.visibility == ("HIP_VISIBLE_DEVICES", "0,1") and sel.cuda_visible_devices is None
+    assert child_env(sel, {"PATH": "/bin"}) == {"PATH": "/bin", "HIP_VISIBLE_DEVICES": "0,1"}
+    # 100 GiB (state 80, replicated 10) fits GPU 0 alone, the one with more free memory
+    sel = select_gpus(Est(100 * GIB, 80 * GIB, 10 * GIB), discovery=host(tools=amd_tools(2)))
+    assert sel.gpu_ids == (0,) and sel.visibility == ("HIP_VISIBLE_DEVICES", "0")
+    # under ROCR_VISIBLE_DEVICES=1,0 HIP numbers physical 1 as 0 and physical 0 as 1
+    sel = select_gpus(Est(100 * GIB, 80 * GIB, 10 * GIB), discovery=host(env={"ROCR_VISIBLE_DEVICES": "1,0"},
+                                                                          tools=amd_tools(2)))
+    assert sel.gpu_ids == (0,) and sel.visibility == ("HIP_VISIBLE_DEVICES", "1")
+
+
+def test_select_on_an_intel_host():
+    from vramwise import select_gpus
+
+    # intel_tools(): device 0 has 128 GiB, 2 GiB used (126 free); device 1 16 GiB, use unknown (its total counts)
+    est = Est(20 * GIB, 10 * GIB, 10 * GIB)
+    sel = select_gpus(est, discovery=host(tools=intel_tools()))
+    assert (sel.backend, sel.gpu_ids, sel.fits, sel.usable_bytes) == ("intel", (0,), True, 126 * GIB)
+    assert sel.visibility == ("ZE_AFFINITY_MASK", "0")
+    # the mask leaves device 1: 16 GiB < 20 GiB, all of them, marked as may not fit
+    sel = select_gpus(est, discovery=host(env={"ZE_AFFINITY_MASK": "1"}, tools=intel_tools()))
+    assert (sel.mode, sel.gpu_ids, sel.fits, sel.usable_bytes) == ("fallback_all", (1,), False, 16 * GIB)
+    sel = select_gpus(None, gpu_ids=[1], discovery=host(tools=intel_tools()))
+    assert (sel.mode, sel.gpu_ids, sel.visibility) == ("explicit", (1,), ("ZE_AFFINITY_MASK", "1"))
+
+
+def test_select_on_a_vulkan_only_host():
+    from vramwise import GpuSelectionError, select_gpus
+
+    # llvmpipe enumerated first: it is left out, but GGML_VK_VISIBLE_DEVICES still counts it (index 0)
+    tools = FakeTools({VULKANINFO: vulkaninfo(LLVMPIPE, INTEL_530, R9_380)})
+    # free: integrated 8894598064 B, discrete 8245346304 B (test_vulkan_discrete_and_integrated_memory);
+    # 9 GiB = 9663676416 B (state 7, replicated 2): one GPU holds 8894598064 < 9663676416; two give
+    # 8894598064 + 0.85 x 8245346304 = 15903142422 B, and each holds 7/2 + 2 = 5.5 GiB <= 8245346304 B
+    sel = select_gpus(Est(9 * GIB, 7 * GIB, 2 * GIB), discovery=host(tools=tools))
+    assert (sel.backend, sel.gpu_ids, sel.fits) == ("vulkan", (1, 2), True)
+    assert sel.usable_bytes == int(8894598064 + 0.85 * 8245346304)
+    assert sel.visibility == ("GGML_VK_VISIBLE_DEVICES", "1,2")
+    with pytest.raises(GpuSelectionError, match=r"GPU ids \[0\] name no vulkan GPU of this machine \(ids \[1, 2\]\)"):
+        select_gpus(None, gpu_ids=[0], discovery=host(tools=tools))  # llvmpipe is no GPU to choose
+
+
+def test_select_on_a_mixed_host_keeps_one_backend():
+    from vramwise import GpuSelectionError, select_gpus
+
+    class Nvml24(OneNvml):
+        def device(self, i):  # an RTX 4090: 24 GiB free
+            return ("GPU-11111111-2222-3333-4444-555555555555", "NVIDIA GeForce RTX 4090", 24 * GIB, 0, 24 * GIB)
+
+    disc = host(nvml=Nvml24(), tools=amd_tools(2))
+    # 10 GiB fits one GPU of either backend: the fewest GPUs tie, NVIDIA comes first
+    sel = select_gpus(Est(10 * GIB, 8 * GIB, 2 * GIB), discovery=disc)
+    assert (sel.backend, sel.gpu_ids, sel.cuda_visible_devices) == ("nvidia", (0,), "0")
+    assert "amd: 1 GPU(s), 191.98 GiB usable, fits" in sel.reason
+    # 100 GiB: the RTX 4090's 24 GiB cannot hold it; one MI300X can (191.98 GiB free)
+    sel = select_gpus(Est(100 * GIB, 80 * GIB, 10 * GIB), discovery=disc)
+    assert (sel.backend, sel.gpu_ids, sel.visibility) == ("amd", (0,), ("HIP_VISIBLE_DEVICES", "0"))
+    assert "nvidia: 1 GPU(s), 24.00 GiB usable, does not fit" in sel.reason
+    # 500 GiB: no backend holds it; AMD's two give the most usable memory, and no NVIDIA GPU joins them
+    sel = select_gpus(Est(500 * GIB, 400 * GIB, 50 * GIB), discovery=disc)
+    assert (sel.backend, sel.gpu_ids, sel.fits) == ("amd", (0, 1), False)
+    assert all(g.backend == "amd" for g in sel.gpus)
+    # explicit ids are NVIDIA's where NVML found GPUs, unless the backend is named
+    assert select_gpus(None, gpu_ids=[0], discovery=disc).backend == "nvidia"
+    sel = select_gpus(None, gpu_ids=[1], backend="amd", discovery=disc)
+    assert (sel.backend, sel.gpu_ids, sel.visibility) == ("amd", (1,), ("HIP_VISIBLE_DEVICES", "1"))
+    with pytest.raises(GpuSelectionError, match="no backend 'rocm'"):
+        select_gpus(None, backend="rocm", discovery=disc)
+
+
+def test_select_with_ids_on_two_other_backends_asks_which():
+    from vramwise import GpuSelectionError, select_gpus
+
+    tools = amd_tools(1)
+    tools.outputs.update(intel_tools().outputs)
+    with pytest.raises(GpuSelectionError, match=r"GPU ids \[0\] are ambiguous: GPUs of amd, intel are visible"):
+        select_gpus(None, gpu_ids=[0], discovery=host(tools=tools))
+
+
+def test_select_on_a_host_without_gpus_names_every_backend_tried():
+    from vramwise import select_gpus
+
+    sel = select_gpus(None, discovery=host())
+    assert (sel.mode, sel.backend, sel.visibility, sel.device_map) == ("non_cuda", "cpu", None, "cpu")
+    assert sel.reason.startswith("nvidia: no NVIDIA GPU visible")
+    assert sel.reason.endswith("vulkan: no Vulkan GPU found: vulkaninfo not found")
