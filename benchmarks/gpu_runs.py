@@ -164,6 +164,11 @@ def run_settings(run: dict) -> tuple[str, dict]:
     if framework not in PROFILE_OF:
         raise NotScored(f"framework {framework!r} has no profile")
     settings = {**(run["settings"].get("from_defaults") or {}), **run["settings"]["stated"]}
+    transformers = str((run.get("versions") or {}).get("transformers", ""))
+    if transformers[:2] in ("2.", "3.", "4.") and "experts_layout" not in settings:
+        # transformers before 5 builds one nn.Linear per expert, which bitsandbytes quantizes (the run's recorded
+        # version; formulas/settings.yaml experts_layout); from 5 on the experts are fused 3-D parameters
+        settings["experts_layout"] = "per_expert"
     count = (run.get("gpu") or {}).get("count", 1)
     if framework == "fsdp-qlora" and count > 1:
         settings.setdefault("strategy", "fsdp")

@@ -123,6 +123,18 @@ def test_settings_of_a_run():
         s.run_settings(_run(framework="axolotl"))
 
 
+@pytest.mark.parametrize("versions, stated, layout", [
+    ({"transformers": "4.48.1"}, {}, "per_expert"),  # 4.x: one nn.Linear per expert (MixtralSparseMoeBlock)
+    ({"transformers": "5.24.0"}, {}, None),  # 5: fused experts, vramwise's default for the installed release
+    ({}, {}, None),  # no version recorded: vramwise's default
+    ({"transformers": "4.48.1"}, {"experts_layout": "fused"}, "fused"),  # a stated layout wins
+])
+def test_a_run_recorded_on_transformers_4_holds_its_experts_as_per_expert_linears(versions, stated, layout):
+    s = _scorer()
+    run = _run(versions=versions, settings={"stated": {"method": "qlora", **stated}})
+    assert s.run_settings(run)[1].get("experts_layout") == layout
+
+
 def test_gpu_of_a_run():
     s = _scorer()
     assert s.gpu_query(_run(gpu={"name": "RTX 4090", "count": 1})) == "RTX 4090"
