@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from vramwise.errors import SettingsError
 from vramwise.surfaces.cli.common import run_estimate
-from vramwise.surfaces.cli.format import gib, print_json
+from vramwise.surfaces.cli.format import gib, print_json, write_wrapped
 
 
 def gpus(args, out) -> int:
@@ -119,7 +119,7 @@ def select(args, out) -> int:
         note = "no MODEL given"  # the documented fallback of select_gpus(None): every visible GPU
     else:  # a model that cannot be estimated is bad input, not a reason to take every GPU
         est = run_estimate(args)
-    sel = select_gpus(est, gpu_ids=ids)
+    sel = select_gpus(est, gpu_ids=ids, backend=args.backend)
     if args.json:
         data = sel.to_dict()
         data["estimate_problem"] = note
@@ -130,8 +130,9 @@ def select(args, out) -> int:
     elif note:
         out.write(f"no estimate: {note}\n")
     out.write(f"mode: {sel.mode}\n")
+    out.write(f"backend: {sel.backend}\n")
     out.write(f"GPUs: {', '.join(str(i) for i in sel.gpu_ids) or '(none)'}\n")
-    out.write(f"why: {sel.reason}\n")
+    write_wrapped(out, f"why: {sel.reason}")
     if sel.usable_bytes is not None:
         out.write(f"usable: {gib(sel.usable_bytes)} GiB")
         if sel.min_per_gpu_bytes is not None:
@@ -139,8 +140,9 @@ def select(args, out) -> int:
                       + (f" with {sel.strategy}" if sel.strategy else ""))
         out.write("\n")
     for g in sel.gpus:
-        out.write(f"  GPU {g.index} {g.name}: {gib(g.free)} GiB free of {gib(g.total)}\n")
+        free = f"{gib(g.free)} GiB free" if g.free is not None else "free memory unknown"
+        out.write(f"  GPU {g.index} {g.name}: {free} of {gib(g.total)}" + (" (unified)" if g.unified else "") + "\n")
     out.write(f"device_map: {sel.device_map}\n")
-    if sel.cuda_visible_devices is not None:
-        out.write(f"CUDA_VISIBLE_DEVICES={sel.cuda_visible_devices}\n")
+    if sel.visibility is not None:
+        out.write("{}={}\n".format(*sel.visibility))
     return 0

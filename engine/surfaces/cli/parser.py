@@ -428,11 +428,16 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 picks a free one)")
     p.add_argument("--open", action="store_true", help="open the page in the default browser")
-    p = _sub(sub, "select", "choose GPUs for a run: which, why, device_map and CUDA_VISIBLE_DEVICES",
-             "Choose the GPUs of this machine for a run: which, why, the device_map and CUDA_VISIBLE_DEVICES.",
+    p = _sub(sub, "select", "choose GPUs for a run: which, why, device_map and the variable that selects them",
+             "Choose the GPUs of this machine for a run, among the devices of one backend (NVIDIA, AMD, Intel, "
+             "Vulkan): which, why, the device_map and the variable that selects them (CUDA_VISIBLE_DEVICES, "
+             "HIP_VISIBLE_DEVICES, ZE_AFFINITY_MASK or GGML_VK_VISIBLE_DEVICES).",
              "vramwise select examples/llama-3.1-8b.json --method lora --gpu-ids 0,2")
     _training_args(p)
     p.add_argument("--gpu-ids", default=None, help="explicit physical GPU ids, e.g. 0,2 (default: choose automatically)")
+    p.add_argument("--backend", default=None, choices=("nvidia", "amd", "intel", "vulkan"),
+                   help="choose among this backend's GPUs only (default: every backend's; --gpu-ids are NVIDIA's "
+                        "where NVML finds GPUs, else the only backend's)")
     p.add_argument("--gpus", action=_OldGpusFlag, help=argparse.SUPPRESS)
     p = _sub(sub, "runs", "list the training runs the memory check recorded: predicted and measured peak, error",
              "The runs MemoryCheckCallback recorded (vramwise.integrations): per run the predicted and measured peak "

@@ -11,7 +11,7 @@ import json
 import pytest
 
 import vramwise.gpus.discovery as discovery
-from vramwise.gpus.backends import AmdBackend, AppleBackend, IntelBackend, ToolResult
+from vramwise.gpus.backends import AmdBackend, AppleBackend, IntelBackend, ToolResult, VulkanBackend
 from vramwise.surfaces.cli.main import main
 
 GIB, MIB = 2**30, 2**20
@@ -56,7 +56,7 @@ AMD = {("amd-smi", "metric", "--mem-usage", "--json"): [
 def backends(outputs, system=("Linux", "x86_64")):
     run = tools(outputs)
     return (AmdBackend(run, load_amdsmi=no_lib), IntelBackend(run, torch_xpu=lambda: None),
-            AppleBackend(run, system=lambda: system, mlx_device_info=no_lib))
+            AppleBackend(run, system=lambda: system, mlx_device_info=no_lib), VulkanBackend(run))
 
 
 @pytest.fixture
@@ -104,6 +104,7 @@ def test_no_device_names_every_backend_tried(host, capsys):
         "no AMD GPU found: the amdsmi library is not installed; amd-smi not found; rocm-smi not found",
         "no Intel GPU found: torch is not loaded (torch.xpu is read only where it is); xpu-smi not found",
         "no Apple GPU: not macOS on Apple Silicon (Linux x86_64)",
+        "no Vulkan GPU found: vulkaninfo not found",
         "no GPU found: a run here uses the CPU",
     ]
 
@@ -116,3 +117,36 @@ def test_json_lists_backends(host, capsys):
     assert amd["backend"] == "amd" and amd["visible"] == [] and amd["variable_value"] == "7"
     assert amd["devices"][0]["total"] == 64 * GIB and amd["devices"][0]["visibility_variable"] == "ROCR_VISIBLE_DEVICES"
     assert data["gpus"] == [] and data["reason"].startswith("no NVIDIA GPU visible")
+
+
+@pytest.fixture
+def select_host(monkeypatch):
+    """``vramwise select`` on a fake host: discovery as ``host`` gives it, through select_gpus' default."""
+    def use(nvml, outputs, env):
+        import vramwise.answers.selection as selection
+
+        real = discovery.discover_gpus
+        monkeypatch.setattr(selection, "discover_gpus", lambda **_: real(nvml=nvml, env=env, backends=backends(outputs)))
+    return use
+
+
+def test_select_on_an_amd_host_prints_hip_visible_devices(select_host, capsys):
+    select_host(Nvml(fail=RuntimeError("no NVML")), AMD, {})
+    assert main(["select"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    # no estimate: every visible GPU of the one backend with GPUs; AMD's 65536 MB = 64 GiB, GPU 0 uses 2048 MB
+    assert out[:3] == ["no estimate: no MODEL given", "mode: fallback_all", "backend: amd"]
+    assert "GPUs: 0, 1" in out and "  GPU 0 AMD Instinct MI210: 62.00 GiB free of 64.00" in out
+    assert out[-1] == "HIP_VISIBLE_DEVICES=0,1" and not any(x.startswith("CUDA_VISIBLE_DEVICES") for x in out)
+    assert main(["select", "--backend", "amd", "--gpu-ids", "1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["backend"], data["gpu_ids"], data["visibility_variable"], data["visibility_value"]) == (
+        "amd", [1], "HIP_VISIBLE_DEVICES", "1")
+    assert data["cuda_visible_devices"] is None
+
+
+def test_select_backend_without_gpus_is_one_line(select_host, capsys):
+    select_host(Nvml(fail=RuntimeError("no NVML")), AMD, {})
+    assert main(["select", "--backend", "intel"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vramwise: error: no Intel GPU found") and len(err.splitlines()) == 1
