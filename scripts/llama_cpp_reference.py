@@ -1,0 +1,367 @@
+"""What llama.cpp itself allocates for small GGUF files, as JSON: the reference for
+tests/unit/profiles/test_llama_cpp_reference.py.
+
+What: for each case (a GGUF file of random weights and a set of context settings), the bytes of every buffer
+llama.cpp allocates on the CPU when it loads the model and creates a context: the model's weights, the KV
+cache and the compute buffer (exact, from llama_get_memory_breakdown), the output buffer (exact, the size of
+llama_context::buf_output, checked against its log line "CPU  output buffer size = %8.2f MiB"), the log's
+buffer lines as printed (0.01 MiB), and n_ctx, n_ctx_seq, n_batch and n_ubatch as the context reports them.
+
+How: each architecture's file is written in F32 with the gguf package (the shapes and metadata below, weights
+drawn from a seeded generator, a tokenizer of plain tokens), then quantized by llama.cpp's own quantizer
+(llama_cpp.llama_model_quantize: F16, Q8_0, Q4_0, Q4_K_M). Each file is loaded on the CPU (n_gpu_layers 0,
+memory-mapped, use_extra_bufts off so no weight is repacked into a second buffer) and a context is created
+under each setting of the grid (n_ctx, n_seq_max, kv_unified, type_k / type_v, flash_attn, n_batch, n_ubatch;
+swa_full off as in llama.cpp's tools, common/common.h). The per-buffer-type figures come from
+llama_get_memory_breakdown (src/llama-ext.h), a C++ function: a small shim compiled here with g++ against
+the vendored headers returns them through ctypes, and the output buffer's size (a private member of
+llama_context, src/llama-context.h, which the API does not report) the same way. The fixture keeps each file's metadata and tensor table
+(names, ggml shapes, types, bytes) so that the tests write the same header again without llama.cpp.
+
+llama-cpp-python 0.3.36 (its sdist vendors ggml-org/llama.cpp at 0c1e57098, CHANGELOG.md), built for the
+CPU in a virtual environment of its own, with gguf 0.19.0 (the project's):
+
+    python3 -m venv /work/llamacpp-venv
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF -DGGML_OPENMP=OFF" \\
+        /work/llamacpp-venv/bin/pip install llama-cpp-python==0.3.36 gguf==0.19.0
+    /work/llamacpp-venv/bin/python scripts/llama_cpp_reference.py --llama-src <sdist>/vendor/llama.cpp \\
+        > tests/fixtures/llama_cpp_reference.json
+
+It takes a couple of minutes on two cores. The random files are written to a temporary folder and removed.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+import llama_cpp
+
+LLAMA_CPP_COMMIT = "0c1e57098"  # llama-cpp-python 0.3.36 CHANGELOG.md: "update llama.cpp to ggml-org/llama.cpp@0c1e57098"
+VOCAB_SPECIAL = ["<unk>", "<s>", "</s>"]
+
+# Each architecture: metadata (beside general.architecture and the tokenizer) and tensors, ggml order
+# ([row length, rows, ...]). The vocabularies are large enough for the output buffer's log line (0.01 MiB), which
+# the exact figure is checked against, to say something. Shapes are multiples of 256 where a K-quant needs it, and every tensor is a multiple
+# of 32 bytes in every type used, so the mapped buffer has no alignment padding between tensors.
+ARCHS = {
+    "llama": dict(
+        name="llama-gqa", vocab=32000, tied=False,
+        meta={"block_count": 2, "context_length": 4096, "embedding_length": 256, "feed_forward_length": 512,
+              "attention.head_count": 4, "attention.head_count_kv": 2, "attention.layer_norm_rms_epsilon": 1e-5,
+              "rope.freq_base": 10000.0},
+        layer={"attn_norm.weight": [256], "attn_q.weight": [256, 256], "attn_k.weight": [256, 128],
+               "attn_v.weight": [256, 128], "attn_output.weight": [256, 256], "ffn_norm.weight": [256],
+               "ffn_gate.weight": [256, 512], "ffn_up.weight": [256, 512], "ffn_down.weight": [512, 256]}),
+    "qwen2": dict(
+        name="qwen2-tied", vocab=16384, tied=True,
+        meta={"block_count": 3, "context_length": 8192, "embedding_length": 256, "feed_forward_length": 768,
+              "attention.head_count": 4, "attention.head_count_kv": 1, "attention.layer_norm_rms_epsilon": 1e-6,
+              "rope.freq_base": 1000000.0},
+        layer={"attn_norm.weight": [256], "attn_q.weight": [256, 256], "attn_q.bias": [256],
+               "attn_k.weight": [256, 64], "attn_k.bias": [64], "attn_v.weight": [256, 64], "attn_v.bias": [64],
+               "attn_output.weight": [256, 256], "ffn_norm.weight": [256], "ffn_gate.weight": [256, 768],
+               "ffn_up.weight": [256, 768], "ffn_down.weight": [768, 256]}),
+    "gemma2": dict(
+        name="gemma2-swa", vocab=8192, tied=True,
+        meta={"block_count": 4, "context_length": 8192, "embedding_length": 256, "feed_forward_length": 512,
+              "attention.head_count": 4, "attention.head_count_kv": 2, "attention.key_length": 64,
+              "attention.value_length": 64, "attention.layer_norm_rms_epsilon": 1e-6,
+              "attention.sliding_window": 512, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0},
+        layer={"attn_norm.weight": [256], "attn_q.weight": [256, 256], "attn_k.weight": [256, 128],
+               "attn_v.weight": [256, 128], "attn_output.weight": [256, 256], "post_attention_norm.weight": [256],
+               "ffn_norm.weight": [256], "ffn_gate.weight": [256, 512], "ffn_up.weight": [256, 512],
+               "ffn_down.weight": [512, 256], "post_ffw_norm.weight": [256]}),
+    "qwen3moe": dict(
+        name="qwen3moe", vocab=12288, tied=False,
+        meta={"block_count": 2, "context_length": 4096, "embedding_length": 256, "feed_forward_length": 768,
+              "attention.head_count": 4, "attention.head_count_kv": 2, "attention.key_length": 64,
+              "attention.value_length": 64, "attention.layer_norm_rms_epsilon": 1e-6, "expert_count": 4,
+              "expert_used_count": 2, "expert_feed_forward_length": 256, "rope.freq_base": 1000000.0},
+        layer={"attn_norm.weight": [256], "attn_q.weight": [256, 256], "attn_k.weight": [256, 128],
+               "attn_v.weight": [256, 128], "attn_output.weight": [256, 256], "attn_q_norm.weight": [64],
+               "attn_k_norm.weight": [64], "ffn_norm.weight": [256], "ffn_gate_inp.weight": [256, 4],
+               "ffn_gate_exps.weight": [256, 256, 4], "ffn_up_exps.weight": [256, 256, 4],
+               "ffn_down_exps.weight": [256, 256, 4]}),
+}
+
+QUANTS = {"F16": llama_cpp.LLAMA_FTYPE_MOSTLY_F16, "Q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0,
+          "Q4_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0, "Q4_K_M": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M}
+FILES = {"llama": ["F16", "Q8_0", "Q4_0", "Q4_K_M"], "qwen2": ["F16", "Q4_K_M"], "gemma2": ["F16", "Q8_0"],
+         "qwen3moe": ["F16", "Q4_K_M"]}
+
+CACHE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20, "bf16": 30}
+FLASH = {"auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+         "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED}
+DEFAULTS = dict(n_ctx=4096, n_parallel=1, kv_unified=False, cache_type_k="f16", cache_type_v="f16", flash_attn="auto",
+                n_batch=2048, n_ubatch=512)
+GRID = [
+    {},
+    {"n_ctx": 5000},                                              # padded to 5120
+    {"n_ctx": 0},                                                 # the training context
+    {"n_ctx": 4100, "n_parallel": 4},                             # a stream each, n_ctx_seq padded
+    {"n_ctx": 4100, "n_parallel": 4, "kv_unified": True},
+    {"n_ctx": 3000, "n_parallel": 3},
+    {"cache_type_k": "q8_0", "cache_type_v": "q8_0", "flash_attn": "on"},
+    {"cache_type_k": "q4_0", "cache_type_v": "q5_1", "flash_attn": "on"},
+    {"cache_type_k": "q4_0", "cache_type_v": "f32", "flash_attn": "off"},
+    {"cache_type_k": "bf16", "cache_type_v": "iq4_nl", "flash_attn": "on"},
+    {"flash_attn": "off"},
+    {"flash_attn": "on"},
+    {"n_batch": 512, "n_ubatch": 128},
+    {"n_batch": 1024, "n_ubatch": 1024},
+    {"n_ctx": 1024, "n_batch": 2048, "n_ubatch": 512, "n_parallel": 2},
+    {"n_ctx": 8192, "n_ubatch": 256, "n_parallel": 2, "kv_unified": True},
+    {"cache_type_v": "q8_0", "flash_attn": "off"},                # refused: a quantized V cache needs flash attention
+]
+# the full grid on the F16 files; a few settings on the others
+SHORT_GRID = [0, 3, 6, 12]
+
+SHIM = r"""
+#include <array>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+// the output buffer is a private member of llama_context: read its size through the class's own header
+#define private public
+#include "llama-context.h"
+#undef private
+
+extern "C" int vw_memory_breakdown(const llama_context * ctx, char * names, int name_len,
+                                   unsigned long long * out, int max) {
+    llama_memory_breakdown mb = llama_get_memory_breakdown(ctx);
+    int i = 0;
+    for (const auto & [buft, d] : mb) {
+        if (i >= max) break;
+        std::strncpy(names + i*name_len, ggml_backend_buft_name(buft), name_len - 1);
+        out[3*i + 0] = d.model;
+        out[3*i + 1] = d.context;
+        out[3*i + 2] = d.compute;
+        i++;
+    }
+    return i;
+}
+
+extern "C" unsigned long long vw_output_buffer(const llama_context * ctx) {
+    return ctx->buf_output ? ggml_backend_buffer_get_size(ctx->buf_output.get()) : 0;
+}
+"""
+
+LOG: list[str] = []
+
+
+@llama_cpp.llama_log_callback
+def _log(level, text, user_data):
+    LOG.append(text.decode("utf-8", "replace"))
+
+
+def build_shim(llama_src: Path, work: Path) -> ctypes.CDLL:
+    lib_dir = Path(llama_cpp.__file__).parent / "lib"
+    src = work / "shim.cpp"
+    src.write_text(SHIM)
+    out = work / "libvwshim.so"
+    subprocess.run(["g++", "-std=c++17", "-O1", "-DNDEBUG", "-shared", "-fPIC", str(src), "-o", str(out),
+                    f"-I{llama_src / 'include'}", f"-I{llama_src / 'ggml' / 'include'}", f"-I{llama_src / 'src'}",
+                    f"-L{lib_dir}", "-lllama", "-lggml-base", f"-Wl,-rpath,{lib_dir}"], check=True)
+    lib = ctypes.CDLL(str(out))
+    lib.vw_memory_breakdown.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int,
+                                        ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_int]
+    lib.vw_memory_breakdown.restype = ctypes.c_int
+    lib.vw_output_buffer.argtypes = [ctypes.c_void_p]
+    lib.vw_output_buffer.restype = ctypes.c_ulonglong
+    return lib
+
+
+def write_f32(arch: str, spec: dict, path: Path, seed: int) -> None:
+    """The architecture's model in F32 with random weights (normal, sd 0.02; norms 1)."""
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(spec["name"])
+    for key, value in spec["meta"].items():
+        full = f"{arch}.{key}"
+        if isinstance(value, float):
+            w.add_float32(full, value)
+        else:
+            w.add_uint32(full, value)
+    w.add_tokenizer_model("llama")
+    tokens = VOCAB_SPECIAL + [f"t{i}" for i in range(spec["vocab"] - len(VOCAB_SPECIAL))]
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0] * len(tokens))
+    w.add_token_types([2, 3, 3] + [1] * (len(tokens) - 3))  # unknown, control x2, normal
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    hidden = spec["meta"]["embedding_length"]
+
+    def tensor(name, shape):
+        if len(shape) == 1 and "norm" in name:
+            data = np.ones(shape, np.float32)
+        else:
+            data = (rng.standard_normal(tuple(reversed(shape))) * 0.02).astype(np.float32)
+        w.add_tensor(name, data)
+
+    tensor("token_embd.weight", [hidden, spec["vocab"]])
+    tensor("output_norm.weight", [hidden])
+    if not spec["tied"]:
+        tensor("output.weight", [hidden, spec["vocab"]])
+    for i in range(spec["meta"]["block_count"]):
+        for name, shape in spec["layer"].items():
+            tensor(f"blk.{i}.{name}", shape)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def quantize(src: Path, dst: Path, ftype: int) -> None:
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.nthread = 2
+    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    if rc != 0:
+        raise RuntimeError(f"llama_model_quantize({src.name}, {ftype}) returned {rc}")
+
+
+def describe(path: Path, arch: str, quant: str, spec: dict) -> dict:
+    """The file's header as the tests need it: metadata (the tokenizer's arrays as their lengths), tensor table."""
+    r = gguf.GGUFReader(str(path))
+    meta, arrays = [], {}
+    for field in r.fields.values():
+        if field.name.startswith("GGUF."):
+            continue
+        vtype = field.types[0]
+        if vtype == gguf.GGUFValueType.ARRAY:
+            arrays[field.name] = len(field.data)
+            continue
+        value = field.contents()
+        meta.append([field.name, vtype.name, value])
+    tensors = []
+    for t in r.tensors:
+        tensors.append([t.name, [int(x) for x in t.shape], t.tensor_type.name, int(t.n_bytes)])
+    starts = [int(t.data_offset) for t in r.tensors]
+    ends = [int(t.data_offset) + int(t.n_bytes) for t in r.tensors]
+    return {"architecture": arch, "quantization": quant, "model": spec["name"], "metadata": meta,
+            "arrays": arrays, "tensors": tensors, "tensor_bytes": sum(t[3] for t in tensors),
+            "tensor_data_span": max(ends) - min(starts)}
+
+
+def mib_line(pattern: str, text: str) -> list[float]:
+    return [float(m) for m in re.findall(pattern, text)]
+
+
+def record(shim, model_path: Path, grid: list[dict]) -> tuple[list[dict], dict]:
+    mparams = llama_cpp.llama_model_default_params()
+    mparams.n_gpu_layers = 0
+    mparams.use_mmap = True
+    mparams.use_extra_bufts = False
+    LOG.clear()
+    model = llama_cpp.llama_model_load_from_file(str(model_path).encode(), mparams)
+    if not model:
+        raise RuntimeError(f"llama.cpp could not load {model_path.name}:\n{''.join(LOG)}")
+    load_log = "".join(LOG)
+    model_log = {"model_buffer_mib": {m[0]: float(m[1]) for m in
+                                      re.findall(r"(\S+) model buffer size = +([\d.]+) MiB", load_log)}}
+    results = []
+    for overrides in grid:
+        s = {**DEFAULTS, **overrides}
+        c = llama_cpp.llama_context_default_params()
+        c.n_ctx, c.n_batch, c.n_ubatch, c.n_seq_max = s["n_ctx"], s["n_batch"], s["n_ubatch"], s["n_parallel"]
+        c.kv_unified, c.swa_full = s["kv_unified"], False
+        c.type_k, c.type_v = CACHE_TYPES[s["cache_type_k"]], CACHE_TYPES[s["cache_type_v"]]
+        c.flash_attn_type = FLASH[s["flash_attn"]]
+        c.n_threads = c.n_threads_batch = 2
+        LOG.clear()
+        ctx = llama_cpp.llama_init_from_model(model, c)
+        text = "".join(LOG)
+        if not ctx:
+            results.append({"settings": s, "refused": text.strip().splitlines()[-1]})
+            continue
+        names = ctypes.create_string_buffer(64 * 16)
+        out = (ctypes.c_ulonglong * (3 * 16))()
+        n = shim.vw_memory_breakdown(ctx, names, 64, out, 16)
+        buffers = {}
+        for i in range(n):
+            name = names.raw[i * 64:(i + 1) * 64].split(b"\0", 1)[0].decode()
+            buffers[name] = {"model": out[3 * i], "context": out[3 * i + 1], "compute": out[3 * i + 2]}
+        output = shim.vw_output_buffer(ctx)
+        logged = mib_line(r"output buffer size = +([\d.]+) MiB", text)
+        if logged != [float(f"{output / 1024 / 1024:.2f}")]:  # the private member read must agree with the log
+            raise RuntimeError(f"output buffer {output} bytes, logged {logged} MiB")
+        fa = re.search(r"Flash Attention (enabled|not supported)", text)
+        results.append({
+            "settings": s,
+            "n_ctx": llama_cpp.llama_n_ctx(ctx), "n_ctx_seq": llama_cpp.llama_n_ctx_seq(ctx),
+            "n_batch": llama_cpp.llama_n_batch(ctx), "n_ubatch": llama_cpp.llama_n_ubatch(ctx),
+            "flash_attn_resolved": ({"enabled": "on", "not supported": "off"}[fa.group(1)] if fa else s["flash_attn"]),
+            "buffers": buffers,
+            "output_buffer": output,
+            "log": {
+                "kv_buffer_mib": mib_line(r"KV buffer size = +([\d.]+) MiB", text),
+                "kv_cache_cells": [int(x) for x in re.findall(r"llama_kv_cache: size = .*?\( *(\d+) cells", text)],
+                "output_buffer_mib": mib_line(r"output buffer size = +([\d.]+) MiB", text),
+                "compute_buffer_mib": mib_line(r"compute buffer size = +([\d.]+) MiB", text),
+            },
+        })
+        llama_cpp.llama_free(ctx)
+    llama_cpp.llama_model_free(model)
+    return results, model_log
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--llama-src", type=Path, required=True, help="the sdist's vendor/llama.cpp (headers for the shim)")
+    args = ap.parse_args()
+    llama_cpp.llama_log_set(_log, None)
+    llama_cpp.llama_backend_init()
+    files, cases = {}, []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        shim = build_shim(args.llama_src, work)
+        for seed, (arch, spec) in enumerate(ARCHS.items()):
+            master = work / f"{spec['name']}-F32.gguf"
+            write_f32(arch, spec, master, seed)
+            for quant in FILES[arch]:
+                path = work / f"{spec['name']}-{quant}.gguf"
+                quantize(master, path, QUANTS[quant])
+                key = path.stem
+                files[key] = describe(path, arch, quant, spec)
+                grid = GRID if quant == "F16" else [GRID[i] for i in SHORT_GRID]
+                results, model_log = record(shim, path, grid)
+                files[key]["llama_cpp_load"] = model_log
+                for r in results:
+                    cases.append({"file": key, **r})
+                print(f"{key}: {len(results)} contexts", file=sys.stderr)
+    doc = {
+        "llama_cpp_commit": LLAMA_CPP_COMMIT,
+        "llama_cpp_python_version": llama_cpp.__version__,
+        "gguf_version": "0.19.0",
+        "source": "scripts/llama_cpp_reference.py: llama.cpp (CPU build) loads each file and creates each context; "
+                  "buffers from llama_get_memory_breakdown (exact bytes per buffer type: model, context = KV cache, "
+                  "compute), the output buffer's size from llama_context::buf_output (agreeing with its log line)",
+        "command": "/work/llamacpp-venv/bin/python scripts/llama_cpp_reference.py --llama-src <sdist>/vendor/llama.cpp "
+                   "> tests/fixtures/llama_cpp_reference.json",
+        "model_params": {"n_gpu_layers": 0, "use_mmap": True, "use_extra_bufts": False},
+        "context_params": {"swa_full": False, "n_threads": 2},
+        "files": files,
+        "cases": cases,
+    }
+    json.dump(doc, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,139 @@
+"""The llama.cpp profile against what llama.cpp itself allocated (tests/fixtures/llama_cpp_reference.json).
+
+The fixture was recorded by scripts/llama_cpp_reference.py: llama-cpp-python (its vendored llama.cpp, the commit
+the fixture names) built for the CPU loaded small GGUF files of random weights (llama with GQA, a tied Qwen2,
+Gemma 2 with sliding-window layers, a Qwen3 MoE; F16, Q8_0, Q4_0 and Q4_K_M made by llama.cpp's own quantizer)
+and created a context under each setting of a grid. Its figures are llama.cpp's, an independent source, all
+exact to the byte: llama_get_memory_breakdown's bytes per buffer type (the model's weights, the context's KV
+cache, the compute buffer) and the output buffer's size (llama_context::buf_output; its log line, "CPU  output
+buffer size = %8.2f MiB", is kept too and agrees within its rounding).
+
+Each file is written again here from the fixture's header (metadata, the tokenizer's arrays by their lengths,
+the tensor table: names, ggml shapes and types) with zero weights: vramwise reads only the header. llama.cpp ran
+on the CPU alone, so the profile is asked for n_gpu_layers 0: every buffer is the host's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+gguf = pytest.importorskip("gguf", reason="the gguf package (pip install 'vramwise[gguf]', in the test extra) writes "
+                                          "the GGUF files these tests read")
+np = pytest.importorskip("numpy")
+
+import vramwise  # noqa: E402
+
+FIXTURE = json.loads((Path(__file__).parents[2] / "fixtures" / "llama_cpp_reference.json").read_text())
+FILES = FIXTURE["files"]
+CASES = [c for c in FIXTURE["cases"] if "refused" not in c]
+REFUSED = [c for c in FIXTURE["cases"] if "refused" in c]
+MIB = 1024 * 1024
+T = gguf.GGMLQuantizationType
+
+
+def write_header(path: Path, desc: dict) -> None:
+    """The fixture's file again: its metadata and tensor table, every weight zero."""
+    w = gguf.GGUFWriter(str(path), desc["architecture"])
+    for key, vtype, value in desc["metadata"]:
+        if key != "general.architecture":
+            w.add_key_value(key, value, gguf.GGUFValueType[vtype])
+    for key, length in desc["arrays"].items():
+        if key == "tokenizer.ggml.tokens":
+            w.add_array(key, [f"t{i}" for i in range(length)])
+        elif key == "tokenizer.ggml.scores":
+            w.add_array(key, [0.0] * length)
+        else:
+            w.add_array(key, [1] * length)
+    for name, shape, kind, _ in desc["tensors"]:
+        kind = T[kind]
+        dims = tuple(reversed(shape))  # numpy order: the ggml row length last
+        if kind == T.F32:
+            w.add_tensor(name, np.zeros(dims, np.float32))
+        elif kind == T.F16:
+            w.add_tensor(name, np.zeros(dims, np.float16))
+        else:
+            block, size = gguf.GGML_QUANT_SIZES[kind]
+            w.add_tensor(name, np.zeros(dims[:-1] + (dims[-1] // block * size,), np.uint8), raw_dtype=kind)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("llama_cpp_reference")
+    paths = {}
+    for key, desc in FILES.items():
+        paths[key] = folder / f"{key}.gguf"
+        write_header(paths[key], desc)
+    return paths
+
+
+def profile(path: Path, settings: dict):
+    return vramwise.estimate(str(path), profile="llama.cpp", n_gpu_layers=0, **settings)
+
+
+def case_id(case: dict) -> str:
+    s = case["settings"]
+    return (f"{case['file']}-ctx{s['n_ctx']}-par{s['n_parallel']}{'u' if s['kv_unified'] else ''}-"
+            f"{s['cache_type_k']}.{s['cache_type_v']}-fa{s['flash_attn']}-b{s['n_batch']}.{s['n_ubatch']}")
+
+
+def test_the_fixture_covers_the_grid():
+    # four architectures, four quantizations made by llama.cpp, and every setting the profile takes varied
+    assert {d["architecture"] for d in FILES.values()} == {"llama", "qwen2", "gemma2", "qwen3moe"}
+    assert {d["quantization"] for d in FILES.values()} == {"F16", "Q8_0", "Q4_0", "Q4_K_M"}
+    settings = [c["settings"] for c in CASES]
+    assert {s["n_parallel"] for s in settings} >= {1, 2, 3, 4}
+    assert {s["kv_unified"] for s in settings} == {False, True}
+    assert {s["flash_attn"] for s in settings} == {"auto", "on", "off"}
+    assert {"f16", "q8_0", "q4_0", "bf16"} <= {s["cache_type_k"] for s in settings}
+    assert {"q8_0", "q5_1", "iq4_nl", "f32"} <= {s["cache_type_v"] for s in settings}
+    assert len({(s["n_batch"], s["n_ubatch"]) for s in settings}) >= 3
+    assert FIXTURE["llama_cpp_commit"] and FIXTURE["llama_cpp_python_version"]
+
+
+@pytest.mark.parametrize("key", sorted(FILES))
+def test_the_header_written_again_reads_as_recorded(written, key):
+    # the file vramwise reads has the tensors llama.cpp loaded: same names, shapes, types and bytes
+    desc = FILES[key]
+    r = gguf.GGUFReader(str(written[key]))
+    assert [[t.name, [int(x) for x in t.shape], t.tensor_type.name, int(t.n_bytes)] for t in r.tensors] \
+        == desc["tensors"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_weights_kv_cache_and_output_buffer_as_llama_cpp_allocates(written, case):
+    desc = FILES[case["file"]]
+    e = profile(written[case["file"]], case["settings"])
+    f = e.figures
+    buffers = case["buffers"]
+    # the context as llama.cpp sized it
+    assert (f["n_ctx"], f["n_ctx_seq"]) == (case["n_ctx"], case["n_ctx_seq"])
+    # weights: the memory-mapped model buffer spans the file's tensor data; every tensor here is a multiple of the
+    # GGUF alignment (32 bytes), so that span is the tensors' bytes exactly (a tied output is the embedding, once)
+    assert desc["tensor_data_span"] == desc["tensor_bytes"]
+    assert buffers["CPU_Mapped"]["model"] == desc["tensor_bytes"]
+    assert f["host_weights"] == buffers["CPU_Mapped"]["model"]
+    assert f["gpu_weights"] == 0
+    # the KV cache, exact: the context's bytes in the CPU buffer type (llama_kv_cache, and both caches of an iSWA one)
+    assert f["kv_cache"] == f["host_kv_cache"] == buffers["CPU"]["context"]
+    assert f["gpu_kv_cache"] == 0
+    # the output buffer, exact; and as the log line printed it (%8.2f MiB)
+    assert f["output_buffer"] == case["output_buffer"]
+    assert case["log"]["output_buffer_mib"] == [round(f["output_buffer"] / MIB, 2)]
+    # the KV buffer's log lines (one a cache: two with sliding-window layers), each within its rounding
+    logged = case["log"]["kv_buffer_mib"]
+    assert abs(sum(logged) - f["kv_cache"] / MIB) <= 0.005 * len(logged)
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=case_id)
+def test_what_llama_cpp_refuses_is_flagged(written, case):
+    # llama.cpp created no context: a quantized V cache with flash attention off
+    assert "requires flash_attn" in case["refused"]
+    e = profile(written[case["file"]], case["settings"])
+    assert any("refuses a quantized V cache" in w for w in e.warnings)
