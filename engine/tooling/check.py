@@ -241,19 +241,21 @@ def check(paths: Sequence[str | os.PathLike] | str | os.PathLike) -> list[str]:
 
 #: The data files checked by their own schema and compiler rather than through a registry: name -> schema.
 _FORMATS = {"checkpoint_formats.yaml": "checkpoint-formats-1.schema.json", "settings.yaml": "settings-1.schema.json",
-            "stacks.yaml": "stacks-1.schema.json", "gguf.yaml": "gguf-1.schema.json"}
+            "stacks.yaml": "stacks-1.schema.json", "gguf.yaml": "gguf-1.schema.json",
+            "ollama.yaml": "preset-1.schema.json"}
 
 
 def _check_formats(path: Path) -> list[str]:
     """The problems of a checkpoint-formats file, a settings-rules file or a stacks manifest: its schema,
     its cross-references and its expressions."""
     from vramwise.inputs.gguf import compile_tables
+    from vramwise.inputs.presets import compile_preset
     from vramwise.models.checkpoint_formats import compile_formats
     from vramwise.models.stack_manifest import compile_manifest
     from vramwise.profiles.settings import compile_settings_file
 
     compile_file = {"settings.yaml": compile_settings_file, "stacks.yaml": compile_manifest,
-                    "gguf.yaml": compile_tables}.get(path.name, compile_formats)
+                    "gguf.yaml": compile_tables, "ollama.yaml": compile_preset}.get(path.name, compile_formats)
     try:
         df = load_data_file(read_data_text(path, str(path)), str(path), _FORMATS[path.name])
         compile_file(df)
