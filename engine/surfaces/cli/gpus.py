@@ -32,7 +32,8 @@ def gpus(args, out) -> int:
             seen = "yes" if g.index in disc.visible else "(by UUID/MIG)"
         else:
             seen = "yes" if g.index in b.visible else "no"
-        name = g.name + (" (unified)" if g.unified else "")
+        mark = " (unified)" if g.unified else ""
+        name = g.name[:28 - len(mark)] + mark  # the mark stays when a long name is cut to the column
         used = "-" if g.used is None else gib(g.used)
         free = "-" if g.free is None else gib(g.free)
         var = f"{g.visibility_variable}={g.index}" if g.visibility_variable else "-"

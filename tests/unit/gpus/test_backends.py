@@ -655,3 +655,16 @@ def test_select_on_a_host_without_gpus_names_every_backend_tried():
     assert (sel.mode, sel.backend, sel.visibility, sel.device_map) == ("non_cuda", "cpu", None, "cpu")
     assert sel.reason.startswith("nvidia: no NVIDIA GPU visible")
     assert sel.reason.endswith("vulkan: no Vulkan GPU found: vulkaninfo not found")
+
+
+def test_moltenvk_on_a_mac_is_the_apple_gpu():
+    """MoltenVK names the Apple GPU as the chip ("Apple M3 Max"); the Apple backend adds " GPU": one within the other."""
+    moltenvk = ("INTEGRATED_GPU", "Apple M3 Max", "0x106b", "MoltenVK", "1.2.9", "0000106b-0f00-0000-0000-000000000000",
+                [(51539607552, None, None, True)])
+    tools = mac()
+    tools.outputs[VULKANINFO] = vulkaninfo(moltenvk)
+    apple_backend = AppleBackend(tools, system=lambda: ("Darwin", "arm64"), mlx_device_info=no_mlx)
+    d = discover_gpus(nvml=NoNvml(), env={}, backends=(apple_backend, VulkanBackend(tools)))
+    assert [(x.backend, x.name) for x in d.devices] == [("apple", "Apple M3 Max GPU")]
+    assert d.backends[2].reason == ("no Vulkan GPU of its own: Vulkan device 0 (Apple M3 Max) is apple 0: "
+                                    "offered there, once")

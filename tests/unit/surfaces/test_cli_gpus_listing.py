@@ -150,3 +150,75 @@ def test_select_backend_without_gpus_is_one_line(select_host, capsys):
     assert main(["select", "--backend", "intel"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("vramwise: error: no Intel GPU found") and len(err.splitlines()) == 1
+
+
+
+# vulkaninfo's text layout and values as tests/unit/gpus/test_backends.py cites them (Vulkan-Tools#801 for the
+# device lines, memtest_vulkan#22 for the integrated GPU's heaps, clvk#537 for llvmpipe); only the lines read
+VULKANINFO = """Device Groups:
+GPU0:
+Device Properties and Extensions:
+=================================
+GPU0:
+VkPhysicalDeviceProperties:
+\tvendorID          = 0x8086
+\tdeviceType        = PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU
+\tdeviceName        = Intel(R) HD Graphics 530
+VkPhysicalDeviceMemoryProperties:
+memoryHeaps: count = 3
+\tmemoryHeaps[0]:
+\t\tsize   = 1879048192 (0x70000000) (1.75 GiB)
+\t\tbudget = 1785095808 (0x6a666680) (1.66 GiB)
+\t\tusage  = 0 (0x00000000) (0.00 B)
+\t\tflags: count = 2
+\t\t\tMEMORY_HEAP_DEVICE_LOCAL_BIT
+\t\t\tMEMORY_HEAP_MULTI_INSTANCE_BIT
+\tmemoryHeaps[1]:
+\t\tsize   = 7215251456 (0x1ae100000) (6.72 GiB)
+\t\tbudget = 6854488576 (0x1988f3200) (6.38 GiB)
+\t\tusage  = 0 (0x00000000) (0.00 B)
+\t\tflags:
+\t\t\tNone
+\tmemoryHeaps[2]:
+\t\tsize   = 268435456 (0x10000000) (256.00 MiB)
+\t\tbudget = 255013680 (0x0f333330) (243.20 MiB)
+\t\tusage  = 0 (0x00000000) (0.00 B)
+\t\tflags: count = 2
+\t\t\tMEMORY_HEAP_DEVICE_LOCAL_BIT
+\t\t\tMEMORY_HEAP_MULTI_INSTANCE_BIT
+memoryTypes: count = 16
+VkPhysicalDeviceDriverProperties:
+\tdriverName         = Intel Corporation
+\tdriverInfo         = Intel driver
+GPU1:
+VkPhysicalDeviceProperties:
+\tvendorID          = 0x10005
+\tdeviceType        = PHYSICAL_DEVICE_TYPE_CPU
+\tdeviceName        = llvmpipe (LLVM 11.0.1, 256 bits)
+VkPhysicalDeviceMemoryProperties:
+memoryHeaps: count = 1
+\tmemoryHeaps[0]:
+\t\tsize   = 8342503424 (0x1f1400000) (7.77 GiB)
+\t\tflags: count = 1
+\t\t\tMEMORY_HEAP_DEVICE_LOCAL_BIT
+memoryTypes: count = 1
+"""
+
+
+def test_vulkan_host_lists_its_gpu_and_what_it_left_out(monkeypatch, capsys):
+    def run(argv):
+        return ToolResult(VULKANINFO, None) if tuple(argv) == ("vulkaninfo",) else ToolResult("", f"{argv[0]} not found")
+
+    real = discovery.discover_gpus
+    monkeypatch.setattr(discovery, "discover_gpus", lambda: real(nvml=Nvml(fail=RuntimeError("no NVML")), env={}, backends=(
+        AmdBackend(run, load_amdsmi=no_lib), IntelBackend(run, torch_xpu=lambda: None),
+        AppleBackend(run, system=lambda: ("Linux", "x86_64"), mlx_device_info=no_lib), VulkanBackend(run))))
+    assert main(["gpus"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # integrated: every heap, 1879048192 + 7215251456 + 268435456 = 9362735104 B = 8.72 GiB; usage 0;
+    # free: budgets 1785095808 + 6854488576 + 255013680 = 8894598064 B = 8.28 GiB
+    # the name is cut to the 28-character column, the (unified) mark kept
+    assert lines[1].split() == ["vulkan", "0", "Intel(R)", "HD", "Graphi", "(unified)", "8.72", "0.00", "8.28",
+                                "yes", "GGML_VK_VISIBLE_DEVICES=0"]
+    assert lines[2].startswith("vulkan 0: total is what its GPU may use, from Vulkan's memory heaps")
+    assert lines[3] == "vulkaninfo lists 1 (llvmpipe (LLVM 11.0.1, 256 bits)): the software rasteriser (device type CPU), left out"
