@@ -399,6 +399,9 @@ def fit(
         if n != 1:
             raise SettingsError(f"profile {prof.name} runs on one GPU and the host here (a split over GPUs is not "
                                 f"modelled): give one GPU, not {n}")
+        if seq_lens is not None:
+            raise SettingsError(f"profile {prof.name} answers the context (n_ctx), not a training frontier: leave the "
+                                "sequence lengths (--seq-lens) out")
         given = headroom
 
         def headroom_of(e: Estimate) -> tuple:

@@ -270,7 +270,7 @@ def preset_settings(name: str, *, modelfile: Modelfile | str | Path | None = Non
     for sname, expr, _ in p.settings:
         if expr.names_read(env) & unknown:
             raise SettingsError(f"{p.name} {p.release} sets {sname} by the GPU's memory here: give the GPU (fit --gpu) "
-                                f"or {', '.join(_setters(p, blame | (expr.names_read(env) & names)))}")
+                                f"or {', '.join(_setters(p, blame))}")
         settings[sname] = expr.evaluate(env)
         words = origin_of(expr)
         origins[sname] = "; ".join(words) if words else default_words

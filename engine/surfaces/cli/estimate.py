@@ -29,6 +29,8 @@ def _usage(check, *a):
 def run(args, out) -> int:
     gpus = int_list("--gpus", args.gpus or "1,2,4,8", 1, MAX_GPU_COUNT)  # arguments: checked before any work
     req = request_of(args)
+    if args.preset or args.modelfile or args.ollama_env:  # a runtime's defaults, environment and Modelfile
+        return _run_preset(args, req, gpus, out)
     if args.gpus is not None:  # with a strategy, --gpus N is the world size (refused where it means else)
         given = getattr(args, "given_flags", ())
         req = _usage(req.with_strategy_gpus, gpus, args.world_size if "world_size" in given else None, CLI_NAMES)
@@ -46,6 +48,40 @@ def run(args, out) -> int:
         show_recipe(args, out, estimate=est)
         print_table(est, req.label, gpus, out, note=note_line(other_profile(est)))
     plot("estimate", est, args.plot, sys.stderr)
+    return 0
+
+
+def _run_preset(args, req, gpus: Sequence[int], out) -> int:
+    """estimate under a runtime preset (vramwise.inputs.presets): its settings from the Modelfile, the environment
+    and its defaults, each with its origin, the flags given winning; a default that depends on the GPU (Ollama's
+    context) asks for fit --gpu or the option that sets it."""
+    import os
+
+    from vramwise.estimation.estimate import estimate, load_model
+    from vramwise.inputs.presets import preset, preset_settings
+    from vramwise.surfaces.cli.local import preset_lines
+
+    if req.recipe is not None or req.size_only:
+        raise BadValue("--preset, --modelfile and --ollama-env take a GGUF model, not a recipe or a size")
+    name = args.preset or "ollama"
+    given = getattr(args, "given_flags", set())
+    profile = req.profile if "profile" in given else preset(name).profile
+    spec = load_model(req.model, trust_remote_code=args.trust_remote_code)
+    train = spec.facts.get("max_position_embeddings")
+    got = preset_settings(name, modelfile=args.modelfile, environ=os.environ if args.ollama_env else None,
+                          ctx_train=train if isinstance(train, int) and not isinstance(train, bool) else 0)
+    mine = {k: v for k, v in req.settings.items() if k in given}
+    est = estimate(spec, profile=profile, **{**got.settings, **mine})
+    origins = {**got.origins, **{k: "given" for k in mine}}
+    if args.json:
+        print_json({**estimate_view(est, gpus), "preset": got.to_dict(), "origins": origins}, out)
+        return 0
+    settings = est.settings.to_dict()
+    print_table(est, req.label, gpus, out)
+    out.write("\n")
+    write_wrapped(out, f"preset {got.preset} {preset(name).release}: {preset(name).summary}")
+    for line in preset_lines(got, settings, origins):
+        out.write(line + "\n")
     return 0
 
 

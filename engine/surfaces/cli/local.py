@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from vramwise.surfaces.cli.format import family_line, gib, summary, write_wrapped
 
-__all__ = ["print_local_fit"]
+__all__ = ["print_local_fit", "preset_lines"]
 
 
 def _layers_text(f, k: int) -> str:
@@ -17,6 +17,21 @@ def _layers_text(f, k: int) -> str:
     last = "only the output layer" if k == 1 else "the last layer and the output layer" if k == 2 else \
         f"the last {k - 1} layers and the output layer"
     return f"{k} of {f.layers + 1} ({last})"
+
+
+def preset_lines(got, settings, origins) -> list[str]:
+    """The settings a preset gave (``got``: a :class:`~vramwise.inputs.presets.PresetSettings`) as a table, each
+    value as the estimate took it (``settings``) with its origin (``origins``), then the runtime's own options."""
+    width = max(len(n) for n in origins)
+    lines = ["settings (origin):"]
+    for name, origin in origins.items():
+        value = settings.get(name)
+        shown = "all" if value is None and name == "n_gpu_layers" else str(value).lower() if isinstance(value, bool) \
+            else f"{value}"
+        lines.append(f"  {name:<{width}}  {shown:<10} {origin}")
+    options = ", ".join(f"{n} {v!r}" if isinstance(v, str) else f"{n} {v}" for n, v, _ in got.options)
+    lines.append(f"  ({got.preset} options: {options})")
+    return lines
 
 
 def print_local_fit(f, label: str, out, gpu_lines: list) -> None:
@@ -36,14 +51,9 @@ def print_local_fit(f, label: str, out, gpu_lines: list) -> None:
     for line in gpu_lines:
         write_wrapped(out, line)
     if f.origins is not None:
-        out.write("\nsettings (origin):\n")
-        width = max(len(n) for n in f.origins)
-        for name, origin in f.origins.items():
-            value = f.settings.get(name)
-            shown = "all" if value is None and name == "n_gpu_layers" else str(value).lower() if isinstance(value, bool) else f"{value}"
-            out.write(f"  {name:<{width}}  {shown:<10} {origin}\n")
-        options = ", ".join(f"{n} {v!r}" if isinstance(v, str) else f"{n} {v}" for n, v, _ in f.preset.options)
-        write_wrapped(out, f"  ({f.preset.preset} options: {options})", indent="   ")
+        out.write("\n")
+        for line in preset_lines(f.preset, f.settings, f.origins):
+            out.write(line + "\n")
     out.write("\n")
     write_wrapped(out, f"at these settings (n_ctx {fig['n_ctx']:,}, {fig['n_ctx_seq']:,} per sequence, "
                        f"n_parallel {s.n_parallel}, {fig['offloaded_layers']} of {f.layers} layers offloaded): GPU "

@@ -161,6 +161,18 @@ def _plot_path(text: str) -> str:
 
 # -- shared arguments -----------------------------------------------------------------------
 
+def _preset_args(p: argparse.ArgumentParser) -> None:
+    """A runtime preset's flags (estimate and fit): the preset, a Modelfile, the environment."""
+    p.add_argument("--preset", choices=PRESETS, default=None,
+                   help="a runtime that runs the llama.cpp profile with its own defaults (ollama: Ollama's num_ctx, "
+                        "num_batch, num_gpu, ...); the settings' flags given win over it")
+    p.add_argument("--modelfile", default=None, metavar="FILE",
+                   help="an Ollama Modelfile: its PARAMETER lines (num_ctx, num_gpu, num_batch) as settings (--preset ollama)")
+    p.add_argument("--ollama-env", action="store_true",
+                   help="read OLLAMA_CONTEXT_LENGTH, OLLAMA_NUM_PARALLEL, OLLAMA_FLASH_ATTENTION and OLLAMA_KV_CACHE_TYPE "
+                        "from the environment (--preset ollama)")
+
+
 class _Given(argparse.Action):
     """Store the value and remember that the flag was given (a recipe's value gives way only to a given flag)."""
 
@@ -295,6 +307,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                         "GPUs the strategy runs on (the same as --world-size)")
     p.add_argument("--plot", type=_plot_path, default=None, metavar="FILE",
                    help="also draw the components as a stacked bar to FILE (.png or .svg; needs vramwise[plot])")
+    _preset_args(p)
     p = _sub(sub, "explain", "every formula behind an estimate, with file:line, inputs and result",
              "Every number behind an estimate: the facts of the config, the constants and tables the formulas read, "
              "and each formula with its file:line, inputs and result (bytes with GiB beside them). Formulas that do "
@@ -319,14 +332,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="sequence lengths of the frontier (default: 16 powers of two from 128 to 4,194,304)")
     p.add_argument("--plot", type=_plot_path, default=None, metavar="FILE",
                    help="also draw the frontier to FILE (.png or .svg; needs vramwise[plot])")
-    p.add_argument("--preset", choices=PRESETS, default=None,
-                   help="a runtime that runs the llama.cpp profile with its own defaults (ollama: Ollama's num_ctx, "
-                        "num_batch, num_gpu, ...); the settings' flags given win over it")
-    p.add_argument("--modelfile", default=None, metavar="FILE",
-                   help="an Ollama Modelfile: its PARAMETER lines (num_ctx, num_gpu, num_batch) as settings (--preset ollama)")
-    p.add_argument("--ollama-env", action="store_true",
-                   help="read OLLAMA_CONTEXT_LENGTH, OLLAMA_NUM_PARALLEL, OLLAMA_FLASH_ATTENTION and OLLAMA_KV_CACHE_TYPE "
-                        "from the environment (--preset ollama)")
+    _preset_args(p)
     p = _sub(sub, "compare", "methods and profiles side by side: one column each, rows per component",
              "Estimates side by side at the same settings: one column per profile and method, a row per component, "
              "the total and, with --gpu, whether each fits.",

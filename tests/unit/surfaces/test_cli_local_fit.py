@@ -84,3 +84,29 @@ def test_preset_default_context_follows_the_gpu(model, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["settings"]["n_ctx"] == 32768
     assert data["origins"]["n_ctx"] == "ollama 0.32.15 default for the GPU's memory"
+
+
+def test_estimate_with_a_modelfile(model, tmp_path, capsys, monkeypatch):
+    mf = tmp_path / "Modelfile"
+    mf.write_text("FROM ./tiny-Q4_K_M.gguf\nPARAMETER num_ctx 8192\n")
+    monkeypatch.setenv("OLLAMA_NUM_PARALLEL", "2")
+    assert main(["estimate", model, "--modelfile", str(mf), "--ollama-env", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    # -c 8,192 x 2 -np 2: two streams of 8,192 cells; 2 layers x 16,384 cells x 512 bytes of f16 K and V
+    assert data["figures"]["n_ctx"] == 16384 and data["figures"]["kv_cache"] == 2 * 16384 * 512
+    assert data["origins"]["n_parallel"] == "environment OLLAMA_NUM_PARALLEL=2"
+    assert main(["estimate", model, "--modelfile", str(mf)]) == 0
+    out = capsys.readouterr().out
+    assert "preset ollama 0.32.15:" in out and f"Modelfile {mf}:2 (PARAMETER num_ctx)" in out
+
+
+def test_estimate_without_a_context_asks_for_one(model, capsys):
+    assert main(["estimate", model, "--preset", "ollama"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "give the GPU (fit --gpu) or PARAMETER num_ctx or OLLAMA_CONTEXT_LENGTH" in err
+
+
+def test_a_frontier_is_refused_in_one_line(model, capsys):
+    assert main(["fit", model, "--profile", "llama.cpp", "--gpu", "8MiB", "--seq-lens", "1024"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a training frontier" in err
