@@ -227,6 +227,8 @@ def select_gpus(
             raise GpuSelectionError(f"no backend {backend!r}: the backends are {known}")
         nvidia = nvidia if backend == NVIDIA else None
         pools = tuple(p for p in pools if p.backend == backend)
+        if not pools and report.visible and report.selector is None and gpu_ids is None:
+            return _non_cuda(disc, est)  # Apple's one GPU: nothing to choose, its working set to judge against
         if not pools and not (nvidia and gpu_ids is not None):
             raise GpuSelectionError(report.reason or f"no {backend} GPU is visible to this process")
     share = _further_gpu_share(est)

@@ -668,3 +668,13 @@ def test_moltenvk_on_a_mac_is_the_apple_gpu():
     assert [(x.backend, x.name) for x in d.devices] == [("apple", "Apple M3 Max GPU")]
     assert d.backends[2].reason == ("no Vulkan GPU of its own: Vulkan device 0 (Apple M3 Max) is apple 0: "
                                     "offered there, once")
+
+
+def test_select_backend_apple_judges_the_working_set():
+    from vramwise import select_gpus
+
+    apple_backend = AppleBackend(mac(), system=lambda: ("Darwin", "arm64"), mlx_device_info=no_mlx)
+    d = discover_gpus(nvml=NoNvml(), env={}, backends=(apple_backend,))
+    # 64 GiB Mac, no MLX, no wired limit: three quarters, 48 GiB (test_apple_wired_limit_then_default_share)
+    sel = select_gpus(Est(40 * GIB, 30 * GIB, 10 * GIB), backend="apple", discovery=d)
+    assert (sel.mode, sel.backend, sel.usable_bytes, sel.fits, sel.visibility) == ("non_cuda", "apple", 48 * GIB, True, None)
