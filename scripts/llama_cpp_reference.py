@@ -10,7 +10,7 @@ buffer lines as printed (0.01 MiB), and n_ctx, n_ctx_seq, n_batch and n_ubatch a
 How: each architecture's file is written in F32 with the gguf package (the shapes and metadata below, weights
 drawn from a seeded generator, a tokenizer of plain tokens), then quantized by llama.cpp's own quantizer
 (llama_cpp.llama_model_quantize: F16, Q8_0, Q4_0, Q4_K_M). Each file is loaded on the CPU (n_gpu_layers 0,
-memory-mapped, use_extra_bufts off so no weight is repacked into a second buffer) and a context is created
+memory-mapped, and a few without the map, use_extra_bufts off so no weight is repacked into a second buffer) and a context is created
 under each setting of the grid (n_ctx, n_seq_max, kv_unified, type_k / type_v, flash_attn, n_batch, n_ubatch;
 swa_full off as in llama.cpp's tools, common/common.h). The per-buffer-type figures come from
 llama_get_memory_breakdown (src/llama-ext.h), a C++ function: a small shim compiled here with g++ against
@@ -18,7 +18,7 @@ the vendored headers returns them through ctypes, and the output buffer's size (
 llama_context, src/llama-context.h, which the API does not report) the same way. The fixture keeps each file's metadata and tensor table
 (names, ggml shapes, types, bytes) so that the tests write the same header again without llama.cpp.
 
-llama-cpp-python 0.3.36 (its sdist vendors ggml-org/llama.cpp at 0c1e57098, CHANGELOG.md), built for the
+llama-cpp-python 0.3.36 (its sdist vendors ggml-org/llama.cpp at 0c1e57098, release b11312, CHANGELOG.md), built for the
 CPU in a virtual environment of its own, with gguf 0.19.0 (the project's):
 
     python3 -m venv /work/llamacpp-venv
@@ -45,7 +45,8 @@ import numpy as np
 
 import llama_cpp
 
-LLAMA_CPP_COMMIT = "0c1e57098"  # llama-cpp-python 0.3.36 CHANGELOG.md: "update llama.cpp to ggml-org/llama.cpp@0c1e57098"
+# llama-cpp-python 0.3.36 CHANGELOG.md: "update llama.cpp to ggml-org/llama.cpp@0c1e57098" (release b11312)
+LLAMA_CPP_COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 VOCAB_SPECIAL = ["<unk>", "<s>", "</s>"]
 
 # Each architecture: metadata (beside general.architecture and the tokenizer) and tensors, ggml order
@@ -262,10 +263,15 @@ def mib_line(pattern: str, text: str) -> list[float]:
     return [float(m) for m in re.findall(pattern, text)]
 
 
-def record(shim, model_path: Path, grid: list[dict]) -> tuple[list[dict], dict]:
+LOAD_MODES = {"mmap": llama_cpp.LLAMA_LOAD_MODE_MMAP, "none": llama_cpp.LLAMA_LOAD_MODE_NONE}
+# files also loaded without a memory map (the weights read into an allocated CPU buffer), under the first setting
+UNMAPPED = ["llama-gqa-F16", "qwen3moe-Q4_K_M", "gemma2-swa-Q8_0"]
+
+
+def record(shim, model_path: Path, grid: list[dict], load_mode: str = "mmap") -> tuple[list[dict], dict]:
     mparams = llama_cpp.llama_model_default_params()
     mparams.n_gpu_layers = 0
-    mparams.use_mmap = True
+    mparams.load_mode = LOAD_MODES[load_mode]
     mparams.use_extra_bufts = False
     LOG.clear()
     model = llama_cpp.llama_model_load_from_file(str(model_path).encode(), mparams)
@@ -287,7 +293,7 @@ def record(shim, model_path: Path, grid: list[dict]) -> tuple[list[dict], dict]:
         ctx = llama_cpp.llama_init_from_model(model, c)
         text = "".join(LOG)
         if not ctx:
-            results.append({"settings": s, "refused": text.strip().splitlines()[-1]})
+            results.append({"settings": s, "load_mode": load_mode, "refused": text.strip().splitlines()[-1]})
             continue
         names = ctypes.create_string_buffer(64 * 16)
         out = (ctypes.c_ulonglong * (3 * 16))()
@@ -303,6 +309,7 @@ def record(shim, model_path: Path, grid: list[dict]) -> tuple[list[dict], dict]:
         fa = re.search(r"Flash Attention (enabled|not supported)", text)
         results.append({
             "settings": s,
+            "load_mode": load_mode,
             "n_ctx": llama_cpp.llama_n_ctx(ctx), "n_ctx_seq": llama_cpp.llama_n_ctx_seq(ctx),
             "n_batch": llama_cpp.llama_n_batch(ctx), "n_ubatch": llama_cpp.llama_n_ubatch(ctx),
             "flash_attn_resolved": ({"enabled": "on", "not supported": "off"}[fa.group(1)] if fa else s["flash_attn"]),
@@ -340,7 +347,11 @@ def main() -> int:
                 files[key] = describe(path, arch, quant, spec)
                 grid = GRID if quant == "F16" else [GRID[i] for i in SHORT_GRID]
                 results, model_log = record(shim, path, grid)
-                files[key]["llama_cpp_load"] = model_log
+                files[key]["llama_cpp_load"] = {"mmap": model_log}
+                if key in UNMAPPED:
+                    more, model_log = record(shim, path, [GRID[0]], load_mode="none")
+                    results += more
+                    files[key]["llama_cpp_load"]["none"] = model_log
                 for r in results:
                     cases.append({"file": key, **r})
                 print(f"{key}: {len(results)} contexts", file=sys.stderr)
@@ -353,7 +364,8 @@ def main() -> int:
                   "compute), the output buffer's size from llama_context::buf_output (agreeing with its log line)",
         "command": "/work/llamacpp-venv/bin/python scripts/llama_cpp_reference.py --llama-src <sdist>/vendor/llama.cpp "
                    "> tests/fixtures/llama_cpp_reference.json",
-        "model_params": {"n_gpu_layers": 0, "use_mmap": True, "use_extra_bufts": False},
+        "model_params": {"n_gpu_layers": 0, "load_mode": "mmap (and none for a few cases: load_mode)",
+                         "use_extra_bufts": False},
         "context_params": {"swa_full": False, "n_threads": 2},
         "files": files,
         "cases": cases,

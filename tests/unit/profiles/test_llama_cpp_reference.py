@@ -79,7 +79,7 @@ def profile(path: Path, settings: dict):
 
 def case_id(case: dict) -> str:
     s = case["settings"]
-    return (f"{case['file']}-ctx{s['n_ctx']}-par{s['n_parallel']}{'u' if s['kv_unified'] else ''}-"
+    return (f"{case['file']}-{case['load_mode']}-ctx{s['n_ctx']}-par{s['n_parallel']}{'u' if s['kv_unified'] else ''}-"
             f"{s['cache_type_k']}.{s['cache_type_v']}-fa{s['flash_attn']}-b{s['n_batch']}.{s['n_ubatch']}")
 
 
@@ -94,6 +94,7 @@ def test_the_fixture_covers_the_grid():
     assert {"f16", "q8_0", "q4_0", "bf16"} <= {s["cache_type_k"] for s in settings}
     assert {"q8_0", "q5_1", "iq4_nl", "f32"} <= {s["cache_type_v"] for s in settings}
     assert len({(s["n_batch"], s["n_ubatch"]) for s in settings}) >= 3
+    assert {c["load_mode"] for c in CASES} == {"mmap", "none"}
     assert FIXTURE["llama_cpp_commit"] and FIXTURE["llama_cpp_python_version"]
 
 
@@ -114,11 +115,15 @@ def test_weights_kv_cache_and_output_buffer_as_llama_cpp_allocates(written, case
     buffers = case["buffers"]
     # the context as llama.cpp sized it
     assert (f["n_ctx"], f["n_ctx_seq"]) == (case["n_ctx"], case["n_ctx_seq"])
-    # weights: the memory-mapped model buffer spans the file's tensor data; every tensor here is a multiple of the
-    # GGUF alignment (32 bytes), so that span is the tensors' bytes exactly (a tied output is the embedding, once)
+    # weights: the memory-mapped model buffer (CPU_Mapped) spans the file's tensor data, the buffer of a model read
+    # without the map (CPU) holds each tensor at the buffer's alignment; every tensor here is a multiple of 32 bytes
+    # (the GGUF's and the CPU buffer's alignment), so both are the tensors' bytes exactly (a tied output is the
+    # embedding, once)
     assert desc["tensor_data_span"] == desc["tensor_bytes"]
-    assert buffers["CPU_Mapped"]["model"] == desc["tensor_bytes"]
-    assert f["host_weights"] == buffers["CPU_Mapped"]["model"]
+    weights = sum(b["model"] for b in buffers.values())
+    assert buffers["CPU_Mapped" if case["load_mode"] == "mmap" else "CPU"]["model"] == weights
+    assert weights == desc["tensor_bytes"]
+    assert f["host_weights"] == weights
     assert f["gpu_weights"] == 0
     # the KV cache, exact: the context's bytes in the CPU buffer type (llama_kv_cache, and both caches of an iSWA one)
     assert f["kv_cache"] == f["host_kv_cache"] == buffers["CPU"]["context"]
