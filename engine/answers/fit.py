@@ -180,13 +180,7 @@ def gpu_target(gpu: Any, count: int | None = None) -> GpuTarget:
     if gpu.strip().lower() == "local":
         from vramwise.gpus.discovery import discover_gpus
 
-        disc = discover_gpus()
-        visible = [disc.gpu(i) for i in disc.visible]
-        if not visible:
-            raise SettingsError(f"--gpu local: {disc.reason or 'no NVIDIA GPU is visible'}")
-        smallest = min(visible, key=lambda g: g.free)
-        return GpuTarget(f"local ({len(visible)} x {smallest.name})", smallest.free,
-                         "NVML: the smallest free memory among the visible GPUs", count or len(visible))
+        return _local_target(discover_gpus(), count)
     from vramwise.inputs.gpu_catalog import gpu_spec, unified_budget
 
     spec = gpu_spec(gpu)
@@ -195,6 +189,31 @@ def gpu_target(gpu: Any, count: int | None = None) -> GpuTarget:
         return GpuTarget(spec.name, budget.gpu_bytes, f"{budget.line()}; the system's memory: {spec.source}",
                          count or 1, None, spec)
     return GpuTarget(spec.name, spec.memory_bytes, spec.source, count or 1, spec.cuda_total_bytes, spec)
+
+
+def _local_target(disc: Any, count: int | None) -> GpuTarget:
+    """The visible devices of the first backend that has any (NVIDIA's first, then AMD, Intel, Apple, Vulkan, as
+    discovery tries them; devices of two backends never make one answer): the smallest memory a device offers (its
+    free memory where the backend tells, else its total; a unified-memory device: what its GPU may use)."""
+    reports = disc.backends or ()
+    for report in reports:
+        visible = [d for d in report.devices if d.index in report.visible]
+        if not visible:
+            continue
+        offers = lambda d: d.free if d.free is not None else d.total  # noqa: E731
+        smallest = min(visible, key=offers)
+        what = "free memory" if smallest.free is not None else "memory (the backend does not tell what is in use)"
+        source = f"{report.backend}: the smallest {what} among the {len(visible)} visible device(s)"
+        if smallest.unified_line():
+            source = f"{smallest.unified_line()}; {source}"
+        return GpuTarget(f"local ({len(visible)} x {smallest.name})", offers(smallest), source, count or len(visible))
+    if not reports and disc.visible:
+        visible = [disc.gpu(i) for i in disc.visible]
+        smallest = min(visible, key=lambda g: g.free)
+        return GpuTarget(f"local ({len(visible)} x {smallest.name})", smallest.free,
+                         "nvidia: the smallest free memory among the visible GPUs", count or len(visible))
+    tried = "; ".join(disc.report()) or disc.reason or "no GPU is visible"
+    raise SettingsError(f"--gpu local: no visible GPU ({tried})")
 
 
 @dataclass(frozen=True)
