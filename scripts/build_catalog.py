@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
 """Generate catalog/models.json, vramwise's offline model catalog, from config files.
 
-    python scripts/build_catalog.py [--shared ../shared] [--out catalog/models.json] [--check]
+    python scripts/build_catalog.py [--shared ../shared] [--sources catalog/sources] [--out catalog/models.json] [--check]
 
 Sources, in this order:
 
 1. every config listed in ``SHARED/configs/INDEX.tsv`` and ``SHARED/configs_extra/INDEX.tsv``
    (their ``hub_id`` column is the entry's id; the source columns say where the file came from);
-2. the families' flagship sizes: each concrete family's examples whose name carries a size
+2. every config listed in the project's own ``catalog/sources/INDEX.tsv`` (columns ``file``, ``hub_id``,
+   ``model_type``, ``kind``, ``source``, ``cross_checks``, ``notes``): a verbatim copy of the hub's config.json
+   found in a public repository, or a config reconstructed from the model's published dimensions, each with the
+   place it was found and at least one independent cross-check (a second copy, GGUF metadata, the parameter
+   count against the published size); a row without a source or a cross-check stops the script;
+3. the families' flagship sizes: each concrete family's examples whose name carries a size
    (``8b``, ``560m``, ``8x7b``, ``1b-7b``, ...) and at most one word after it (``-v0.1``). An example whose family, parameter count and
    estimates equal a config of step 1 becomes an alias of that entry; otherwise it is an entry of
    its own, named by the example (its dimensions are hand-written in the family file).
@@ -147,7 +152,40 @@ def _flagship_examples(reg):
                 yield fam, name, config
 
 
-def build(shared: Path) -> dict:
+#: the columns of catalog/sources/INDEX.tsv
+SOURCE_COLUMNS = ("file", "hub_id", "model_type", "kind", "source", "cross_checks", "notes")
+
+
+def read_sources(folder: Path) -> list[tuple[dict, dict]]:
+    """The rows of ``folder/INDEX.tsv`` with their configs; a malformed row stops the script naming its line."""
+    index = folder / "INDEX.tsv"
+    if not index.is_file():
+        return []
+    out = []
+    with index.open(encoding="utf-8") as fh:
+        reader = csv.DictReader(fh, delimiter="\t")
+        if tuple(reader.fieldnames or ()) != SOURCE_COLUMNS:
+            raise SystemExit(f"{index}:1: the columns must be {', '.join(SOURCE_COLUMNS)}")
+        for row in reader:
+            where = f"{index}:{reader.line_num}"
+            for col in SOURCE_COLUMNS[:-1]:
+                if not (row.get(col) or "").strip():
+                    raise SystemExit(f"{where}: column {col!r} is empty")
+            path = folder / row["file"]
+            if not path.is_file():
+                raise SystemExit(f"{where}: {row['file']} not found")
+            try:
+                config = json.loads(path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as e:
+                raise SystemExit(f"{path}:{e.lineno}:{e.colno}: {e.msg}") from None
+            if config.get("model_type") != row["model_type"]:
+                raise SystemExit(f"{where}: model_type {row['model_type']!r} but {row['file']} says "
+                                 f"{config.get('model_type')!r}")
+            out.append((row, config))
+    return out
+
+
+def build(shared: Path, sources: Path | None = None) -> dict:
     from vramwise import Registry
 
     reg = Registry()
@@ -186,6 +224,13 @@ def build(shared: Path) -> dict:
                 add(row["hub_id"], json.loads(path.read_text(encoding="utf-8")),
                     f"config.json of {row['hub_id']} (a copy published in {where})",
                     "hub config")
+    for row, config in read_sources(REPO / "catalog" / "sources" if sources is None else sources):
+        if row["hub_id"] in seen:
+            raise SystemExit(f"catalog/sources: {row['hub_id']} is already in the shared corpus")
+        before = len(problems)
+        add(row["hub_id"], config, f"config.json of {row['hub_id']} ({row['kind']}: {row['source']})", "hub config")
+        if len(problems) > before:  # a config of the project's own sources must resolve
+            raise SystemExit(f"catalog/sources/{row['file']}: {problems[-1]}")
     for fam, name, config in _flagship_examples(reg):
         source = f"families/{fam.name}.yaml, example {name!r} (dimensions written by hand)"
         try:
@@ -226,10 +271,12 @@ def dump(data: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shared", type=Path, default=REPO.parent / "shared", help="the shared corpus (default: ../shared)")
+    ap.add_argument("--sources", type=Path, default=REPO / "catalog" / "sources",
+                    help="the project's own config sources (default: catalog/sources)")
     ap.add_argument("--out", type=Path, default=REPO / "catalog" / "models.json")
     ap.add_argument("--check", action="store_true", help="exit 1 when the file on disk differs")
     args = ap.parse_args(argv)
-    text = dump(build(args.shared))
+    text = dump(build(args.shared, args.sources))
     if args.check:
         same = args.out.is_file() and args.out.read_text(encoding="utf-8") == text
         print("up to date" if same else f"{args.out} is out of date: run scripts/build_catalog.py")
