@@ -249,7 +249,7 @@ class Format:
     settings: Mapping[str, tuple]
     extras: Mapping[str, tuple]
     references: tuple  # ((key, format, description), ...)
-    unmodelled: tuple  # ((key, conditions, why), ...)
+    unmodelled: tuple  # ((key, conditions, why, since, until), ...): since/until date it as rules are dated
     ignored: tuple
     write: Mapping[str, Mapping[str, Mapping[str, Any]]]
     file: str
@@ -307,7 +307,7 @@ class Format:
                 keys.update(rule.keys())
         keys.update(r[0] for r in self.references)
         keys.update(c.key for signal in self.release_signals for c in signal.when)  # a key that tells a release
-        for key, conds, _ in self.unmodelled:
+        for key, conds, *_ in self.unmodelled:
             keys.add(key)
             keys.update(c.key for c in conds)
         return frozenset(keys)
@@ -356,6 +356,7 @@ def _release_problems(df, fmt: Format) -> list:
     groups = [(("model",), d.get("model", [])), (("profile",), d.get("profile", []))]
     groups += [(("settings", k), v) for k, v in d["settings"].items()]
     groups += [(("extras", k), v) for k, v in d.get("extras", {}).items()]
+    groups.append((("unmodelled",), d.get("unmodelled", [])))
     for parts, group in groups:
         for i, rule in enumerate(group):
             for field in ("since", "until"):
@@ -393,7 +394,9 @@ def _compile(df) -> Format:
         settings={k: rules(v, ("settings", k)) for k, v in d["settings"].items()},
         extras={k: rules(v, ("extras", k)) for k, v in d.get("extras", {}).items()},
         references=tuple((r["key"], r["format"], r["description"]) for r in d.get("references", ())),
-        unmodelled=tuple((u["key"], _conditions(u.get("when")), u["why"]) for u in d.get("unmodelled", ())),
+        unmodelled=tuple((u["key"], _conditions(u.get("when")), u["why"],
+                          version_tuple(u["since"]) if "since" in u else None,
+                          version_tuple(u["until"]) if "until" in u else None) for u in d.get("unmodelled", ())),
         ignored=tuple(d.get("ignored", ())),
         write={k: {canon(v) if v != "*" else "*": dict(keys) for v, keys in table.items()}
                for k, table in d.get("write", {}).items()},

@@ -426,9 +426,11 @@ def _covered(path: str, known: frozenset) -> bool:
     return any(".".join(parts[:i]) in known for i in range(1, len(parts) + 1))
 
 
-def _key_warnings(part: _Part, warnings: list) -> None:
+def _key_warnings(part: _Part, version: tuple | None, warnings: list) -> None:
     fmt = part.fmt
-    for key, conds, why in fmt.unmodelled:
+    for key, conds, why, since, until in fmt.unmodelled:
+        if version is not None and not ((since is None or version >= since) and (until is None or version < until)):
+            continue  # dated to releases other than the one read
         raw = lookup(part.data, key)
         if conds:
             if not all(c.holds(part.data) for c in conds):
@@ -581,8 +583,8 @@ def read_recipe(source: Any, *, framework: str | None = None, overrides: Mapping
             extras[name], origins[name] = found.value, found.origin
     model = _model(over, parts, versions, warnings, origins)
     profile = _profile(over, parts, versions, warnings, origins)
-    for part in parts:
-        _key_warnings(part, warnings)
+    for part, version in zip(parts, versions):
+        _key_warnings(part, version, warnings)
     if settings["strategy"] not in (None, "none") and origins["world_size"].kind == "vramwise default":
         warnings.append(f"strategy {settings['strategy']} ({origins['strategy'].describe()}) on 1 GPU: the recipe "
                         "does not say how many; set world_size (--set world_size=N)")
