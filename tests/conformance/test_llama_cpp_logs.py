@@ -5,8 +5,10 @@ Each logged run's model is written again as a GGUF header with gguf's own writer
 architecture's shapes, the data region left sparse (the file is truncated to its full length, nothing written), so
 a 32B model's header costs a few kilobytes. The profile is evaluated on it at the run's settings and its KV cache
 compared with the figure llama.cpp printed, within the line's rounding (half of 0.01 MiB): the total, and K and V
-apart. The output buffer (n_vocab x n_seq_max x 4 bytes) is compared the same way. The weights per device are
-compared only where the log lets one reconstruct them; every run here says why it does not.
+apart, and per device. The output buffer (n_vocab x n_seq_max x 4 bytes) is compared the same way; Ollama's runner
+reserves n_embd floats an output beside the logits, which the test derives by hand where the run says so. The
+weights per device are compared only where the log lets one reconstruct them (the tensor types known), by the
+placement rule of the log's build; a run that does not allow it says why.
 """
 
 from __future__ import annotations
@@ -80,13 +82,14 @@ def tensor_table(run: dict) -> dict:
     run names (weights.types; F16 where it names none), every norm and bias F32."""
     m = run["model"]
     types = run["weights"].get("types", {})
-    default = T[types.get("default", "F16")]
-    tensors = {"token_embd.weight": ((m["n_vocab"], m["n_embd"]), T[types.get("token_embd", types.get("default", "F16"))])}
+    default = types.get("default", "F16")
+    kind = {name: T[types.get(name, default)] for name in ("default", "token_embd", "output")}
+    tensors = {"token_embd.weight": ((m["n_vocab"], m["n_embd"]), kind["token_embd"])}
     for i in range(m["n_layer"]):
-        tensors.update({f"blk.{i}.{name}": spec for name, spec in layer_tensors(m, default).items()})
+        tensors.update({f"blk.{i}.{name}": spec for name, spec in layer_tensors(m, kind["default"]).items()})
     tensors["output_norm.weight"] = ((m["n_embd"],), T.F32)
     if not m["tied"]:
-        tensors["output.weight"] = ((m["n_vocab"], m["n_embd"]), T[types.get("output", types.get("default", "F16"))])
+        tensors["output.weight"] = ((m["n_vocab"], m["n_embd"]), kind["output"])
     return tensors
 
 
@@ -110,7 +113,8 @@ class Writer(gguf.GGUFWriter):
     def _pack_val(self, val, vtype, add_vtype, sub_type=None):
         if isinstance(val, EmptyTokens):
             head = self._pack("I", vtype) if add_vtype else b""
-            return head + self._pack("I", gguf.GGUFValueType.STRING) + self._pack("Q", val.n) + self._pack("Q", 0) * val.n
+            strings = self._pack("I", gguf.GGUFValueType.STRING) + self._pack("Q", val.n)
+            return head + strings + self._pack("Q", 0) * val.n
         return super()._pack_val(val, vtype, add_vtype, sub_type)
 
 
@@ -272,8 +276,9 @@ def placement(run: dict, rule: str) -> dict:
     rules for n_gpu_layers (ngl) on an n_layer model (src/llama-model.cpp load_tensors):
       output_last  (before pull 18148, 2025-12-17): i_gpu_start = max(n_layer - ngl, 0): the last min(ngl, n_layer)
                    repeating layers on the GPU, the output layer only when ngl > n_layer;
-      output_first (after it, 3514e9f6): i_gpu_start = max(n_layer + 1 - ngl, 0): the output layer once ngl >= 1,
-                   then the last min(ngl - 1, n_layer) repeating layers.
+      output_first (after it; the profile's pin 0c1e5709, src/llama-model.cpp:1589):
+                   i_gpu_start = max(n_layer + 1 - ngl, 0): the output layer once ngl >= 1, then the last
+                   min(ngl - 1, n_layer) repeating layers.
     The token embedding is the input layer, always the host's; a tied model's output layer is that embedding again
     (TENSOR_DUPLICATED), with output_norm."""
     m, ngl = run["model"], run["settings"]["n_gpu_layers"]
@@ -301,7 +306,7 @@ def test_weights_per_device_where_the_log_allows(header, run):
     observed = {"gpu": sum(mib for d, mib in w["observed_mib"].items() if d not in HOST_BUFFERS),
                 "host": sum(mib for d, mib in w["observed_mib"].items() if d in HOST_BUFFERS)}
     log_rule = placement(run, w["placement_rule"])
-    profile_rule = placement(run, "output_first")  # llama.cpp at 3514e9f6, the profile's
+    profile_rule = placement(run, "output_first")  # the rule of the profile's pinned llama.cpp
     # the profile places the weights by the rule of its commit
     assert (f["gpu_weights"], f["host_weights"]) == (profile_rule["gpu"], profile_rule["host"])
     for side in w["compare"]:
@@ -314,3 +319,21 @@ def test_weights_per_device_where_the_log_allows(header, run):
 @pytest.mark.parametrize("run", [r for r in RUNS if "skip" in r["weights"]], ids=ids)
 def test_weights_not_reconstructible_say_why(run):
     pytest.skip(run["weights"]["skip"])
+
+
+def test_the_compute_buffer_table_sets_the_graphs_largest_tensors_beside_the_logs():
+    # benchmarks/llama_cpp_logs.py tabulates the compute buffers as data (the profile does not model them)
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("llama_cpp_logs", REPO / "benchmarks" / "llama_cpp_logs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = {r["id"]: r for r in module.rows()}
+    assert set(rows) == {r["id"] for r in RUNS if r["observed"]["compute_mib"]}
+    r = rows["logdetective-106-mistral-7b-v0.2-q4_k_s-ctx32768"]
+    # Mistral 7B, 32768 cells, n_ubatch 512, 32 heads, no flash attention: the scores 32768 x 512 x 32 x 4 bytes
+    # = 2048 MiB, their float32 mask 32768 x 512 x 4 = 64 MiB, the logits 32000 x 512 x 4 = 62.5 MiB
+    assert (r["kq_mib"], r["mask_mib"], r["logits_mib"], r["hidden_mib"]) == (2048.0, 64.0, 62.5, 8.0)
+    # 2144.00 MiB on the GPU: 2048 + 64 and 32.00 more; 72.01 on the host: the mask and one hidden state, 0.01 more
+    assert (r["device_remainder_mib"], r["host_remainder_mib"]) == (32.0, 0.01)
+    assert "| 2144.00" not in module.table([r]) and "CUDA0 2144.00" in module.table([r])
