@@ -29,6 +29,7 @@ NO_GPU = "\n".join([
     "no AMD GPU found: the amdsmi library is not installed; amd-smi not found; rocm-smi not found",
     "no Intel GPU found: torch is not loaded (torch.xpu is read only where it is); xpu-smi not found",
     "no Apple GPU: not macOS on Apple Silicon (Linux x86_64)",
+    "no Vulkan GPU found: vulkaninfo not found",
     "no GPU found: a run here uses the CPU",
 ])
 
