@@ -9,7 +9,8 @@ buffer lines as printed (0.01 MiB), and n_ctx, n_ctx_seq, n_batch and n_ubatch a
 
 How: each architecture's file is written in F32 with the gguf package (the shapes and metadata below, weights
 drawn from a seeded generator, a tokenizer of plain tokens), then quantized by llama.cpp's own quantizer
-(llama_cpp.llama_model_quantize: F16, Q8_0, Q4_0, Q4_K_M). Each file is loaded on the CPU (n_gpu_layers 0,
+(llama_cpp.llama_model_quantize: F16, Q8_0, Q4_0, Q4_K_M; one file, whose tensors need alignment padding, is
+kept in F32). Each file is loaded on the CPU (n_gpu_layers 0,
 memory-mapped, and a few without the map, use_extra_bufts off so no weight is repacked into a second buffer) and a context is created
 under each setting of the grid (n_ctx, n_seq_max, kv_unified, type_k / type_v, flash_attn, n_batch, n_ubatch;
 swa_full off as in llama.cpp's tools, common/common.h). The per-buffer-type figures come from
@@ -51,8 +52,9 @@ VOCAB_SPECIAL = ["<unk>", "<s>", "</s>"]
 
 # Each architecture: metadata (beside general.architecture and the tokenizer) and tensors, ggml order
 # ([row length, rows, ...]). The vocabularies are large enough for the output buffer's log line (0.01 MiB), which
-# the exact figure is checked against, to say something. Shapes are multiples of 256 where a K-quant needs it, and every tensor is a multiple
-# of 32 bytes in every type used, so the mapped buffer has no alignment padding between tensors.
+# the exact figure is checked against, to say something. Shapes are multiples of 256 where a K-quant needs it, and
+# every tensor is a multiple of 32 bytes in every type used, so the model buffer has no alignment padding between
+# tensors; ODD below has some that are not.
 ARCHS = {
     "llama": dict(
         name="llama-gqa", vocab=32000, tied=False,
@@ -94,10 +96,23 @@ ARCHS = {
                "ffn_down_exps.weight": [256, 256, 4]}),
 }
 
+# A Qwen2 of hidden size 200 kept in F32: biases of 50 and norms of 200 values (200 and 800 bytes) are not multiples
+# of 32 bytes, so llama.cpp's model buffer holds padding after them (the GGUF's alignment in the map, the CPU buffer's
+# when allocated).
+ODD = ("qwen2", dict(
+    name="qwen2-odd", vocab=1000, tied=True,
+    meta={"block_count": 2, "context_length": 4096, "embedding_length": 200, "feed_forward_length": 300,
+          "attention.head_count": 4, "attention.head_count_kv": 1, "attention.layer_norm_rms_epsilon": 1e-6,
+          "rope.freq_base": 1000000.0},
+    layer={"attn_norm.weight": [200], "attn_q.weight": [200, 200], "attn_q.bias": [200],
+           "attn_k.weight": [200, 50], "attn_k.bias": [50], "attn_v.weight": [200, 50], "attn_v.bias": [50],
+           "attn_output.weight": [200, 200], "ffn_norm.weight": [200], "ffn_gate.weight": [200, 300],
+           "ffn_up.weight": [200, 300], "ffn_down.weight": [300, 200]}))
+
 QUANTS = {"F16": llama_cpp.LLAMA_FTYPE_MOSTLY_F16, "Q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0,
           "Q4_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0, "Q4_K_M": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M}
-FILES = {"llama": ["F16", "Q8_0", "Q4_0", "Q4_K_M"], "qwen2": ["F16", "Q4_K_M"], "gemma2": ["F16", "Q8_0"],
-         "qwen3moe": ["F16", "Q4_K_M"]}
+FILES = {"llama-gqa": ["F16", "Q8_0", "Q4_0", "Q4_K_M"], "qwen2-tied": ["F16", "Q4_K_M"], "gemma2-swa": ["F16", "Q8_0"],
+         "qwen3moe": ["F16", "Q4_K_M"], "qwen2-odd": ["F32"]}  # F32: the file as written, not quantized
 
 CACHE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20, "bf16": 30}
 FLASH = {"auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
@@ -265,7 +280,7 @@ def mib_line(pattern: str, text: str) -> list[float]:
 
 LOAD_MODES = {"mmap": llama_cpp.LLAMA_LOAD_MODE_MMAP, "none": llama_cpp.LLAMA_LOAD_MODE_NONE}
 # files also loaded without a memory map (the weights read into an allocated CPU buffer), under the first setting
-UNMAPPED = ["llama-gqa-F16", "qwen3moe-Q4_K_M", "gemma2-swa-Q8_0"]
+UNMAPPED = ["llama-gqa-F16", "qwen3moe-Q4_K_M", "gemma2-swa-Q8_0", "qwen2-odd-F32"]
 
 
 def record(shim, model_path: Path, grid: list[dict], load_mode: str = "mmap") -> tuple[list[dict], dict]:
@@ -337,12 +352,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         shim = build_shim(args.llama_src, work)
-        for seed, (arch, spec) in enumerate(ARCHS.items()):
+        for seed, (arch, spec) in enumerate([*ARCHS.items(), ODD]):
             master = work / f"{spec['name']}-F32.gguf"
             write_f32(arch, spec, master, seed)
-            for quant in FILES[arch]:
+            for quant in FILES[spec["name"]]:
                 path = work / f"{spec['name']}-{quant}.gguf"
-                quantize(master, path, QUANTS[quant])
+                if quant != "F32":
+                    quantize(master, path, QUANTS[quant])
                 key = path.stem
                 files[key] = describe(path, arch, quant, spec)
                 grid = GRID if quant == "F16" else [GRID[i] for i in SHORT_GRID]
