@@ -114,8 +114,11 @@ def test_weights_kv_cache_and_output_buffer_as_llama_cpp_allocates(written, case
     e = profile(written[case["file"]], case["settings"])
     f = e.figures
     buffers = case["buffers"]
-    # the context as llama.cpp sized it
+    # the context as llama.cpp sized it, and the cells of each cache a stream (its log: the full cache, then the
+    # sliding-window one where layers slide)
     assert (f["n_ctx"], f["n_ctx_seq"]) == (case["n_ctx"], case["n_ctx_seq"])
+    cells = [f["kv_cells"] // f["n_stream"]] + ([f["swa_kv_cells"] // f["n_stream"]] if f["swa_kv_cells"] else [])
+    assert case["log"]["kv_cache_cells"] == cells
     # weights: the memory-mapped model buffer (CPU_Mapped) spans the file's tensor data, each tensor padded to the
     # GGUF's alignment (32 bytes); the buffer of a model read without the map (CPU) holds each tensor at the CPU
     # buffer's alignment (32 bytes too). A tied output is the embedding, once.
