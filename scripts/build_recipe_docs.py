@@ -57,8 +57,11 @@ vramwise.fit(recipe, gpu="H100").advice                 # what to change, writte
   newest is read. A default or a rule that changed between
   releases is dated (`since:` / `until:` in the format file, each with the source line at its
   release); the recipe's heading and each default's origin name the release read
-  (`litgpt 0.5.13 default (...)`). Each format's section below lists the releases it knows and what
-  changed at each.
+  (`litgpt 0.5.13 default (...)`). A key that changes memory but is not modelled can be dated the same
+  way, and is then warned only under those releases. Each format's section below lists the releases it
+  knows and what changed at each. The transformers format's releases are TRL's (`--framework trl@1.7.0`):
+  the defaults that change are SFTConfig's, ModelConfig's and SFTTrainer's, and each release names the
+  transformers release its TrainingArguments was read beside.
 - **Parts**: a key that names another file (axolotl's and LLaMA-Factory's `deepspeed:`,
   TrainingArguments' `deepspeed`, accelerate's `deepspeed_config_file`) is read relative to the
   file that names it. Further parts can be given: `--recipe train.yaml --recipe accelerate.yaml`.
@@ -277,8 +280,10 @@ def render() -> str:
         if fmt.unmodelled:
             lines.append("Keys that change memory but are not modelled (named in a warning):")
             lines.append("")
-            for key, conds, why in fmt.unmodelled:
+            for key, conds, why, since, until in fmt.unmodelled:
                 when = (" when " + " and ".join(_cond(c) for c in conds)) if conds else ""
+                when += "".join(f" ({word} {'.'.join(map(str, v))})" for word, v in
+                                (("from release", since), ("before release", until)) if v is not None)
                 lines.append(f"- `{key}`{when}: {' '.join(why.split())}")
             lines.append("")
         if fmt.write:

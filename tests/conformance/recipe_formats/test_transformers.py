@@ -24,6 +24,8 @@ from vramwise.recipes.reader import bundled_formats  # noqa: E402
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recipes" / "transformers"
 YAMLS = sorted(p.name for p in FIXTURES.glob("*.yaml"))
 LAUNCH_KEYS = ("num_processes", "accelerate_config")  # trl/cli.py:53-83, accelerate launch's
+#: the format's release of the installed TRL: the dataclasses compared are that release's
+INSTALLED = f"transformers@{trl.__version__}"
 
 
 def trl_parse(data: dict):
@@ -68,7 +70,7 @@ def compare(recipe, args, model_args=None):
 def test_trl_yaml_against_hf_argument_parser(name):
     data = yaml.safe_load((FIXTURES / name).read_text())
     script_args, args, model_args = trl_parse(data)
-    r = vramwise.read_recipe(FIXTURES / name)
+    r = vramwise.read_recipe(FIXTURES / name, framework=INSTALLED)
     compare(r, args, model_args)
 
 
@@ -82,7 +84,7 @@ def test_saved_json_against_the_dataclass(name):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         args = cls(**{k: v for k, v in data.items() if not k.endswith("_token")})
-    r = vramwise.read_recipe(FIXTURES / name)
+    r = vramwise.read_recipe(FIXTURES / name, framework=INSTALLED)
     compare(r, args)
     if args.fsdp:
         plugin = args.fsdp_plugin_args
@@ -126,12 +128,12 @@ def test_sft_config_defaults_are_trl_s(tmp_path):
     _, args, model_args = trl_parse({"model_name_or_path": "Qwen/Qwen2.5-0.5B"})
     p = tmp_path / "sft.yaml"
     p.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\n")
-    r = vramwise.read_recipe(p)
+    r = vramwise.read_recipe(p, framework=INSTALLED)
     compare(r, args, model_args)
     assert r.settings["seq_len"] == args.max_length == 1024
     _, args, model_args = trl_parse({"model_name_or_path": "m", "use_peft": True})
     p.write_text("model_name_or_path: m\nuse_peft: true\n")
-    compare(vramwise.read_recipe(p), args, model_args)
+    compare(vramwise.read_recipe(p, framework=INSTALLED), args, model_args)
 
 
 def test_every_field_is_mapped_unmodelled_or_ignored():

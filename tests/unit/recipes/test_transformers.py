@@ -21,6 +21,9 @@ pytestmark = pytest.mark.unit
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "recipes"
 TF = FIXTURES / "transformers"
+#: The TRL release these fixtures were written by (and the defaults below read from); a recipe read without a
+#: release named is read under the newest the format knows (tests/unit/recipes/test_transformers_releases.py)
+PINNED = "transformers@0.26.0"
 
 
 
@@ -33,8 +36,8 @@ def write(tmp_path: Path, text: str, name: str = "sft.yaml") -> Path:
 # -- TRL command-line YAML ----------------------------------------------------------------------
 
 def test_trl_skill_config_lora_settings_and_origins():
-    r = vramwise.read_recipe(TF / "trl_skill_sft_config.yaml")
-    assert r.format == "transformers" and r.framework == "transformers" and r.framework_version == "5.24.0"
+    r = vramwise.read_recipe(TF / "trl_skill_sft_config.yaml", framework=PINNED)
+    assert r.format == "transformers" and r.framework == "TRL" and r.framework_version == "0.26.0"
     assert r.model == "Qwen/Qwen2.5-0.5B"  # model_name_or_path (line 2)
     assert r.profile == "hf"
     s = r.settings
@@ -61,7 +64,7 @@ def test_trl_skill_config_lora_settings_and_origins():
                          ("attention", "modeling_utils.py:1855")):
         o = r.origins[name]
         assert o.kind == "framework default" and source in o.source, (name, o)
-        assert o.framework == "transformers" and o.version == "5.24.0"
+        assert o.framework == "TRL" and o.version == "0.26.0"
     # no lora_target_modules: PEFT's per-model defaults are not vramwise's, said in a warning
     assert any("lora_target_modules" in w and "TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING" in w
                for w in r.warnings)
@@ -69,7 +72,7 @@ def test_trl_skill_config_lora_settings_and_origins():
 
 
 def test_trl_cli_example_config_full_fine_tuning_by_default():
-    r = vramwise.read_recipe(TF / "trl_cli_example_config.yaml")
+    r = vramwise.read_recipe(TF / "trl_cli_example_config.yaml", framework=PINNED)
     assert r.model == "Qwen/Qwen2.5-0.5B"  # lines 9-10
     # use_peft default False (model_config.py:114): every parameter is trained
     assert r.settings["method"] == "full"
@@ -148,7 +151,7 @@ def test_qlora_from_model_config_keys(tmp_path):
 def test_liger_without_its_fused_loss(tmp_path):
     p = write(tmp_path, "model_name_or_path: m\nuse_liger_kernel: true\n"
                         "liger_kernel_config:\n  fused_linear_cross_entropy: false\n  rms_norm: true\n")
-    r = vramwise.read_recipe(p)
+    r = vramwise.read_recipe(p, framework=PINNED)  # from TRL 1.15.0 SFTTrainer's own fused LM head computes it
     assert r.settings["loss"] == "standard"
 
 
@@ -168,7 +171,7 @@ def test_older_trl_max_seq_length(tmp_path):
 # -- saved TrainingArguments / SFTConfig ------------------------------------------------------------
 
 def test_saved_sftconfig():
-    r = vramwise.read_recipe(TF / "sftconfig_saved.json")
+    r = vramwise.read_recipe(TF / "sftconfig_saved.json", framework=PINNED)
     assert r.format == "transformers" and r.model is None  # SFTConfig names no model
     s = r.settings
     assert s["batch_size"] == 4 and where(r, "batch_size") == ("recipe", "per_device_train_batch_size", 3)
