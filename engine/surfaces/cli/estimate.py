@@ -31,6 +31,8 @@ def run(args, out) -> int:
     req = request_of(args)
     if args.preset or args.modelfile or args.ollama_env:  # a runtime's defaults, environment and Modelfile
         return _run_preset(args, req, gpus, out)
+    if req.settings.get("gpu") is not None and _local(req):  # a local run's figures, then whether they fit
+        return _run_local_on_gpu(args, req, gpus, out)
     if args.gpus is not None:  # with a strategy, --gpus N is the world size (refused where it means else)
         given = getattr(args, "given_flags", ())
         req = _usage(req.with_strategy_gpus, gpus, args.world_size if "world_size" in given else None, CLI_NAMES)
@@ -48,6 +50,46 @@ def run(args, out) -> int:
         show_recipe(args, out, estimate=est)
         print_table(est, req.label, gpus, out, note=note_line(other_profile(est)))
     plot("estimate", est, args.plot, sys.stderr)
+    return 0
+
+
+def _local(req) -> bool:
+    """Whether the request's profile splits a GGUF model between one GPU and the host (the local answers')."""
+    if req.recipe is not None or req.size_only:
+        return False
+    from vramwise.answers.offload import is_local
+    from vramwise.estimation.registry import Registry
+
+    try:
+        return is_local(Registry.default().profile(req.profile))
+    except SettingsError:
+        return False
+
+
+def _run_local_on_gpu(args, req, gpus: Sequence[int], out) -> int:
+    """estimate under a local-inference profile with --gpu: the estimate (per device: weights, KV cache, output
+    buffer), then fit's verdict on that GPU (vramwise.answers.offload)."""
+    from vramwise.answers.fit import fit
+    from vramwise.surfaces.cli.fit import _gpu_words
+
+    if args.gpus is not None:
+        raise BadValue("a local-inference estimate is for one GPU and the host: leave --gpus out")
+    settings = req.settings_dict(skip=("gpu",))
+    est = req.with_settings(gpu=None).estimate()
+    f = fit(req.model, gpu=req.settings["gpu"], profile=req.profile, trust_remote_code=req.trust_remote_code,
+            **settings)
+    if args.json:
+        print_json({**estimate_view(est, gpus), "fit": f.to_dict()}, out)
+        return 0
+    print_table(est, req.label, gpus, out, note=note_line(other_profile(est)))
+    out.write("\n")
+    for line in _gpu_words(f):
+        write_wrapped(out, line)
+    fig = f.estimate.figures
+    write_wrapped(out, f"on the GPU: {gib(fig['gpu_total'])} GiB, on the host: {gib(fig['host_total'])} GiB: "
+                       f"{f.verdict.head()}")
+    write_wrapped(out, "the largest n_ctx, the layers to offload and the parallel sequences that fit: vramwise fit "
+                       "with the same flags")
     return 0
 
 

@@ -110,3 +110,18 @@ def test_a_frontier_is_refused_in_one_line(model, capsys):
     assert main(["fit", model, "--profile", "llama.cpp", "--gpu", "8MiB", "--seq-lens", "1024"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not a training frontier" in err
+
+
+def test_estimate_on_a_gpu_prints_the_figures_then_the_verdict(model, capsys):
+    # 975,552 weight bytes + 4,096 cells x 1,024 = 5,169,856 bytes on the GPU; 8 MiB = 8,388,608 leaves 3,218,752
+    assert main(["estimate", model, "--profile", "llama.cpp", "--gpu", "8MiB", "--n-ctx", "4096", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["figures"]["gpu_total"] == 5_169_856
+    assert (data["fit"]["verdict"]["label"], data["fit"]["verdict"]["margin_bytes"]) == ("fits", 3_218_752)
+    assert main(["estimate", model, "--profile", "llama.cpp", "--gpu", "4MiB", "--n-ctx", "4096"]) == 0
+    out = capsys.readouterr().out
+    assert "GPU: weights" in out  # the estimate's per-device lines first
+    # 4 MiB = 4,194,304 bytes: 975,296 short
+    assert "on the GPU: 0.00 GiB, on the host: 0.00 GiB: does not fit, 0.00 GiB short of 0.00 GiB per GPU" in out
+    assert main(["estimate", model, "--profile", "llama.cpp", "--gpu", "8MiB", "--gpus", "2"]) == 2
+    assert "one GPU and the host" in capsys.readouterr().err
