@@ -2,9 +2,8 @@
 
 The fixture was recorded by scripts/llama_cpp_reference.py: llama-cpp-python (its vendored llama.cpp, the commit
 the fixture names) built for the CPU loaded small GGUF files of random weights (llama with GQA, a tied Qwen2,
-Gemma 2 with sliding-window layers, a Qwen3 MoE; F16, Q8_0, Q4_0 and Q4_K_M made by llama.cpp's own quantizer; and
-a Qwen2 in F32 whose vectors are not multiples of 32 bytes)
-and created a context under each setting of a grid. Its figures are llama.cpp's, an independent source, all
+Gemma 2 with sliding-window layers, a Qwen3 MoE; F16, Q8_0, Q4_0 and Q4_K_M made by llama.cpp's own quantizer;
+and a Qwen2 in F32 whose biases are not multiples of 32 bytes) and created a context under each setting of a grid. Its figures are llama.cpp's, an independent source, all
 exact to the byte: llama_get_memory_breakdown's bytes per buffer type (the model's weights, the context's KV
 cache, the compute buffer) and the output buffer's size (llama_context::buf_output; its log line, "CPU  output
 buffer size = %8.2f MiB", is kept too and agrees within its rounding).
