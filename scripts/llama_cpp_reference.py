@@ -9,26 +9,28 @@ buffer lines as printed (0.01 MiB), and n_ctx, n_ctx_seq, n_batch and n_ubatch a
 
 How: each architecture's file is written in F32 with the gguf package (the shapes and metadata below, weights
 drawn from a seeded generator, a tokenizer of plain tokens), then quantized by llama.cpp's own quantizer
-(llama_cpp.llama_model_quantize: F16, Q8_0, Q4_0, Q4_K_M; one file, whose tensors need alignment padding, is
-kept in F32). Each file is loaded on the CPU (n_gpu_layers 0,
-memory-mapped, and a few without the map, use_extra_bufts off so no weight is repacked into a second buffer) and a context is created
-under each setting of the grid (n_ctx, n_seq_max, kv_unified, type_k / type_v, flash_attn, n_batch, n_ubatch;
-swa_full off as in llama.cpp's tools, common/common.h). The per-buffer-type figures come from
-llama_get_memory_breakdown (src/llama-ext.h), a C++ function: a small shim compiled here with g++ against
-the vendored headers returns them through ctypes, and the output buffer's size (a private member of
-llama_context, src/llama-context.h, which the API does not report) the same way. The fixture keeps each file's metadata and tensor table
-(names, ggml shapes, types, bytes) so that the tests write the same header again without llama.cpp.
+(llama_cpp.llama_model_quantize: F16, Q8_0, Q4_0, Q4_K_M; one file, whose biases need alignment padding, is kept
+in F32). Each file is loaded on the CPU (n_gpu_layers 0, memory-mapped, and a few without the map;
+use_extra_bufts off, so no weight is repacked into a second buffer) and a context is created under each setting
+of the grid (n_ctx, n_seq_max, kv_unified, type_k / type_v, flash_attn, n_batch, n_ubatch; swa_full off as in
+llama.cpp's tools, common/common.h). The per-buffer-type figures come from llama_get_memory_breakdown
+(src/llama-ext.h), a C++ function: a small shim compiled here with g++ against the vendored headers returns them
+through ctypes, and the output buffer's size (a private member of llama_context, src/llama-context.h, which the
+API does not report) the same way. The fixture keeps each file's metadata and tensor table (names, ggml shapes,
+types, bytes) so that the tests write the same header again without llama.cpp.
 
-llama-cpp-python 0.3.36 (its sdist vendors ggml-org/llama.cpp at 0c1e57098, release b11312, CHANGELOG.md), built for the
-CPU in a virtual environment of its own, with gguf 0.19.0 (the project's):
+llama-cpp-python 0.3.36 (its sdist vendors ggml-org/llama.cpp at 0c1e57098, release b11312, CHANGELOG.md),
+built for the CPU in a virtual environment of its own, with gguf 0.19.0 (the project's):
 
     python3 -m venv /work/llamacpp-venv
-    CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF -DGGML_OPENMP=OFF" \\
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_OPENMP=OFF -DLLAMA_CURL=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF \\
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF" \\
         /work/llamacpp-venv/bin/pip install llama-cpp-python==0.3.36 gguf==0.19.0
     /work/llamacpp-venv/bin/python scripts/llama_cpp_reference.py --llama-src <sdist>/vendor/llama.cpp \\
         > tests/fixtures/llama_cpp_reference.json
 
-It takes a couple of minutes on two cores. The random files are written to a temporary folder and removed.
+The build takes about 6 minutes on two cores, the recording under a minute; its output is the same from run to
+run. The random files are written to a temporary folder and removed.
 """
 from __future__ import annotations
 
