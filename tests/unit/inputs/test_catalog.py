@@ -181,11 +181,11 @@ def test_catalog_file_is_what_the_script_generates_now():
 def test_near_models_put_the_same_model_without_its_variant_words_first():
     from vramwise.inputs.catalog import find_model, near_models
 
-    # Qwen/Qwen2.5-14B-Instruct is the chat tuning of Qwen/Qwen2.5-14B (same architecture): without the
-    # organisation and "instruct" both read "qwen2-5-14b", so the base model comes first
-    assert find_model("Qwen/Qwen2.5-14B") is not None and find_model("Qwen/Qwen2.5-14B-Instruct") is None
-    assert near_models("Qwen/Qwen2.5-14B-Instruct")[0] == "Qwen/Qwen2.5-14B"
-    assert near_models("someone/Qwen2.5-14B-AWQ")[0] == "Qwen/Qwen2.5-14B"
+    # Qwen/Qwen2.5-32B-Instruct is the chat tuning of Qwen/Qwen2.5-32B (same architecture): without the
+    # organisation and "instruct" both read "qwen2-5-32b", so the base model comes first
+    assert find_model("Qwen/Qwen2.5-32B") is not None and find_model("Qwen/Qwen2.5-32B-Instruct") is None
+    assert near_models("Qwen/Qwen2.5-32B-Instruct")[0] == "Qwen/Qwen2.5-32B"
+    assert near_models("someone/Qwen2.5-32B-AWQ")[0] == "Qwen/Qwen2.5-32B"
     assert near_models("zzzz/qqqq-xyzzy") == []  # nothing close: no guess
     assert near_models("x" * 301) == []
 

@@ -94,6 +94,13 @@ KERAS_HUB_PARAMS = {
     "google/gemma-2-2b": 2_614_341_888,  # gemma_presets.py gemma2_2b_en
     "google/gemma-2-9b": 9_241_705_984,  # gemma2_9b_en
     "google/gemma-2-27b": 27_227_128_320,  # gemma2_27b_en (and gemma2_instruct_27b_en)
+    "meta-llama/Llama-2-7b-chat-hf": 6_738_415_616,  # llama_presets.py llama2_instruct_7b_en
+    "unsloth/Mistral-7B-v0.2": 7_241_732_096,  # mistral_presets.py mistral_7b_en (the same dimensions)
+    "mistralai/Mistral-7B-Instruct-v0.2": 7_241_732_096,  # mistral_0.2_instruct_7b_en
+    "Qwen/Qwen2.5-72B": 72_706_203_648,  # qwen_presets.py qwen2.5_instruct_72b_en (LitGPT: one entry for both)
+    # gemma3_presets.py gemma3_instruct_27b_text is 27,009,002,240 with a 262144-token vocabulary; the hub's text
+    # config leaves vocab_size to Gemma3TextConfig's default 262208: 64 more embedding rows of 5376
+    "google/gemma-3-27b-it": 27_009_002_240 + 64 * 5376,
 }
 
 
