@@ -30,8 +30,8 @@ from typing import Any, Mapping
 
 from vramwise.errors import ConfigError, EvaluationError, MissingDependencyError
 
-__all__ = ["GGUFTensor", "GGUFPlacement", "GGUFModel", "read_gguf", "gguf_config", "gguf_files", "is_gguf", "TABLE_PATH",
-           "MISSING", "known_architectures"]
+__all__ = ["GGUFTensor", "GGUFPlacement", "GGUFModel", "read_gguf", "read_gguf_bytes", "gguf_config", "gguf_files", "is_gguf",
+           "TABLE_PATH", "MISSING", "known_architectures"]
 
 #: Display path of the bundled tables.
 TABLE_PATH = "formulas/gguf.yaml"
@@ -80,6 +80,7 @@ class GGUFModel:
     metadata: Mapping[str, Any]  # the first file's key/values (arrays longer than SMALL_ARRAY: left out)
     array_lengths: Mapping[str, int]  # every array key -> its number of items
     tensors: tuple  # of GGUFTensor, every shard's, in file order
+    header_bytes: int = 0  # of the first file: its key/values and tensor table end here (what a reader needs of it)
 
     @property
     def weight_bytes(self) -> int:
@@ -271,8 +272,8 @@ _U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
 _MAX_DIMS, _ALIGNMENT = 4, 32
 
 
-def _read_one(path: Path, gguf) -> tuple[dict, dict, list]:
-    """(metadata, array lengths, [(name, type id, shape, offset)]) of one file's header."""
+def _read_one(path: Path, gguf) -> tuple[dict, dict, list, int]:
+    """(metadata, array lengths, [(name, type id, shape, offset)], header length) of one file's header."""
     import mmap
 
     try:
@@ -286,18 +287,25 @@ def _read_one(path: Path, gguf) -> tuple[dict, dict, list]:
     except OSError as e:
         raise ConfigError(f"cannot read GGUF file {path}: {e.strerror or e}") from None
     try:
-        return _parse(path, buf, size, gguf)
+        return _parse_checked(path, buf, size, gguf)
     except _Truncated:
         raise ConfigError(f"{path}: the GGUF header ends past the end of the file (truncated?)") from None
-    except ConfigError:
-        raise
-    except (ValueError, struct.error, OverflowError, MemoryError) as e:
-        raise ConfigError(f"{path}: not a readable GGUF file ({str(e)[:200]})") from None
     finally:
         buf.close()
 
 
-def _parse(path: Path, buf, size: int, gguf) -> tuple[dict, dict, list]:
+def _parse_checked(path, buf, size: int, gguf) -> tuple[dict, dict, list, int]:
+    """:func:`_parse`, its failures one ConfigError naming ``path`` (``_Truncated`` passes: the caller says
+    what the end of ``buf`` means)."""
+    try:
+        return _parse(path, buf, size, gguf)
+    except (_Truncated, ConfigError):
+        raise
+    except (ValueError, struct.error, OverflowError, MemoryError) as e:
+        raise ConfigError(f"{path}: not a readable GGUF file ({str(e)[:200]})") from None
+
+
+def _parse(path: Path, buf, size: int, gguf) -> tuple[dict, dict, list, int]:
     if buf[:4] != _MAGIC:
         raise ConfigError(f"{path}: not a GGUF file (it does not start with the GGUF magic)")
     h = _Header(buf, gguf)
@@ -338,7 +346,7 @@ def _parse(path: Path, buf, size: int, gguf) -> tuple[dict, dict, list]:
     if not isinstance(align, int) or isinstance(align, bool) or align <= 0 or align & (align - 1):
         raise ConfigError(f"{path}: general.alignment {align!r} is not a power of two")
     data_start = -(-h.pos // align) * align
-    return meta, lengths, [(name, kind, shape, data_start + offset) for name, kind, shape, offset in table]
+    return meta, lengths, [(name, kind, shape, data_start + offset) for name, kind, shape, offset in table], h.pos
 
 
 def _tensor(name: str, type_id: int, shape: tuple, offset: int, shard: int, path: Path, size: int,
@@ -403,11 +411,16 @@ def read_gguf(path: Any) -> GGUFModel:
 def _read_files(key: tuple) -> GGUFModel:
     gguf = _gguf()
     files = tuple(Path(k[0]) for k in key)
+    return _model(files, [(*_read_one(f, gguf), k[1]) for f, k in zip(files, key)], gguf)
+
+
+def _model(files: tuple, headers: list, gguf) -> GGUFModel:
+    """The model of ``files`` from each one's parsed header ((metadata, array lengths, table, header length,
+    the file's size)), every tensor checked against its file's size."""
     metadata = lengths = None
     tensors: list = []
     seen: set = set()
-    for shard, (f, k) in enumerate(zip(files, key)):
-        meta, arrays, table = _read_one(f, gguf)
+    for shard, (f, (meta, arrays, table, _end, size)) in enumerate(zip(files, headers)):
         if shard == 0:
             metadata, lengths = meta, arrays
             count = meta.get("split.count")
@@ -418,7 +431,7 @@ def _read_files(key: tuple) -> GGUFModel:
             if name in seen:
                 raise ConfigError(f"{f}: tensor {name} is in more than one shard")
             seen.add(name)
-            tensors.append(_tensor(name, type_id, shape, offset, shard, f, k[1], gguf))
+            tensors.append(_tensor(name, type_id, shape, offset, shard, f, size, gguf))
     expected = metadata.get("split.tensors.count")
     if expected is not None and expected != len(tensors):
         raise ConfigError(f"{files[0]}: split.tensors.count is {expected}, but the shards hold {len(tensors)} tensors")
@@ -428,7 +441,34 @@ def _read_files(key: tuple) -> GGUFModel:
     return GGUFModel(files=tuple(str(f) for f in files), architecture=arch,
                      file_type=_file_type_name(metadata.get("general.file_type"), gguf),
                      metadata=MappingProxyType(metadata), array_lengths=MappingProxyType(lengths),
-                     tensors=tuple(tensors))
+                     tensors=tuple(tensors), header_bytes=headers[0][3])
+
+
+def read_gguf_bytes(data: bytes, *, size: int, name: str) -> GGUFModel | None:
+    """The header of a one-file GGUF model from its first bytes, ``data``, and the file's whole ``size`` in
+    bytes (as declared by whoever read them: a browser's File.slice and File.size), the file called ``name``.
+    The parser is :func:`read_gguf`'s; each tensor is checked against ``size``, so a truncated file is refused
+    as it is when read from disk. None when ``data`` ends inside the header and the file goes on
+    (``len(data) < size``): read more of it (:attr:`GGUFModel.header_bytes` of the answer is what is needed).
+    A shard of a split model is refused (its tensors are in the other files)."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ConfigError(f"{name}: the file's size must be a whole number of bytes, got {str(size)[:60]}")
+    if len(data) > size:
+        raise ConfigError(f"{name}: {len(data):,} bytes given of a file of {size:,}")
+    if size < 24:
+        raise ConfigError(f"{name}: not a GGUF file ({size} bytes, shorter than a GGUF header)")
+    gguf = _gguf()
+    try:
+        header = _parse_checked(name, data if isinstance(data, (bytes, bytearray)) else bytes(data), size, gguf)
+    except _Truncated:
+        if len(data) < size:
+            return None
+        raise ConfigError(f"{name}: the GGUF header ends past the end of the file (truncated?)") from None
+    count = header[0].get("split.count")
+    if count is not None and count != 1:
+        raise ConfigError(f"{name}: one file of a GGUF model split in {count} files; the model is read from all "
+                          "of them (vramwise estimate/fit with the files side by side)")
+    return _model((Path(name),), [(*header, size)], gguf)
 
 
 # -- the tables: formulas/gguf.yaml ----------------------------------------------------------------------------
