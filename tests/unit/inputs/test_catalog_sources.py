@@ -97,6 +97,7 @@ KERAS_HUB_PARAMS = {
     "meta-llama/Llama-2-7b-chat-hf": 6_738_415_616,  # llama_presets.py llama2_instruct_7b_en
     "unsloth/Mistral-7B-v0.2": 7_241_732_096,  # mistral_presets.py mistral_7b_en (the same dimensions)
     "mistralai/Mistral-7B-Instruct-v0.2": 7_241_732_096,  # mistral_0.2_instruct_7b_en
+    "mistralai/Mistral-7B-v0.3": 7_248_023_552,  # mistral_0.3_7b_en
     "Qwen/Qwen2.5-0.5B": 494_032_768,  # qwen_presets.py qwen2.5_0.5b_en
     "Qwen/Qwen2.5-0.5B-Instruct": 494_032_768,  # qwen2.5_instruct_0.5b_en
     "Qwen/Qwen2.5-72B": 72_706_203_648,  # qwen_presets.py qwen2.5_instruct_72b_en (LitGPT: one entry for both)
@@ -113,7 +114,8 @@ def test_counts_equal_keras_hubs_published_sizes(hub_id, params):
 
 @pytest.mark.parametrize("hub_id", ["bigcode/gpt_bigcode-santacoder", "tiiuae/falcon-7b", "bigscience/bloomz-7b1",
                                     "TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T", "google/gemma-2-2b",
-                                    "Qwen/Qwen2.5-1.5B", "HuggingFaceTB/SmolLM2-1.7B", "unsloth/Mistral-7B-v0.2"])
+                                    "Qwen/Qwen2.5-1.5B", "HuggingFaceTB/SmolLM2-1.7B", "unsloth/Mistral-7B-v0.2",
+                                    "codellama/CodeLlama-7b-hf"])
 def test_counts_equal_transformers_model_on_the_meta_device(hub_id):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
