@@ -76,3 +76,48 @@ ROOT_BYTES = {
 }
 # 446,464 a layer: 2 x 446,464 + 236,224 = 1,129,152
 TOTAL_BYTES = 1_129_152
+
+
+#: The quantizations write_qwen2_as writes: the GGML type of every matrix and llama.cpp's file type.
+QUANTS = {"F16": (T.F16, gguf.LlamaFileType.MOSTLY_F16), "Q8_0": (T.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
+          "Q4_K_M": (T.Q4_K, gguf.LlamaFileType.MOSTLY_Q4_K_M)}
+
+
+def write_qwen2_as(path, quant: str, split_max_tensors: int = 0, architecture: str = "qwen2",
+                   layers: int = 2) -> None:
+    """The Qwen2 of write_qwen2 as one quantization of QUANTS: every matrix (attention, MLP, output.weight) in its
+    GGML type, the norms and biases F32, the token embedding F16."""
+    kind, file_type = QUANTS[quant]
+
+    def matrix(rows, cols):
+        return (np.zeros((rows, cols), np.float16), None) if kind == T.F16 else (quantized(rows, cols, kind), kind)
+
+    w = gguf.GGUFWriter(path, architecture, split_max_tensors=split_max_tensors)
+    w.add_block_count(layers)
+    w.add_embedding_length(256)
+    w.add_feed_forward_length(512)
+    w.add_head_count(4)
+    w.add_head_count_kv(2)
+    w.add_context_length(32768)
+    w.add_rope_freq_base(1000000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_file_type(file_type)
+    w.add_token_list([f"t{i}" for i in range(290)])
+    w.add_tensor("token_embd.weight", np.zeros((300, 256), np.float16))
+    w.add_tensor("output_norm.weight", np.zeros(256, np.float32))
+    data, raw = matrix(300, 256)
+    w.add_tensor("output.weight", data, raw_dtype=raw)
+    for i in range(layers):
+        p = f"blk.{i}."
+        for name, size in (("attn_norm", 256), ("attn_q.bias", 256), ("attn_k.bias", 128), ("attn_v.bias", 128),
+                           ("ffn_norm", 256)):
+            w.add_tensor(p + (name if "." in name else name + ".weight"), np.zeros(size, np.float32))
+        for name, rows, cols in (("attn_q", 256, 256), ("attn_k", 128, 256), ("attn_v", 128, 256),
+                                 ("attn_output", 256, 256), ("ffn_gate", 512, 256), ("ffn_up", 512, 256),
+                                 ("ffn_down", 256, 512)):
+            data, raw = matrix(rows, cols)
+            w.add_tensor(p + name + ".weight", data, raw_dtype=raw)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
