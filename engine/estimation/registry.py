@@ -226,15 +226,20 @@ class Registry:
         return spec
 
     def resolve(self, root: Mapping, *, family: str | None = None, origin: str = "mapping", location: Any = None,
-                warnings: Iterable[str] = (), checkpoint_bytes: int | None = None, source: Any = None):
+                warnings: Iterable[str] = (), checkpoint_bytes: int | None = None, source: Any = None,
+                checkpoint_origin: str | None = None, checkpoint_as_stored: str | None = None,
+                stored_placement: Any = None):
         """Resolve a config mapping against its family (chosen by model type unless ``family`` names one).
 
         ``origin``: where the config was read from, as reported; ``location``: the path it was read from,
-        where the checkpoint's size is looked for (``source`` is the former name of ``location``)."""
+        where the checkpoint's size is looked for (``source`` is the former name of ``location``). A checkpoint
+        read elsewhere (a GGUF header sent as bytes) comes as ``checkpoint_bytes`` with its ``checkpoint_origin``,
+        ``checkpoint_as_stored`` (its format) and ``stored_placement``, as :func:`~vramwise.models.resolve.resolve_model`
+        takes them."""
         if location is None:
             location = source
         from vramwise.models.resolve import resolve_model
-        from vramwise.inputs.config import checkpoint_source, stored_placement, text_view
+        from vramwise.inputs.config import checkpoint_source, stored_placement as placement_of, text_view
 
         text = text_view(root)
         types = [text.get("model_type"), root.get("model_type")]
@@ -252,11 +257,11 @@ class Registry:
             if note:
                 notes.append(note)
         model_type = next((t for t in types if t), None)
-        size_origin = stored = placement = None
+        size_origin, stored, placement = checkpoint_origin, checkpoint_as_stored, stored_placement
         if location is not None and checkpoint_bytes is None:
             checkpoint_bytes, size_origin, stored = checkpoint_source(location)
             if stored is not None:
-                placement = stored_placement(location)
+                placement = placement_of(location)
         return resolve_model(
             fam, root, text, model_type=model_type, warnings=notes, origin=origin,
             checkpoint_bytes=checkpoint_bytes, checkpoint_origin=size_origin, checkpoint_as_stored=stored,

@@ -11,12 +11,15 @@ path                      method  answer (the CLI command whose ``--json`` it eq
 ``/api/fit``              POST    ``fit --json`` (``gpu`` required)
 ``/api/compare``          POST    ``compare --json``
 ``/api/recipe``           POST    an uploaded training recipe read: model, settings, profile, origins, warnings
+``/api/local?...``        POST    ``fit MODEL.gguf --profile llama.cpp --json`` (or ``--preset ollama``) of a GGUF file
+                                  the page read: its header's bytes as the body, the file's name, size, the GPU and the
+                                  settings in the query (:mod:`vramwise.surfaces.serve_local`)
 ``/api/families``         GET     ``families --json``
 ``/api/formats``          GET     the recipe formats: format, framework, version, description, part (a part of a recipe)
 ``/api/gpus``             GET     ``{"catalog": [...], "local": gpus --json}``
 ``/api/catalog?q=``       GET     ``catalog QUERY --json``
-``/api/settings``         GET     the settings table (names, defaults, choices, methods), the default profile and the
-                                  serving profiles: the page's form
+``/api/settings``         GET     the settings table (names, defaults, choices, methods), the default profile, the
+                                  serving profiles, the local-inference profiles and presets: the page's form
 ``/api/address?...``      GET     the page's address read as the CLI reads the same values (GPU and model aliases, sizes,
                                   setting spellings): each field's canonical value or its error, and the unknown fields
 ========================  ======  ===========================================================
@@ -37,7 +40,8 @@ traceback.
 What the server does not do, by design: read a file or fetch a model named by a request (model
 names are looked up in the catalog only), run remote code, answer other origins' scripts (no CORS
 headers; requests whose ``Host`` is not this machine are refused while it listens on loopback),
-accept a body over :data:`MAX_BODY_BYTES`, or wait more than :data:`BODY_TIMEOUT` seconds for a request
+accept a body over :data:`MAX_BODY_BYTES` (a GGUF header to ``/api/local``: over
+:data:`~vramwise.surfaces.serve_local.MAX_HEADER_BYTES`), or wait more than :data:`BODY_TIMEOUT` seconds for a request
 or :data:`COMPUTE_TIMEOUT` seconds for an answer. Connections are guarded by
 :mod:`vramwise.surfaces.serve_guard`: silent, stalled and idle sockets are closed at their deadline or to
 make room for a new connection, so they cannot starve it; at most :data:`WORKERS` answers are computed at
@@ -57,6 +61,7 @@ from vramwise.profiles.settings import COMPARED_METHODS, DEFAULT_PROFILE
 from vramwise.rules.datafiles import package_files
 from vramwise.surfaces import request as _request
 from vramwise.surfaces import serve_address as _address
+from vramwise.surfaces.serve_local import MAX_HEADER_BYTES, MoreBytes, api_local
 
 __all__ = ["create_app", "make_server", "serve", "default_limits", "MAX_BODY_BYTES", "BODY_TIMEOUT", "COMPUTE_TIMEOUT",
            "WORKERS", "QUEUE", "MAX_CONNECTIONS", "KEEP_ALIVE"]
@@ -90,15 +95,16 @@ _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 _CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
         "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 _STATIC = {"app.js": "text/javascript; charset=utf-8", "serving.js": "text/javascript; charset=utf-8",
+           "local.js": "text/javascript; charset=utf-8",
            "app.css": "text/css; charset=utf-8"}
 
 
 class _Bad(Exception):
     """A request the API refuses (status and one-line message)."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, extra: dict | None = None):
         super().__init__(message)
-        self.status = status
+        self.status, self.extra = status, extra
 
 
 def _need_starlette():
@@ -300,12 +306,18 @@ def api_settings(_query: dict) -> dict:
     from vramwise.estimation.registry import Registry
     from vramwise.profiles.settings import SETTINGS
 
+    from vramwise.answers.offload import is_local
+    from vramwise.surfaces.serve_local import presets
+
     reg = Registry.default()
     return {"settings": [{"name": s.name, "default": s.default, "type": s.cli_type, "choices": list(s.choices),
                           "applies_to": list(s.applies_to), "help": s.help} for s in SETTINGS],
             "default_profile": DEFAULT_PROFILE,
             # the profiles of a serving engine (their fit answers context and concurrency: the page's serving mode)
-            "serving_profiles": [p for p in reg.profile_names() if reg.profile(p).serving is not None]}
+            "serving_profiles": [p for p in reg.profile_names() if reg.profile(p).serving is not None],
+            # the profiles of a GGUF file on one GPU and the host, and the runtimes' presets (the local mode)
+            "local_profiles": [p for p in reg.profile_names() if is_local(reg.profile(p))],
+            "local_presets": presets()}
 
 
 _POST = {"estimate": api_estimate, "explain": api_explain, "fit": api_fit, "compare": api_compare, "recipe": api_recipe}
@@ -341,8 +353,8 @@ def create_app(*, allowed_hosts: tuple | None = _LOOPBACK_NAMES, limits=None):
             status, body = 500, json.dumps({"error": f"internal error: {type(e).__name__}: {_one_line(e)}"}).encode()
         return Response(body, status_code=status, media_type="application/json", headers=headers)
 
-    def error(status: int, message: str, retry_after: int | None = None) -> Response:
-        return answer(status, {"error": _one_line(message)},
+    def error(status: int, message: str, retry_after: int | None = None, extra: dict | None = None) -> Response:
+        return answer(status, {"error": _one_line(message), **(extra or {})},
                       None if retry_after is None else {"Retry-After": str(retry_after)})
 
     async def compute(fn: Callable, arg: dict) -> Response:
@@ -357,7 +369,9 @@ def create_app(*, allowed_hosts: tuple | None = _LOOPBACK_NAMES, limits=None):
             return error(503, f"the answer took more than {limits.compute_timeout:g} s; try fewer or smaller settings",
                          retry_after=RETRY_AFTER)
         except _Bad as e:
-            return error(e.status, str(e))
+            return error(e.status, str(e), extra=e.extra)
+        except MoreBytes as e:  # the page sends a longer slice of the file
+            return error(400, str(e), extra={"more": True})
         except InternalError as e:
             return error(500, f"internal error: {type(e).__name__}: {e}")
         except VramwiseError as e:
@@ -371,29 +385,33 @@ def create_app(*, allowed_hosts: tuple | None = _LOOPBACK_NAMES, limits=None):
             admitted[0] -= 1
         return answer(200, data)
 
-    async def read_body(request: Request) -> dict:
-        ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
-        if ctype not in ("application/json", "text/plain", ""):
-            raise _Bad(415, f"send the request as application/json, not {ctype[:60]}")
+    async def read_bytes(request: Request, limit: int, words: str) -> bytes:
+        """The request's body, refused (413) past ``limit`` bytes (``words``: the limit in words)."""
         length = request.headers.get("content-length")
         if length is not None:
             if not length.isdigit():
                 raise _Bad(400, "invalid Content-Length")
-            if int(length) > MAX_BODY_BYTES:
-                raise _Bad(413, f"the request body is {int(length):,} bytes; at most {MAX_BODY_BYTES:,} (1 MiB) are accepted")
+            if int(length) > limit:
+                raise _Bad(413, f"the request body is {int(length):,} bytes; at most {limit:,} ({words}) are accepted")
         chunks, size = [], 0
         try:
             with anyio.fail_after(limits.request_deadline):
                 async for chunk in request.stream():
                     size += len(chunk)
-                    if size > MAX_BODY_BYTES:
-                        raise _Bad(413, f"the request body is over {MAX_BODY_BYTES:,} bytes (1 MiB)")
+                    if size > limit:
+                        raise _Bad(413, f"the request body is over {limit:,} bytes ({words})")
                     chunks.append(chunk)
         except TimeoutError:
             raise _Bad(408, f"the request body did not arrive within {limits.request_deadline:g} s") from None
+        return b"".join(chunks)
+
+    async def read_body(request: Request) -> dict:
+        ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+        if ctype not in ("application/json", "text/plain", ""):
+            raise _Bad(415, f"send the request as application/json, not {ctype[:60]}")
+        raw = await read_bytes(request, MAX_BODY_BYTES, "1 MiB")
         from vramwise.inputs.config import parse_json_bytes
 
-        raw = b"".join(chunks)
         if not raw.strip():
             raise _Bad(400, "the request body is empty; send a JSON object")
         try:
@@ -411,10 +429,24 @@ def create_app(*, allowed_hosts: tuple | None = _LOOPBACK_NAMES, limits=None):
             return error(e.status, str(e))
         return await compute(fn, body)
 
+    async def local(request: Request) -> Response:
+        """POST /api/local: a GGUF header's bytes (the body) and the query's fields (serve_local)."""
+        ctype = request.headers.get("content-type", "application/octet-stream").split(";")[0].strip().lower()
+        if ctype != "application/octet-stream":
+            return error(415, f"send the GGUF file's first bytes as application/octet-stream, not {ctype[:60]}")
+        try:
+            data = await read_bytes(request, MAX_HEADER_BYTES, "a GGUF header of 64 MiB")
+        except _Bad as e:
+            return error(e.status, str(e))
+        query = dict(request.query_params)
+        if len(query) > _address.MAX_FIELDS:
+            return error(400, f"at most {_address.MAX_FIELDS} fields in the query")
+        return await compute(api_local, {"query": query, "data": data})
+
     async def get(request: Request) -> Response:
         fn = _GET.get(request.path_params["name"])
         if fn is None:
-            if request.path_params["name"] in _POST:
+            if request.path_params["name"] in _POST or request.path_params["name"] == "local":
                 return error(405, f"{request.url.path} takes a POST with a JSON body")
             return error(404, f"no such API: {request.url.path[:100]}")
         return await compute(fn, dict(request.query_params))
@@ -440,6 +472,7 @@ def create_app(*, allowed_hosts: tuple | None = _LOOPBACK_NAMES, limits=None):
         routes=[
             Route("/", page, methods=["GET"]),
             Route("/static/{name}", static, methods=["GET"]),
+            Route("/api/local", local, methods=["POST"]),
             Route("/api/{name}", post, methods=["POST"]),
             Route("/api/{name}", get, methods=["GET"]),
         ],

@@ -87,8 +87,17 @@ def read_address(query: dict) -> dict:
         except argparse.ArgumentTypeError as e:
             raise SettingsError(f"headroom: {e}") from None
 
+    def preset_name(text: str) -> str:  # as --preset reads it
+        from vramwise.inputs.presets import PRESETS
+
+        p = text.strip().lower()
+        if p not in PRESETS:
+            raise SettingsError(f"unknown preset {text.strip()[:60]!r} (choose one of: {', '.join(PRESETS)})")
+        return p
+
     readers = {
         "model": lambda t: {"value": catalog_model(t.strip()).id},
+        "preset": lambda t: {"value": preset_name(t)},
         "gpu": _canonical_gpu,
         "gpus": lambda t: {"value": count(t, "gpus", 1, 1024)},
         "headroom": lambda t: {"value": share(t)},
