@@ -36,6 +36,7 @@ from vramwise.errors import SettingsError, VramwiseError
 from vramwise.inputs.runs_on import RunsOn, check as runs_on_check
 from vramwise.estimation.estimate import COMPONENTS, Estimate, estimate, load_model
 from vramwise.models.model import ModelSpec
+from vramwise.profiles.profile import Profile
 from vramwise.estimation.recipe import unpack
 from vramwise.estimation.registry import Registry
 from vramwise.profiles.settings import (ADAPTER_METHODS, COMPARED_METHODS, DEFAULT_PROFILE, DEFAULTS, LIMITS, METHODS,
@@ -289,11 +290,12 @@ class Fit:
         }
 
 
-def runs_on(target: GpuTarget, profile: str, settings: Mapping[str, Any]) -> RunsOn:
-    """What of ``profile`` at ``settings`` does not run on ``target``'s platform (its catalog vendor's, in
-    hardware/runs_on.yaml; a GPU given by size or the local GPUs have none, and nothing is refused there)."""
+def runs_on(target: GpuTarget, prof: Profile, settings: Mapping[str, Any]) -> RunsOn:
+    """What of profile ``prof`` at ``settings`` does not run on ``target``'s platform (its catalog vendor's, in
+    hardware/runs_on.yaml; a GPU given by size or the local GPUs have none, and nothing is refused there); only
+    the settings its formulas read count (see :func:`vramwise.inputs.runs_on.check`)."""
     vendor = getattr(target.matched, "vendor", None)
-    return runs_on_check(vendor, profile, settings)
+    return runs_on_check(vendor, prof.name, settings, reads=prof.settings_read)
 
 
 def context_window(spec: ModelSpec) -> tuple[int | None, str]:
@@ -397,7 +399,7 @@ def fit(
     if prof.serving is not None:  # a serving engine fills its GPUs: the answers are context and concurrency
         from vramwise.answers.serving import serving_fit
 
-        refused = runs_on(target, prof.name, base)
+        refused = runs_on(target, prof, base)
         if not refused.runs:
             raise SettingsError(refused.line())
 
@@ -436,7 +438,7 @@ def fit(
         return estimate(spec, profile=profile, registry=reg, **{**base, **changes})
 
     here = est()  # raises on bad settings: the answers below are all about these settings
-    ran = runs_on(target, prof.name, here.settings.to_dict())
+    ran = runs_on(target, prof, here.settings.to_dict())
     if headroom is None:
         headroom, source, why = default_headroom(here)
     else:
@@ -448,7 +450,7 @@ def fit(
         try:
             e = est(method=m, load_in_4bit=None)
             placed = placer.place(e, n)
-            method_runs = runs_on(target, prof.name, e.settings.to_dict())
+            method_runs = runs_on(target, prof, e.settings.to_dict())
             methods.append(MethodFit(m, e.total, placed.per_gpu, placed.fits(gpu_set, share) and method_runs.runs,
                                      method_runs.line() or placed.refused, placed.strategy if placed.best else None))
         except VramwiseError as exc:
@@ -593,7 +595,7 @@ def compare(model: Any, *, methods: Iterable[str] = COMPARED_METHODS, profiles: 
                 fits = _fits(e, target.count, int(target.memory_bytes * (1 - headroom)), prof.further_gpu_share, placer)
                 verdict = ("fits" if fits else "tight" if _fits(e, target.count, target.memory_bytes,
                                                                 prof.further_gpu_share, placer) else "does not fit")
-                ran = runs_on(target, p, e.settings.to_dict())
+                ran = runs_on(target, prof, e.settings.to_dict())
                 if not ran.runs:  # as in fit: no verdict of fits for settings that do not run there
                     fits, verdict, refused = False, "does not run", ran.line()
             cells.append((p, m, e, None, fits))

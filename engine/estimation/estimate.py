@@ -640,7 +640,8 @@ def _stage(reg: Registry, spec: ModelSpec, prof: Profile, static: dict) -> Stage
         from vramwise.inputs.gpu_catalog import gpu_spec
         from vramwise.inputs.runs_on import check as runs_on_check
 
-        warnings.extend(r.line() for r in runs_on_check(gpu_spec(static["gpu"]).vendor, prof.name, static).refusals)
+        warnings.extend(r.line() for r in runs_on_check(gpu_spec(static["gpu"]).vendor, prof.name, static,
+                                                          reads=prof.settings_read).refusals)
     unused = unused_settings(static)
     if unused:
         warnings.append(f"{', '.join(f'{n}={static[n]!r}' for n in unused)} "

@@ -191,14 +191,18 @@ def platform_of(vendor: str | None, table: RunsOnTable | None = None) -> Platfor
     return (table or runs_on_table()).by_vendor.get(vendor or "")
 
 
-def check(vendor: str | None, profile: str, settings: Mapping[str, Any], table: RunsOnTable | None = None) -> RunsOn:
+def check(vendor: str | None, profile: str, settings: Mapping[str, Any], table: RunsOnTable | None = None,
+          reads: frozenset | None = None) -> RunsOn:
     """What of ``profile`` at ``settings`` does not run on ``vendor``'s platform, and what the data leaves
-    unknown there; a vendor with no platform (a GPU given by size) gives neither."""
+    unknown there; a vendor with no platform (a GPU given by size) gives neither. ``reads``, the settings the
+    profile's formulas read: a setting outside them is not the profile's stack's (transformers' ``attention``
+    under mlx-lm or llama.cpp), so it makes nothing used; None: every setting counts."""
     table = table or runs_on_table()
     platform = platform_of(vendor, table)
     if platform is None:
         return RunsOn(None)
-    given = {**settings, "profile": profile}
+    given = {k: v for k, v in settings.items() if reads is None or k in reads}
+    given["profile"] = profile
     refusals, unknowns = [], []
     for thing in table.things:
         if not thing.used_by(given):

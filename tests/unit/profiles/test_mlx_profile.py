@@ -175,3 +175,36 @@ def test_how_far_the_profile_is_from_each_scored_report(capsys):
         for rid, ratio in ratios.items():
             print(f"\nmlx profile / published peak: {rid}: {ratio:.2f}")
     assert ratios and all(0.5 < x < 2.0 for x in ratios.values())
+
+
+# -- where it runs (hardware/runs_on.yaml) ---------------------------------------------------------------------------
+
+
+def test_on_a_mac_the_mlx_profile_is_refused_by_nothing_transformers_would_use():
+    # mlx-lm runs on Apple silicon (its README); transformers' attention kernel and bitsandbytes are no part of it:
+    # the mlx profile's formulas read neither attention nor load_in_4bit, so neither makes a thing used
+    from vramwise.estimation.registry import Registry
+    from vramwise.inputs.runs_on import check
+
+    reads = Registry.default().profile("mlx").settings_read
+    got = check("apple", "mlx", {"attention": "flash_attention_2", "load_in_4bit": True, "method": "qlora"},
+                reads=reads)
+    assert got.runs and not got.unknowns
+    # the same settings under the hf profile: FlashAttention-2 does not run there
+    assert not check("apple", "hf", {"attention": "flash_attention_2"}).runs
+
+
+def test_fit_on_a_mac_answers_for_mlx_and_the_default_profile_points_to_it():
+    f = vramwise.fit("meta-llama/Llama-3.1-8B", gpu="M3 Max 64GB", profile="mlx", method="qlora", lora_rank=8,
+                     optimizer="adam", batch_size=1, seq_len=512)
+    assert f.verdict.label != "does not run" and f.verdict.runs_on is None
+    default = vramwise.fit("meta-llama/Llama-3.1-8B", gpu="M3 Max 64GB")
+    assert default.verdict.label == "does not run"
+    assert any("profile=mlx" in n for n in default.notes)
+
+
+def test_mlx_has_no_amd_or_intel_gpu_backend():
+    from vramwise.inputs.runs_on import check
+
+    got = check("amd", "mlx", {})
+    assert [r.thing for r in got.refusals] == ["mlx"] and got.refusals[0].alternatives == ("profile=hf",)
