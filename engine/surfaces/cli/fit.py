@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 
@@ -23,6 +24,8 @@ def run(args, out) -> int:
     seq_lens = int_list("--seq-lens", args.seq_lens, 1) if args.seq_lens is not None else None
     if args.gpus is not None and not 1 <= args.gpus <= MAX_GPUS:
         raise BadValue(f"--gpus must be a number of GPUs from 1 to {MAX_GPUS:,}, got {args.gpus}")
+    if _picks_quant(args):  # a folder of GGUF quantizations or a hub repository's: the table and the pick
+        return _run_pick(args, out)
     req = request_of(args)
     label = req.label
     if args.preset or args.modelfile or args.ollama_env:  # a runtime's defaults, environment and Modelfile
@@ -87,6 +90,118 @@ def _run_preset(args, req, out) -> int:
     else:
         print_local_fit(f, req.label, out, _gpu_words(f))
     return 0
+
+
+def _picks_quant(args) -> bool:
+    """Whether fit picks among quantizations: a local-inference profile and --quant, a hub repository, or a folder
+    holding several GGUF models."""
+    from vramwise.answers.offload import is_local
+    from vramwise.answers.quant_pick import quant_models
+    from vramwise.estimation.registry import Registry
+    from vramwise.inputs.catalog import HUB_PREFIX
+
+    model, quant = args.model, getattr(args, "quant", None)
+    if model is None or args.recipe or args.preset or args.modelfile or args.ollama_env:
+        if quant is not None:
+            raise BadValue("--quant picks a quantization of a folder of GGUF files or hub:ORG/NAME, under --profile "
+                           "llama.cpp (not with a recipe or a preset)")
+        return False
+    reg = Registry.default()
+    local = args.profile in reg.profile_names() and is_local(reg.profile(args.profile))
+    hub = model.startswith(HUB_PREFIX) or (args.hub and not os.path.exists(model))
+    if quant is not None:
+        if not local:
+            raise BadValue(f"--quant picks a GGUF quantization under a local-inference profile (--profile llama.cpp), "
+                           f"not {args.profile}")
+        if not hub and not os.path.isdir(model):
+            raise BadValue(f"--quant picks a quantization of a folder of GGUF files or hub:ORG/NAME; {model} is one "
+                           "file: give its folder")
+        return True
+    return local and (hub or quant_models(model) > 1)
+
+
+def _run_pick(args, out) -> int:
+    """fit over the quantizations of a folder or a hub repository (vramwise.answers.quant_pick)."""
+    import copy
+
+    from vramwise.answers.quant_pick import quant_pick
+    from vramwise.inputs.catalog import HUB_PREFIX
+    from vramwise.inputs.gguf_sets import folder_gguf
+
+    if args.gpus not in (None, 1):
+        raise BadValue("the local answers are for one GPU and the host: leave --gpus out")
+    if args.plot:
+        raise BadValue("--plot draws a training fit's frontier; a local-inference fit has none")
+    model = args.model
+    hub = model.startswith(HUB_PREFIX) or args.hub
+    source = model if not hub or model.startswith(HUB_PREFIX) else HUB_PREFIX + model
+    ns = copy.copy(args)  # the settings' flags read as for one model: a file of the folder, or the hub id
+    ns.hub = False
+    sets = () if hub else folder_gguf(model)
+    ns.model = sets[0].files[0] if sets else source
+    req = request_of(ns)
+    p = quant_pick(source, gpu=args.gpu, quant=args.quant, headroom=args.headroom, profile=req.profile,
+                   **req.settings_dict(skip=("gpu",)))
+    if args.quant is not None:
+        o = p.options[0]
+        if args.json:
+            print_json({**o.fit.to_dict(), "source": p.source, "revision": p.revision,
+                        "quantization": o.to_dict()}, out)
+        else:
+            at = f" at {p.revision}" if p.revision else ""
+            print_local_fit(o.fit, f"{source}{at}: {o.name} ({', '.join(o.files)})", out, _gpu_words(o.fit))
+        return 0
+    if args.json:
+        print_json(p.to_dict(), out)
+    else:
+        print_quant_pick(p, out)
+    return 0
+
+
+def print_quant_pick(p, out) -> None:
+    """The quantizations side by side (a :class:`~vramwise.answers.quant_pick.QuantPick`), then the pick."""
+    first = p.options[0].fit
+    fig, s = first.estimate.figures, first.estimate.settings
+    est = (p.pick or p.options[0]).fit.estimate
+    at = f" at {p.revision}" if p.revision else ""
+    out.write(f"{p.source}{at}: {len(p.options)} quantization{'s' if len(p.options) != 1 else ''}\n")
+    out.write(family_line(est) + "\n")
+    text = summary(first.profile)
+    if text:
+        write_wrapped(out, f"profile {first.profile}: {text}")
+    for line in _gpu_words(first):
+        write_wrapped(out, line)
+    out.write("\n")
+    layers = "all" if s.n_gpu_layers is None else s.n_gpu_layers
+    write_wrapped(out, f"at n_ctx {fig['n_ctx']:,} (n_parallel {s.n_parallel}, cache {s.cache_type_k}/{s.cache_type_v}, "
+                       f"n_gpu_layers {layers}); largest n_ctx at n_gpu_layers {layers}; n_gpu_layers: the most that fit "
+                       f"at n_ctx {fig['n_ctx']:,}, of {first.layers + 1}")
+    no = dash(out)
+    rows = [("quant", "file type", "weights GiB", "GPU GiB", "host GiB", "verdict", "largest n_ctx", "n_gpu_layers",
+             "file")]
+    for o in p.options:
+        f = o.fit
+        ctx = no if f.max_n_ctx is None else f"{f.max_n_ctx:,}" + ("*" if f.max_n_ctx != f.max_n_ctx_memory else "")
+        rows.append((o.name, o.file_type or no, gib(o.weight_bytes), gib(o.gpu_bytes), gib(o.host_bytes),
+                     f.verdict.label, ctx, "all" if f.all_layers else str(f.max_n_gpu_layers),
+                     _shown_file(p, o.files[0]) + (f" (+{len(o.files) - 1} shards)" if len(o.files) > 1 else "")))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    right = {2, 3, 4, 6, 7}
+    for r in rows:
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        out.write("  ".join(cells).rstrip() + "\n")
+    if any(o.fit.max_n_ctx is not None and o.fit.max_n_ctx != o.fit.max_n_ctx_memory for o in p.options):
+        out.write("* capped at the model's training context per sequence; memory alone allows more\n")
+    out.write("\n")
+    write_wrapped(out, f"pick: {p.pick.name if p.pick is not None else 'none'}: {p.reason}")
+    shown = p.pick.fit if p.pick is not None else first
+    for w in shown.estimate.warnings:
+        write_wrapped(out, f"warning: {w}")
+
+
+def _shown_file(p, path: str) -> str:
+    """A file of a quantization as the table shows it: a repository's path, or its path inside the folder."""
+    return path if p.revision is not None else os.path.relpath(path, p.source)
 
 
 def _gpu_words(fit_result) -> list[str]:

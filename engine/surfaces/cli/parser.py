@@ -332,6 +332,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help="sequence lengths of the frontier (default: 16 powers of two from 128 to 4,194,304)")
     p.add_argument("--plot", type=_plot_path, default=None, metavar="FILE",
                    help="also draw the frontier to FILE (.png or .svg; needs vramwise[plot])")
+    p.add_argument("--quant", default=None, metavar="NAME",
+                   help="with --profile llama.cpp and a folder of GGUF files or hub:ORG/NAME: answer for the quantization "
+                        "NAME (Q4_K_M, UD-Q4_K_XL, ...) only, rather than the table of them all and the pick")
     _preset_args(p)
     p = _sub(sub, "compare", "methods and profiles side by side: one column each, rows per component",
              "Estimates side by side at the same settings: one column per profile and method, a row per component, "

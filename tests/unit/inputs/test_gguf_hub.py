@@ -1,17 +1,12 @@
 """A hub repository's GGUF headers read by HTTP range requests (vramwise.inputs.gguf_hub) and picked among
-(vramwise.answers.quant_pick): a local HTTP server stands in for the hub, answering huggingface_hub's model_info
-(``/api/models/ORG/NAME``, the files and their sizes) and the resolve URLs with byte ranges (RFC 9110 section 14),
-serving small GGUF files written by tests/gguf_files.py. The headers read this way equal those read from the files,
+(vramwise.answers.quant_pick): a local HTTP server (tests/fake_hub.py) stands in for the hub, answering
+huggingface_hub's model_info and the resolve URLs with byte ranges, serving small GGUF files written by
+tests/gguf_files.py. The headers read this way equal those read from the files,
 and only the ranges asked for cross the wire."""
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
@@ -24,50 +19,10 @@ from vramwise.errors import ConfigError, SettingsError  # noqa: E402
 from vramwise.inputs.gguf import read_gguf  # noqa: E402
 from vramwise.inputs.gguf_hub import fetch_header, hub_gguf  # noqa: E402
 
+from fake_hub import PLAIN, REPO, SHA, fake_hub  # noqa: E402  (tests/fake_hub.py)
 from gguf_files import write_qwen2_as  # noqa: E402  (tests/gguf_files.py)
 
-REPO = "someone/Tiny-GGUF"
-SHA = "0123456789abcdef0123456789abcdef01234567"
 MIB = 2**20
-
-
-class _Hub(BaseHTTPRequestHandler):
-    root: Path
-    log: list  # (path, range header, bytes sent)
-
-    def log_message(self, *args):  # quiet
-        pass
-
-    def do_GET(self):
-        path = self.path.split("?", 1)[0]
-        if path == f"/api/models/{REPO}":
-            files = sorted(p.relative_to(self.root).as_posix() for p in self.root.rglob("*") if p.is_file())
-            body = json.dumps({"id": REPO, "sha": SHA, "siblings": [
-                {"rfilename": f, "size": (self.root / f).stat().st_size} for f in files]}).encode()
-            return self._send(200, body, {"Content-Type": "application/json"})
-        if path == "/api/models/someone/Plain":  # safetensors only
-            body = json.dumps({"id": "someone/Plain", "sha": SHA, "siblings": [
-                {"rfilename": "config.json", "size": 2}, {"rfilename": "model.safetensors", "size": 8}]}).encode()
-            return self._send(200, body, {"Content-Type": "application/json"})
-        prefix = f"/{REPO}/resolve/{SHA}/"
-        if not path.startswith(prefix) or not (self.root / path[len(prefix):]).is_file():
-            return self._send(404, b'{"error": "not found"}', {"Content-Type": "application/json"})
-        data = (self.root / path[len(prefix):]).read_bytes()
-        m = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
-        if m is None:
-            return self._send(200, data, {}, path)
-        start, end = int(m.group(1)), min(int(m.group(2)), len(data) - 1)
-        self._send(206, data[start:end + 1], {"Content-Range": f"bytes {start}-{end}/{len(data)}"}, path)
-
-    def _send(self, code, body, headers, logged=None):
-        self.send_response(code)
-        for k, v in headers.items():
-            self.send_header(k, v)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-        if logged is not None:
-            self.log.append((logged, self.headers.get("Range"), len(body)))
 
 
 @pytest.fixture(scope="module")
@@ -79,13 +34,8 @@ def hub(tmp_path_factory):
     write_qwen2_as(root / "Q4_K_M" / "Tiny-Q4_K_M.gguf", "Q4_K_M", split_max_tensors=15)
     (root / "mmproj-Tiny-F16.gguf").write_bytes(b"GGUF")
     (root / "README.md").write_text("a model card")
-    handler = type("Hub", (_Hub,), {"root": root, "log": []})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", root, handler.log
-    server.shutdown()
-    server.server_close()
+    with fake_hub(root) as (endpoint, log):
+        yield endpoint, root, log
 
 
 def _same_header(a, b):
@@ -127,6 +77,17 @@ def test_headers_equal_the_files(hub, tmp_path, first):
                 sent[p] = sent.get(p, 0) + n
             for shard, f in enumerate(model.files):
                 assert sent[next(p for p in sent if p.endswith(f))] <= max(512, 2 * need[shard])
+
+
+def test_a_server_that_ignores_the_range(tmp_path):
+    root = tmp_path / "repo"
+    root.mkdir()
+    write_qwen2_as(root / "Tiny-Q8_0.gguf", "Q8_0")
+    with fake_hub(root, ranges=False) as (endpoint, log):
+        h = hub_gguf(REPO, endpoint=endpoint)
+        got, _ = fetch_header(h, h.models[0], tmp_path / "read", first=512)
+    _same_header(got, read_gguf(root / "Tiny-Q8_0.gguf"))
+    assert len(log) > 1  # each try sent the whole file (200): read as far as the range asked, then dropped
 
 
 def test_a_header_longer_than_the_cap_is_one_error(hub, tmp_path):
@@ -181,4 +142,4 @@ def test_a_missing_repository_or_one_without_gguf_files(hub):
     with pytest.raises(ConfigError, match="hub:someone/Other: no such repository"):
         hub_gguf("someone/Other", endpoint=endpoint)
     with pytest.raises(ConfigError, match="hub:someone/Plain holds no .gguf model file"):
-        hub_gguf("someone/Plain", endpoint=endpoint)
+        hub_gguf(PLAIN, endpoint=endpoint)
