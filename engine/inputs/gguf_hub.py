@@ -1,7 +1,8 @@
 """The GGUF files of a Hugging Face hub repository, their headers only, read by HTTP range requests.
 
 :func:`hub_gguf` lists a repository's ``.gguf`` files and their sizes at one commit (huggingface_hub's
-``model_info``; vision projectors left out) and groups them into models (:mod:`vramwise.inputs.gguf_sets`).
+``model_info``; vision projectors and importance matrices left out) and groups them into models
+(:mod:`vramwise.inputs.gguf_sets`).
 :func:`fetch_header` reads one model's headers: for each of its files the first :data:`FIRST_BYTES` (8 MiB) with a
 range request of the file's resolve URL at that commit, written at offset 0 of a sparse file truncated to the size
 the hub reports, so :func:`vramwise.inputs.gguf.read_gguf` parses it unchanged from its memory map (it touches the
@@ -46,7 +47,7 @@ class HubGGUF:
     repo: str
     revision: str  # the commit every file is read at
     endpoint: str
-    files: tuple  # of HubFile, the .gguf files (vision projectors left out)
+    files: tuple  # of HubFile, the .gguf files of the models (no projector, no importance matrix)
     models: tuple  # of GGUFSet over the files' paths
 
     def size(self, path: str) -> int:

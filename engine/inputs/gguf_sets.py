@@ -1,7 +1,7 @@
 """The GGUF models of a folder or of a hub repository, each a quantization of one model.
 
 The files are grouped into models (the shards of a split one, ``NAME-00001-of-00003.gguf`` ..., as one), vision
-projectors (``mmproj-*``) left out, and each model is named by its file name as its publisher wrote it (``Q4_K_M``,
+projectors (``mmproj-*``) and importance matrices (``*imatrix*``) left out, and each model is named by its file name as its publisher wrote it (``Q4_K_M``,
 ``UD-Q4_K_XL``, ``IQ4_XS``): the part of the name after what every model's name shares."""
 
 from __future__ import annotations
@@ -32,8 +32,11 @@ class GGUFSet:
 
 
 def is_projector(path: str) -> bool:
-    """Whether a GGUF file is a vision projector (``mmproj-*.gguf``, ``*mmproj*.gguf``), not a model."""
-    return "mmproj" in PurePosixPath(path).name.lower()
+    """Whether a GGUF file is not a model: a vision projector (``mmproj-*.gguf``, ``*mmproj*.gguf``) or an
+    importance matrix (``*imatrix*.gguf``, llama-imatrix's output that some repositories publish beside the
+    quantizations)."""
+    name = PurePosixPath(path).name.lower()
+    return "mmproj" in name or "imatrix" in name
 
 
 def _stem(path: str) -> tuple[str, int]:

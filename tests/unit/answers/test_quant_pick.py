@@ -45,6 +45,7 @@ def folder(tmp_path_factory):
     write_qwen2_as(d / "tiny-Q8_0.gguf", "Q8_0")
     write_qwen2_as(d / "tiny-Q4_K_M.gguf", "Q4_K_M", split_max_tensors=15)  # two shards, one model
     (d / "mmproj-tiny-F16.gguf").write_bytes(b"GGUF")  # a vision projector: left out, never read
+    (d / "tiny.imatrix.gguf").write_bytes(b"GGUF")  # an importance matrix: likewise
     return d
 
 
