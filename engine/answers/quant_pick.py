@@ -192,8 +192,8 @@ def quant_pick(source: Any, *, gpu: Any, quant: str | None = None, headroom: flo
         raise ConfigError(f"{text}: a quantization is picked from a folder of GGUF files or hub:ORG/NAME")
     sets = folder_gguf(text)
     if not sets:
-        raise ConfigError(f"folder {text} holds no GGUF model" + (" (it has a config.json)" if
-                                                                  os.path.exists(os.path.join(text, "config.json")) else ""))
+        has_config = os.path.exists(os.path.join(text, "config.json"))
+        raise ConfigError(f"folder {text} holds no GGUF model" + (" (it has a config.json)" if has_config else ""))
     found = [(s, read_gguf(s.files[0]), s.files[0]) for s in sets]
     return _answer(text, None, found, quant, **kw)
 
@@ -203,5 +203,5 @@ class _Named:
     """A model known by its file name only (a hub model before its header is read)."""
 
     name: str
-    file_type: None
+    file_type: Any  # None: not read yet
     set: Any

@@ -67,7 +67,7 @@ def _offline_error(repo: str, why: str) -> ConfigError:
     return ConfigError(f"cannot read the GGUF headers of hub:{repo}: {why}; ways on: {ways_on(repo)}")
 
 
-def _network(repo: str) -> tuple:
+def _network() -> tuple:
     from vramwise.inputs.config import _network_errors
 
     try:
@@ -113,7 +113,7 @@ def hub_gguf(repo: str, *, endpoint: str | None = None, revision: str | None = N
             raise ConfigError(f"hub:{repo}: no such repository on {endpoint} (or it is private or gated: log in with "
                               "hf auth login)") from None
         raise ConfigError(f"hub:{repo}: the hub answered {_first_line(e)}") from None
-    except _network(repo) as e:
+    except _network() as e:
         raise _offline_error(repo, f"the hub at {endpoint} cannot be reached ({type(e).__name__})") from None
     files = []
     for s in info.siblings or ():
@@ -163,7 +163,7 @@ def _get_range(hub: HubGGUF, path: str, start: int, end: int) -> bytes:
                     break
     except ConfigError:
         raise
-    except _network(hub.repo) as e:
+    except _network() as e:
         raise _offline_error(hub.repo, f"the hub at {hub.endpoint} cannot be reached ({type(e).__name__})") from None
     data = bytes(got[skip:skip + want])
     if len(data) != want:

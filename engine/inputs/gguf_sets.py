@@ -1,8 +1,9 @@
 """The GGUF models of a folder or of a hub repository, each a quantization of one model.
 
 The files are grouped into models (the shards of a split one, ``NAME-00001-of-00003.gguf`` ..., as one), vision
-projectors (``mmproj-*``) and importance matrices (``*imatrix*``) left out, and each model is named by its file name as its publisher wrote it (``Q4_K_M``,
-``UD-Q4_K_XL``, ``IQ4_XS``): the part of the name after what every model's name shares."""
+projectors (``mmproj-*``) and importance matrices (``*imatrix*``) left out, and each model is named by its file
+name as its publisher wrote it (``Q4_K_M``, ``UD-Q4_K_XL``, ``IQ4_XS``): the part of the name after what every
+model's name shares."""
 
 from __future__ import annotations
 

@@ -173,9 +173,9 @@ def print_quant_pick(p, out) -> None:
         write_wrapped(out, line)
     out.write("\n")
     layers = "all" if s.n_gpu_layers is None else s.n_gpu_layers
-    write_wrapped(out, f"at n_ctx {fig['n_ctx']:,} (n_parallel {s.n_parallel}, cache {s.cache_type_k}/{s.cache_type_v}, "
-                       f"n_gpu_layers {layers}); largest n_ctx at n_gpu_layers {layers}; n_gpu_layers: the most that fit "
-                       f"at n_ctx {fig['n_ctx']:,}, of {first.layers + 1}")
+    write_wrapped(out, f"at n_ctx {fig['n_ctx']:,} (n_parallel {s.n_parallel}, cache {s.cache_type_k}/"
+                       f"{s.cache_type_v}, n_gpu_layers {layers}); largest n_ctx at n_gpu_layers {layers}; "
+                       f"n_gpu_layers: the most that fit at n_ctx {fig['n_ctx']:,}, of {first.layers + 1}")
     no = dash(out)
     rows = [("quant", "file type", "weights GiB", "GPU GiB", "host GiB", "verdict", "largest n_ctx", "n_gpu_layers",
              "file")]
