@@ -425,3 +425,98 @@ def test_the_fit_card_names_the_strategy_on_several_gpus(monkeypatch):
             assert not errors, errors
         finally:
             browser.close()
+
+
+def test_local_inference_mode_in_headless_chromium(monkeypatch, tmp_path):
+    """The local mode: a small GGUF file (tests/gguf_files.py) picked with set_input_files; the page sends its header's
+    bytes, never the whole file; the verdict comes first, then the GPU's and the host's figures, then the answers, the
+    largest n_ctx the one vramwise.fit gives for the file on disk; the address keeps the settings and asks for the file
+    again; a file that is not a GGUF is one error."""
+    _require()
+    pytest.importorskip("gguf", reason="the gguf package (pip install 'vramwise[gguf]') writes the GGUF file")
+    from playwright.sync_api import sync_playwright
+
+    from gguf_files import write_qwen2
+    from vramwise.answers.local import local_fit
+    from vramwise.inputs.gguf import read_gguf
+
+    path = tmp_path / "tiny-Q4_K_M.gguf"
+    write_qwen2(path)
+    size, head = path.stat().st_size, read_gguf(path).header_bytes
+    want = vramwise.fit(str(path), profile="llama.cpp", gpu="rtx-4090", n_ctx=4096)
+    # on 8 MiB memory bounds the context: 8,388,608 - 975,552 bytes of weights = 7,413,056 for cells of 1,024 bytes
+    small = vramwise.fit(str(path), profile="llama.cpp", gpu="8MiB", n_ctx=4096)
+    ollama = local_fit(str(path), gpu="rtx-4090", preset="ollama", n_ctx=4096)
+    monkeypatch.setattr(_source, "_read_hub", lambda repo, trust: pytest.fail(f"the hub was asked for {repo!r}"))
+    largest = "v => (document.querySelector(\"#local-answers tr[data-key='max_n_ctx'] td.num\") || {dataset: {}}).dataset.value === v"
+    with live_server() as url, sync_playwright() as p:
+        _warm(url)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            sent: list[int] = []
+            page.on("request", lambda r: sent.append(len(r.post_data_buffer or b"")) if "/api/local" in r.url else None)
+            page.goto(url)
+            page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            page.select_option("#mode", "local")
+            assert page.is_visible("#local-box") and page.is_hidden("#model-box") and page.is_hidden("#training-box")
+            assert page.is_hidden("#compare-card") and page.is_hidden("#gpus")
+            assert "a shared link asks for the file again" in page.text_content("#local-box")
+            page.wait_for_function("() => document.getElementById('total').textContent.startsWith('choose a GGUF file')")
+            page.select_option("#gpu", "rtx-4090")
+            page.fill("#n_ctx", "4096")
+            page.set_input_files("#gguf-file", str(path))
+            page.wait_for_function(largest, arg=str(want.max_n_ctx), timeout=15_000)
+
+            # the verdict first, then the figures of the GPU and the host, then the answers
+            top = lambda sel: page.locator(sel).bounding_box()["y"]  # noqa: E731
+            assert top("#verdict") < top("#total") < top("#local-figures") < top("#local-answers")
+            assert page.text_content("#verdict") == f"{want.verdict.label} on {want.gpu.name}"
+            assert page.text_content("#summary").startswith(want.verdict.to_dict()["summary"])  # the margin
+            figures = want.estimate.figures
+            cell = lambda key, col: page.get_attribute(f"#local-figures tr[data-key='{key}'] td:nth-child({col})",  # noqa: E731
+                                                       "data-bytes")
+            assert cell("weights", 2) == str(figures["gpu_weights"]) and cell("kv_cache", 2) == str(figures["gpu_kv_cache"])
+            assert cell("output_buffer", 3) == str(figures["output_buffer"]) and cell("total", 3) == str(figures["host_total"])
+            answer = lambda key: page.text_content(f"#local-answers tr[data-key='{key}'] td.num").strip()  # noqa: E731
+            assert answer("max_n_ctx").startswith(f"{want.max_n_ctx:,} (n_parallel 1")
+            assert answer("max_n_gpu_layers").startswith("all (3: the 2 layers and the output layer)")
+            # the weights never travel: the first slice (256 KiB) and then the header alone
+            assert sent and all(n < size for n in sent) and sent[-1] in (head, min(size, 256 * 1024))
+
+            # Ollama's defaults: its answers and each setting's origin
+            page.select_option("#local-preset", "ollama")
+            page.wait_for_function("() => !document.getElementById('local-origins-box').hidden", timeout=15_000)
+            page.wait_for_function(largest, arg=str(ollama.max_n_ctx), timeout=15_000)
+            assert sent[-1] == head
+            assert page.get_attribute("#local-origins li[data-setting='n_ctx']", "data-setting") == "n_ctx"
+            assert "given" in page.text_content("#local-origins li[data-setting='n_ctx']")
+            for part in ("profile=llama.cpp", "preset=ollama", "n_ctx=4096", "gpu=rtx-4090"):
+                assert part in page.url, (part, page.url)
+            assert "model=" not in page.url
+
+            # the address restores the settings and asks for the file again; on 8 MiB the memory bounds n_ctx
+            shared = browser.new_page(viewport={"width": 1280, "height": 900})
+            shared.on("pageerror", lambda e: errors.append(str(e)))
+            shared.goto(url.rstrip("/") + "/?profile=llama.cpp&gpu=8MiB&n_ctx=4096")
+            shared.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            assert shared.input_value("#mode") == "local" and shared.input_value("#n_ctx") == "4096"
+            assert shared.text_content("#total").startswith("choose a GGUF file: the address keeps the settings")
+            shared.set_input_files("#gguf-file", str(path))
+            shared.wait_for_function(largest, arg=str(small.max_n_ctx), timeout=15_000)
+            assert small.max_n_ctx == 7168  # 7,413,056 / 1,024 = 7,239 cells, padded down to 28 x 256
+            assert shared.text_content("#verdict") == f"{small.verdict.label} on {small.gpu.name}"
+
+            # a file that is not a GGUF: the server's one line, no figures
+            bad = tmp_path / "config.json"
+            bad.write_text('{"model_type": "llama", "hidden_size": 4096}')
+            shared.set_input_files("#gguf-file", str(bad))
+            shared.wait_for_function("() => !document.getElementById('error').hidden", timeout=15_000)
+            assert shared.text_content("#error") == "config.json: not a GGUF file (it does not start with the GGUF magic)"
+            assert shared.text_content("#total") == "no figures: see the message above" and shared.is_hidden("#local-card")
+            shared.close()
+            assert not errors, errors
+        finally:
+            browser.close()

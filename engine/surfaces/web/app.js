@@ -10,7 +10,7 @@
     "optimizer", "attention", "loss", "load_in_4bit", "strategy", "offload", "gpus_per_node"];
   const SVGNS = "http://www.w3.org/2000/svg";
   const state = { table: {}, defaultProfile: null, models: [], upload: null, uploadName: null, seq: 0, inflight: null, timer: null,
-    recipe: null, formats: {}, servingProfiles: [], gpus: [], summaries: {}, unread: new Set() };
+    recipe: null, formats: {}, servingProfiles: [], localProfiles: [], gpus: [], summaries: {}, unread: new Set() };
   // recipe: {parts: [{name, text}], framework, data: /api/recipe's answer, catalog}; gpus: /api/gpus's catalog;
   // unread: the fields of the address the page could not read, no figures until the person chooses each
   //: the GPU the serving mode starts on when none is chosen
@@ -31,6 +31,9 @@
   const serving = window.vramwiseServing({ $, el, h, clear, gib });  // serving.js: the serving mode's drawing
   const SERVING_FIELDS = serving.FIELDS;
   const isServing = () => $("mode").value === "serving";
+  const local = window.vramwiseLocal({ $, el, h, clear, gib });  // local.js: the local-inference mode (a GGUF file)
+  const LOCAL_FIELDS = local.FIELDS;
+  const isLocal = () => $("mode").value === "local";
 
   async function api(path, body, signal) {
     const opts = body === undefined ? { signal } : { method: "POST", body: JSON.stringify(body), signal,
@@ -82,6 +85,7 @@
   }
 
   function settings() {
+    if (isLocal()) return local.settings();
     if (isServing()) return servingSettings();
     const out = {};
     for (const f of FIELDS) {
@@ -143,15 +147,15 @@
     const g = $("gpu").value;
     if (!g) return null;
     if (isServing()) return { gpu: g };  // vLLM runs on tensor_parallel_size x pipeline_parallel_size of them
-    const n = parseInt($("gpus").value, 10), given = $("headroom").value.trim(), hr = Number(given);
-    const choice = { gpu: g, gpus: Number.isInteger(n) && n > 0 ? n : 1 };
+    const n = isLocal() ? 1 : parseInt($("gpus").value, 10), given = $("headroom").value.trim(), hr = Number(given);
+    const choice = { gpu: g, gpus: Number.isInteger(n) && n > 0 ? n : 1 };  // local inference: one GPU and the host
     // an empty headroom: the server keeps the device band's p90 shortfall free (answers/fit.py)
     if (given !== "" && Number.isFinite(hr)) choice.headroom = hr / 100;
     return choice;
   }
 
   function applies() {  // settings that do not apply to the method are hidden (SETTINGS[...].applies_to)
-    const m = isServing() ? "inference" : $("method").value;
+    const m = isServing() || isLocal() ? "inference" : $("method").value;
     for (const f of FIELDS) {
       const spec = state.table[f], e = $(f);
       if (spec && e) e.closest("label").hidden = !spec.applies_to.includes(m);
@@ -180,13 +184,19 @@
   }
 
   // the serving mode (a serving profile): its form and cards instead of the training ones
+  // the local mode (local.js): a GGUF file instead of a model of the catalog, its form and card
   function showMode() {
-    const on = isServing();
-    $("training-box").hidden = on; $("recipe-box").hidden = on; $("serving-box").hidden = !on;
-    $("compare-card").hidden = on;
-    if (on) $("fit-card").hidden = true; else $("serving-card").hidden = true;
-    for (const e of document.querySelectorAll(".training-only")) e.hidden = on;
-    if (on && !$("gpu").value && [...$("gpu").options].some((o) => o.value === SERVING_GPU)) $("gpu").value = SERVING_GPU;
+    const on = isServing(), loc = isLocal();
+    $("training-box").hidden = on || loc; $("recipe-box").hidden = on; $("serving-box").hidden = !on;
+    $("model-box").hidden = loc; $("local-box").hidden = !loc; $("trace").hidden = loc;  // the trace: a catalog model's
+    $("compare-card").hidden = on || loc;
+    if (on || loc) $("fit-card").hidden = true;
+    if (!on) $("serving-card").hidden = true;
+    if (!loc) $("local-card").hidden = true;
+    for (const e of document.querySelectorAll(".training-only")) e.hidden = on || loc;
+    for (const e of document.querySelectorAll(".not-serving")) e.hidden = on;
+    const start = on ? SERVING_GPU : loc ? local.GPU : null;
+    if (start && !$("gpu").value && [...$("gpu").options].some((o) => o.value === start)) $("gpu").value = start;
     labelGpus();
     describeProfiles();
     applies();
@@ -196,7 +206,7 @@
   function writeUrl() {
     const q = new URLSearchParams();
     const model = $("model-list").value;
-    if (state.upload === null && model) q.set("model", model);
+    if (state.upload === null && model && !isLocal()) q.set("model", model);  // a GGUF file is not in the address
     const s = settings();
     if (isServing()) delete s.method;  // the profile says it
     for (const k in s) q.set(k, String(s[k]));
@@ -232,10 +242,14 @@
       if (e.tagName === "SELECT" && ![...e.options].some((o) => o.value === text)) { const o = h("option", text); o.value = text; e.appendChild(o); }
       e.value = text;
     };
-    for (const f of [...FIELDS, ...SERVING_FIELDS]) if (val(f) !== undefined && $(f)) show(f, val(f));
-    const profile = val("profile");
+    for (const f of [...FIELDS, ...SERVING_FIELDS, ...LOCAL_FIELDS]) if (val(f) !== undefined && $(f)) show(f, val(f));
+    const profile = val("profile"), preset = val("preset");
     if (profile !== undefined && state.servingProfiles.includes(profile)) {
       $("mode").value = "serving"; $("serving-profile").value = profile;
+    } else if ((profile !== undefined && state.localProfiles.includes(profile)) || preset !== undefined) {
+      $("mode").value = "local";  // the file itself is asked for again
+      if (preset !== undefined) $("local-preset").value = preset;
+      local.placeholders();
     } else if (profile !== undefined) $("profile").value = profile;
     const gpu = got.fields.gpu;
     if (gpu && gpu.value !== undefined) {
@@ -265,7 +279,7 @@
   function fieldOf(target) {
     if (!target || !target.id) return null;
     if (target.closest && target.closest("#compare-profiles")) return "compare";
-    return { "model-list": "model", "serving-profile": "profile", mode: "profile" }[target.id] || target.id;
+    return { "model-list": "model", "serving-profile": "profile", mode: "profile", "local-preset": "preset" }[target.id] || target.id;
   }
 
   function resolved(field) { state.unread.delete(field); state.unread.delete("address"); }
@@ -294,7 +308,7 @@
     $("verdict").textContent = ""; $("verdict").className = "verdict";
     for (const id of ["summary", "per-gpu", "band-tensors", "band-device", "status"]) $(id).textContent = "";
     for (const id of ["chart", "legend", "warnings", "compare"]) clear($(id));
-    $("fit-card").hidden = true; $("serving-card").hidden = true; $("compare-card").hidden = true;
+    $("fit-card").hidden = true; $("serving-card").hidden = true; $("compare-card").hidden = true; $("local-card").hidden = true;
   }
 
   // the unread fields that hold the figures back: the model, the GPU, the profile, and each field the form shows
@@ -313,6 +327,7 @@
   async function update() {
     const unread = unreadNow();
     if (unread.length) { blank(unreadMessage(unread)); return; }
+    if (isLocal()) return updateLocal();
     const model = currentModel();
     if (!model) { blank(state.recipe ? "choose a model or upload its config.json" : "choose a model"); return; }
     if (state.inflight) state.inflight.abort();
@@ -351,6 +366,15 @@
       }
       return null;
     }
+  }
+
+  // the local mode: /api/local answers for the GGUF file picked (local.js reads its header and draws the answer)
+  function updateLocal() {
+    if (state.inflight) state.inflight.abort();
+    const ctl = new AbortController(), seq = ++state.seq, g = gpuChoice();
+    state.inflight = ctl;
+    return local.update({ gpu: g && g.gpu, headroom: g && g.headroom !== undefined ? $("headroom").value + "%" : undefined,
+      signal: ctl.signal, seq, current: (s) => s === state.seq, blank, showError, t0: performance.now() });
   }
 
   // the serving mode: /api/fit answers for the serving profile (its ServingFit), /api/estimate names the family
@@ -616,15 +640,18 @@
     for (const s of table.settings) state.table[s.name] = s;
     state.defaultProfile = table.default_profile;
     state.servingProfiles = table.serving_profiles || [];
+    state.localProfiles = table.local_profiles || [];  // a GGUF file's profiles: the local mode's, not the training menu's
+    local.init(table);
     for (const f of ["method", "gradient_checkpointing", "attention", "loss", "strategy", "offload"]) fillSelect($(f), state.table[f].choices);
     for (const f of ["method", "batch_size", "seq_len", "lora_rank", "gradient_checkpointing", "optimizer", "attention", "loss",
       "strategy", "offload", "gpus_per_node"]) {
       $(f).value = state.table[f].default;
     }
-    state.profiles = families.profiles.filter((p) => p !== "size_only" && !state.servingProfiles.includes(p));
+    state.profiles = families.profiles.filter((p) => p !== "size_only" && !state.servingProfiles.includes(p) &&
+      !state.localProfiles.includes(p));
     state.summaries = families.profile_summaries || {};
     fillSelect($("serving-profile"), state.servingProfiles);
-    if (!state.servingProfiles.length) { $("mode-box").hidden = true; }
+    if (!state.servingProfiles.length && !state.localProfiles.length) { $("mode-box").hidden = true; }
     fillSelect($("kv_cache_dtype"), state.table.kv_cache_dtype.choices);
     for (const f of SERVING_FIELDS) {
       const spec = state.table[f];
@@ -665,7 +692,10 @@
     $("recipe-files").addEventListener("change", () => loadRecipe().catch((e) => showError(e.message)));
     $("recipe-format").addEventListener("change", () => { if ($("recipe-files").files.length) loadRecipe(true).catch((e) => showError(e.message)); });
     $("recipe-clear").addEventListener("click", () => { dropRecipe(); describeModel(); schedule(); });
-    for (const id of [...FIELDS, ...SERVING_FIELDS, "mode", "serving-profile", "profile", "gpu", "gpus", "headroom"]) $(id).addEventListener("input", schedule);
+    for (const id of [...FIELDS, ...SERVING_FIELDS, ...LOCAL_FIELDS, "mode", "serving-profile", "local-preset", "profile", "gpu",
+      "gpus", "headroom"]) $(id).addEventListener("input", schedule);
+    $("local-preset").addEventListener("input", local.placeholders);
+    $("gguf-file").addEventListener("change", (e) => { local.pick(e.target.files[0]); schedule(); });
     box.addEventListener("change", schedule);
     $("upload").addEventListener("change", async (e) => {
       const f = e.target.files[0];
