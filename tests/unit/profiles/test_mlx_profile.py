@@ -56,7 +56,7 @@ def test_adapters_per_module_kind_on_the_last_layers_only(meta, leaf):
     assert e.params_trainable == 3 * 8 * _widths(meta, leaf)
     # float32 adapters (4 bytes) and Adam's two float32 states
     assert e.lora == 4 * e.params_trainable
-    assert e.optimizer == 2 * 4 * e.params_trainable
+    assert e.figures["optimizer_state"] == 2 * 4 * e.params_trainable
 
 
 def test_default_targets_are_every_linear_module_of_a_layer(meta):
@@ -73,7 +73,7 @@ def test_full_fine_tuning_unfreezes_the_last_layers_only(meta):
     e = mlx(method="full", lora_layers=2, batch_size=1, seq_len=64)
     assert e.params_trainable == last_two
     # bf16 parameters: Adam's m and v in bf16 (mx.zeros_like(parameter)), 2 x 2 bytes each
-    assert e.optimizer == 2 * 2 * last_two
+    assert e.figures["optimizer_state"] == 2 * 2 * last_two
 
 
 def test_quantized_weights_count_every_linear_weight_and_the_embedding(meta):
@@ -124,10 +124,10 @@ def test_optimizers_mlx_lm_builds():
     kw = dict(method="lora", lora_rank=8, lora_layers=2, batch_size=1, seq_len=64)
     adam = mlx(**kw)
     # SGD keeps one state, v, whatever its momentum (mlx optimizers.py SGD.init_single lines 268-270)
-    assert mlx(**{**kw, "optimizer": "sgd"}).optimizer == adam.optimizer / 2
+    assert mlx(**{**kw, "optimizer": "sgd"}).figures["optimizer_state"] == adam.figures["optimizer_state"] / 2
     # no 8-bit optimizer in mlx-lm: counted as Adam, with a warning
     eight = mlx(**{**kw, "optimizer": "adamw_8bit"})
-    assert eight.optimizer == adam.optimizer
+    assert eight.figures["optimizer_state"] == adam.figures["optimizer_state"]
     assert any("not one mlx-lm builds" in w for w in eight.warnings)
 
 
