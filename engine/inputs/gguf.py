@@ -3,8 +3,10 @@
 A model is one ``.gguf`` file, the shards of a split one (``NAME-00001-of-00003.gguf`` ..., named by any of
 them), or a folder holding one of those. :func:`read_gguf` reads each file's header: its metadata
 key/values and its tensor table (names, shapes, GGML types, offsets), from a read-only memory map of which
-only the header's pages are touched; the tensors' data is never read. The value types, the GGML types and
-their block sizes are those of the ``gguf`` package llama.cpp publishes (``pip install 'vramwise[gguf]'``).
+only the header's pages are touched; the tensors' data is never read (:func:`read_gguf_bytes` parses the same
+header from a file's first bytes and its declared size: what a browser reads of a file it does not send). The
+value types, the GGML types and their block sizes are those of the ``gguf`` package llama.cpp publishes
+(``pip install 'vramwise[gguf]'``).
 ``gguf.GGUFReader`` reads the same header (the tests compare the two), but it parses every item of every
 array into a numpy array of its own: a vocabulary of 150,000 tokens and its merges take seconds and hundreds
 of MB, where this parser skips them by their lengths.
@@ -30,8 +32,8 @@ from typing import Any, Mapping
 
 from vramwise.errors import ConfigError, EvaluationError, MissingDependencyError
 
-__all__ = ["GGUFTensor", "GGUFPlacement", "GGUFModel", "read_gguf", "read_gguf_bytes", "gguf_config", "gguf_files", "is_gguf",
-           "TABLE_PATH", "MISSING", "known_architectures"]
+__all__ = ["GGUFTensor", "GGUFPlacement", "GGUFModel", "read_gguf", "read_gguf_bytes", "gguf_config", "gguf_files",
+           "is_gguf", "TABLE_PATH", "MISSING", "known_architectures"]
 
 #: Display path of the bundled tables.
 TABLE_PATH = "formulas/gguf.yaml"

@@ -102,9 +102,9 @@ _STATIC = {"app.js": "text/javascript; charset=utf-8", "serving.js": "text/javas
 class _Bad(Exception):
     """A request the API refuses (status and one-line message)."""
 
-    def __init__(self, status: int, message: str, extra: dict | None = None):
+    def __init__(self, status: int, message: str):
         super().__init__(message)
-        self.status, self.extra = status, extra
+        self.status = status
 
 
 def _need_starlette():
@@ -369,7 +369,7 @@ def create_app(*, allowed_hosts: tuple | None = _LOOPBACK_NAMES, limits=None):
             return error(503, f"the answer took more than {limits.compute_timeout:g} s; try fewer or smaller settings",
                          retry_after=RETRY_AFTER)
         except _Bad as e:
-            return error(e.status, str(e), extra=e.extra)
+            return error(e.status, str(e))
         except MoreBytes as e:  # the page sends a longer slice of the file
             return error(400, str(e), extra={"more": True})
         except InternalError as e:

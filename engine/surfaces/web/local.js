@@ -52,7 +52,8 @@ window.vramwiseLocal = function (lib) {
       else e.placeholder = dflt(f);
     }
     const p = state.presets.find((x) => x.name === preset);
-    $("local-preset-info").textContent = p ? p.summary + "; a field left empty takes Ollama's value" : "llama.cpp's llama-server at the profile's release; a field left empty takes its default";
+    $("local-preset-info").textContent = p ? p.summary + "; a field left empty takes " + own + " value"
+      : "llama.cpp's llama-server at the profile's release; a field left empty takes its default";
   }
 
   // the settings given (an empty field: the default), as the address and /api/local spell them
