@@ -50,15 +50,16 @@ Sources of what each backend reads:
   ``driverInfo``, ``deviceUUID`` and ``VkPhysicalDeviceMemoryProperties``' ``memoryHeaps`` (``size``, with
   ``budget`` / ``usage`` where VK_EXT_memory_budget is present, and ``MEMORY_HEAP_DEVICE_LOCAL_BIT``). The
   memory and the visibility follow llama.cpp's Vulkan backend, which ``GGML_VK_VISIBLE_DEVICES`` is for
-  (ggml/src/ggml-vulkan/ggml-vulkan.cpp of ggml-org/llama.cpp, read in ggml-org/ggml, which carries the same
-  file as src/ggml-vulkan/ggml-vulkan.cpp, at commit d99724f: ``ggml_vk_instance_init`` from line 7350, and
-  ``ggml_backend_vk_get_device_memory``, lines 17881-17911):
+  (ggml/src/ggml-vulkan/ggml-vulkan.cpp of ggml-org/llama.cpp at 0c1e5709, release b11312, as llama-cpp-python
+  0.3.36 vendors it: ``ggml_vk_instance_init`` from line 5172, and ``ggml_backend_vk_get_device_memory``, lines
+  15164-15195; the same code as ggml-org/ggml's src/ggml-vulkan/ggml-vulkan.cpp at d99724f, lines 7350 and
+  17881-17911):
   the memory is the sum of the device-local heaps (of every heap for an integrated GPU), free the heaps'
   budget less their usage; ``GGML_VK_VISIBLE_DEVICES`` lists indices (commas or spaces) into every device
   the loader enumerates, the software rasteriser included, reading stops at the first entry that is not a
-  number and an index beyond the devices makes llama.cpp refuse to start (lines 7441-7457); unset, llama.cpp
-  takes every discrete and integrated GPU, one per deviceUUID, else the first device that is not a CPU
-  (lines 7458-7579). The software rasteriser (llvmpipe, ``PHYSICAL_DEVICE_TYPE_CPU``) is left out; an
+  number and an index beyond the devices makes llama.cpp refuse to start (lines 5263-5282; ggml's 7441-7457);
+  unset, llama.cpp takes every discrete and integrated GPU, one per deviceUUID, else the first device that is
+  not a CPU (lines 5283-5400; ggml's 7458-7579). The software rasteriser (llvmpipe, ``PHYSICAL_DEVICE_TYPE_CPU``) is left out; an
   integrated GPU is marked ``unified``.
 """
 
