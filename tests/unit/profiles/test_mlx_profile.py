@@ -51,7 +51,7 @@ def _widths(meta, leaf: str) -> int:
 @pytest.mark.parametrize("leaf", PROJECTIONS)
 def test_adapters_per_module_kind_on_the_last_layers_only(meta, leaf):
     # mlx-lm's LoRALinear: lora_a input_dims x r, lora_b r x output_dims (mlx_lm/tuner/lora.py lines 88-93), on the
-    # modules of model.layers[-num_layers:] only (mlx_lm/tuner/utils.py line 102); rank 8 on the last 3 of 4 layers
+    # modules of model.layers[-num_layers:] only (mlx_lm/tuner/utils.py line 103); rank 8 on the last 3 of 4 layers
     e = mlx(method="lora", lora_rank=8, lora_layers=3, target_modules=[leaf], batch_size=1, seq_len=64)
     assert e.params_trainable == 3 * 8 * _widths(meta, leaf)
     # float32 adapters (4 bytes) and Adam's two float32 states
@@ -60,7 +60,7 @@ def test_adapters_per_module_kind_on_the_last_layers_only(meta, leaf):
 
 
 def test_default_targets_are_every_linear_module_of_a_layer(meta):
-    # with no keys mlx-lm adapts every nn.Linear of a layer (mlx_lm/tuner/utils.py lines 86-99): the 7 projections
+    # with no keys mlx-lm adapts every nn.Linear of a layer (mlx_lm/tuner/utils.py lines 85-99): the 7 projections
     per_layer = sum(_widths(meta, leaf) for leaf in PROJECTIONS)
     e = mlx(method="lora", lora_rank=8, lora_layers=2, batch_size=1, seq_len=64)
     assert e.params_trainable == 2 * 8 * per_layer
