@@ -416,10 +416,13 @@ def fit(
                                                            target.matched), base, reg)
     from vramwise.answers.offload import is_local, local_answers
 
-    if is_local(prof):  # one GPU and the host: the answers are the context, the layers offloaded and the sequences
+    if is_local(prof):  # GPUs of one kind and the host: the context, the layers offloaded and the sequences
+        count = settings.get("gpu_count")
+        if n != 1 and count not in (None, n):
+            raise SettingsError(f"gpus {n} and gpu_count {count} disagree: both are the GPUs llama.cpp splits the "
+                                "model over; give one of them")
         if n != 1:
-            raise SettingsError(f"profile {prof.name} runs on one GPU and the host here (a split over GPUs is not "
-                                f"modelled): give one GPU, not {n}")
+            settings = {**settings, "gpu_count": n}
         if seq_lens is not None:
             raise SettingsError(f"profile {prof.name} answers the context (n_ctx), not a training frontier: leave the "
                                 "sequence lengths (--seq-lens) out")

@@ -27,6 +27,7 @@ from vramwise.profiles.settings import LIMITS
 __all__ = ["LocalFit", "local_answers", "is_local", "LOCAL_FIGURES"]
 
 #: The figures a profile's estimate must give for the local answers (per device, the context, the layers).
+#: ``gpu_total`` is the largest GPU's need where the model is split over several (``gpus``, ``gpu{g}_total``).
 LOCAL_FIGURES = ("gpu_total", "host_total", "n_ctx", "n_ctx_seq", "n_stream", "offloaded_layers")
 
 
@@ -37,7 +38,9 @@ def is_local(prof) -> bool:
 
 @dataclass(frozen=True)
 class LocalFit:
-    """What one GPU and the host hold of a local-inference run (a GGUF model under ``llama.cpp``).
+    """What the GPUs and the host hold of a local-inference run (a GGUF model under ``llama.cpp``): one GPU, or
+    ``gpus`` of one kind the model is split over, each judged against ``usable_bytes`` (every GPU must fit; the
+    answers are those of the GPU that holds the most).
 
     ``max_n_ctx`` is the largest ``n_ctx`` that fits the GPU at the other settings (capped at the model's
     training context per sequence, ``n_ctx_cap``, where memory allows more: ``max_n_ctx_memory``);
@@ -70,7 +73,17 @@ class LocalFit:
 
     @property
     def gpus(self) -> int:
-        return 1
+        """The GPUs the model is split over (the profile's ``gpus`` figure; 1 where it gives none)."""
+        return self.estimate.figures.get("gpus", 1)
+
+    @property
+    def per_gpu(self) -> tuple:
+        """Each GPU's total at the settings (the profile's ``gpu{g}_total`` figures, GPU 0 first), the verdict
+        being the largest's: every GPU must fit. One GPU: (gpu_total,)."""
+        f = self.estimate.figures
+        if self.gpus == 1 or f"gpu{self.gpus - 1}_total" not in f:
+            return (f["gpu_total"],)
+        return tuple(f[f"gpu{g}_total"] for g in range(self.gpus))
 
     @property
     def all_layers(self) -> bool:
@@ -82,6 +95,8 @@ class LocalFit:
             "gpu": self.gpu.to_dict(), "profile": self.profile, "settings": dict(self.settings),
             "headroom": self.headroom, "usable_bytes": self.usable_bytes, "verdict": self.verdict.to_dict(),
             "fits": self.fits, "gpu_total": f["gpu_total"], "host_total": f["host_total"], "layers": self.layers,
+            "gpus": self.gpus, "per_gpu": [{"gpu": g, "total": t, "fits": t <= self.usable_bytes}
+                                           for g, t in enumerate(self.per_gpu)],
             "max_n_ctx": self.max_n_ctx, "max_n_ctx_memory": self.max_n_ctx_memory, "n_ctx_cap": self.n_ctx_cap,
             "max_n_gpu_layers": self.max_n_gpu_layers, "all_layers": self.all_layers,
             "gpu_bytes_at_max_layers": self.gpu_bytes_at_max_layers,

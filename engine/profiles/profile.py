@@ -136,7 +136,7 @@ class Profile:
     families: tuple | None  # the only families it is for (None: those chosen by model type, and the fallback)
     summary: str  # one line: the training stack the profile models
     further_gpu_share: float  # GPU selection: share of each further GPU's free memory that counts
-    report: tuple  # ((text, methods or None), ...): lines the command line prints under the table
+    report: tuple  # ((text, methods or None, condition over the figures or None), ...): lines the command line prints
     components: Mapping[str, str]  # component -> formula id
     total: str
     min_per_gpu: str
@@ -549,7 +549,11 @@ def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | 
         problem = template_problem(line["text"], figure_names)
         if problem:
             problems.append(manifest.problem(("report", k, "text"), problem))
-        report.append((line["text"], tuple(line["methods"]) if "methods" in line else None))
+        when = None
+        if "when" in line:  # shown only where the condition over the figures holds (gpus > 1)
+            when = compile_expression(line["when"], allowed=set(m.get("figures", {})), df=manifest,
+                                      parts=("report", k, "when"), what="condition")
+        report.append((line["text"], tuple(line["methods"]) if "methods" in line else None, when))
     report = tuple(report)
     if problems:
         raise FileFormatError(problems)

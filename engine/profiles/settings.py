@@ -10,6 +10,7 @@ to, the closed settings' values and spellings, the sweepable settings, the integ
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, make_dataclass
 from functools import lru_cache
@@ -178,6 +179,8 @@ VLLM_VERSIONS = profile_vocabularies("vllm")["vllm_version"]
 LLAMA_CACHE_TYPES = profile_vocabularies("llama.cpp")["cache_type_k"]
 #: llama.cpp's flash attention modes (formulas/llama.cpp/profile.yaml settings; auto first, the default).
 FLASH_ATTN_MODES = profile_vocabularies("llama.cpp")["flash_attn"]
+#: llama.cpp's split modes over several GPUs (formulas/llama.cpp/profile.yaml settings; layer first, the default).
+SPLIT_MODES = profile_vocabularies("llama.cpp")["split_mode"]
 
 
 def positive_int(name: str, value: Any) -> int:
@@ -294,6 +297,38 @@ def _n_gpu_layers(name: str, value: Any) -> int | None:
     if type(value) is not int or value > LIMITS[name]:
         raise SettingsError(f"n_gpu_layers must be a number of layers (0 to {LIMITS[name]:,}) or all, got {_short(value)}")
     return value
+
+
+def _nonnegative_int(name: str, value: Any) -> int:
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if type(value) is not int or not 0 <= value <= LIMITS[name]:
+        raise SettingsError(f"{name} must be a whole number from 0 to {LIMITS[name]:,}, got {_short(value)}")
+    return value
+
+
+def _tensor_split(name: str, value: Any) -> tuple | None:
+    """llama.cpp's --tensor-split: proportions, one per GPU (``3,1`` or ``3/1`` as its flag reads them, or a
+    sequence of numbers); None (or every proportion 0) splits by each GPU's free memory."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        import re
+
+        parts = [p for p in re.split(r"[,/]+", value.strip()) if p.strip()]  # common/arg.cpp: split by , and /
+        try:
+            value = [float(p) for p in parts]
+        except ValueError:
+            raise SettingsError(f"tensor_split must be proportions, one per GPU, such as 3,1, got {_short(value)}") from None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = [value]
+    if (not isinstance(value, (list, tuple)) or not value or len(value) > LIMITS["gpu_count"]
+            or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 for v in value)):
+        raise SettingsError(f"tensor_split must be proportions (numbers of 0 or more), one per GPU and at most "
+                            f"{LIMITS['gpu_count']}, such as 3,1, got {_short(value)}")
+    if not any(value):
+        return None  # all zero: llama.cpp splits by free memory (src/llama-model.cpp:1557)
+    return tuple(float(v) for v in value)
 
 
 def _gpu_memory(name: str, value: Any) -> int | None:
@@ -497,6 +532,14 @@ SETTINGS: tuple = (
             choices=FLASH_ATTN_MODES, applies_to=_SERVING),
     Setting("n_gpu_layers", None, "llama.cpp: layers to store in VRAM, counted from the last with the output layer "
             "(default: all)", _n_gpu_layers, cli_type="int", applies_to=_SERVING),
+    Setting("gpu_count", 1, "llama.cpp: GPUs of the --gpu kind the model is split over (at most 8)", positive_int,
+            cli_type="int", applies_to=_SERVING),
+    Setting("split_mode", "layer", "llama.cpp: how the model is split over the GPUs: layer, none (main_gpu only) or "
+            "row", _choice(SPLIT_MODES, default="layer"), choices=SPLIT_MODES, applies_to=_SERVING),
+    Setting("tensor_split", None, "llama.cpp: proportions of the layers per GPU, such as 3,1 (default: by free "
+            "memory, equal on GPUs of one kind)", _tensor_split, applies_to=_SERVING),
+    Setting("main_gpu", 0, "llama.cpp: the GPU that holds the model with split_mode none", _nonnegative_int,
+            cli_type="int", applies_to=_SERVING),
     Setting("n_batch", 2048, "llama.cpp: logical batch size", positive_int, cli_type="int", applies_to=_SERVING),
     Setting("n_ubatch", 512, "llama.cpp: physical batch size", positive_int, cli_type="int", applies_to=_SERVING),
 )

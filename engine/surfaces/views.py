@@ -42,7 +42,9 @@ def report_lines(est: Estimate, gib) -> list[str]:
     values.update((name, gib(v) if units.get(name, "bytes") == "bytes" else (f"{v:,.2f}" if units[name] == "ratio" else f"{v:,}"))
                   for name, v in est.figures.items())
     method = est.settings.method
-    return [render(text, values) for text, methods in prof.report if methods is None or method in methods]
+    figures = est.figures
+    return [render(text, values) for text, methods, when in prof.report
+            if (methods is None or method in methods) and (when is None or when.evaluate(figures))]
 
 
 def strategy_gpus_problem(strategy, gpus: Sequence[int], world_size, *, names: tuple, example: str) -> str | None:

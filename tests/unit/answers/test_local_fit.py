@@ -139,8 +139,24 @@ def test_fit_answers_locally_for_the_profile(qwen2):
     assert f.max_n_ctx == 7168
     d = f.to_dict()
     assert (d["max_n_ctx"], d["max_n_gpu_layers"], d["all_layers"]) == (7168, 3, True)
-    with pytest.raises(SettingsError, match="one GPU and the host"):
-        vramwise.fit(qwen2, gpu=8 * MIB, gpus=2, profile="llama.cpp")
+    with pytest.raises(SettingsError, match="gpus 2 and gpu_count 3 disagree"):
+        vramwise.fit(qwen2, gpu=8 * MIB, gpus=2, gpu_count=3, profile="llama.cpp")
+
+
+def test_fit_over_two_gpus(qwen2):
+    # 1,200,000 bytes a GPU. One GPU holds 975,552 of weights: 224,448 bytes left, 219 cells, less than the 256 a
+    # context pads to: no context fits.
+    assert vramwise.fit(qwen2, gpu=1_200_000, profile="llama.cpp", n_ctx=256).max_n_ctx is None
+    # Two GPUs, split equally (llama.cpp's default by free memory): 3 layers on GPUs (2 and the output), split point
+    # 0.5: positions 0 and 1 (1/3 < 0.5) on GPU 0, the output (2/3) on GPU 1. GPU 0: 2 x 446,464 = 892,928 of
+    # weights and both layers' caches; (1,200,000 - 892,928) / 1,024 = 299.9 cells -> 256 fit: n_ctx 256
+    f = vramwise.fit(qwen2, gpu=1_200_000, gpus=2, profile="llama.cpp", n_ctx=256)
+    assert f.gpus == 2 and f.max_n_ctx == 256
+    # GPU 0: 892,928 + 256 x 1,024 = 1,155,072; GPU 1: the output layer, 82,624
+    assert f.per_gpu == (1_155_072, 82_624) and f.estimate.figures["gpu_total"] == 1_155_072
+    d = f.to_dict()
+    assert d["per_gpu"] == [{"gpu": 0, "total": 1_155_072, "fits": True}, {"gpu": 1, "total": 82_624, "fits": True}]
+    assert d["max_n_gpu_layers"] == 3 and d["fits"]
 
 
 def test_ollama_preset_answers_in_its_names(qwen2, tmp_path):

@@ -1,0 +1,109 @@
+"""The llama.cpp profile over several GPUs (formulas/llama.cpp/split.yaml): split_mode, tensor_split and main_gpu
+as llama.cpp's load_tensors places the layers (src/llama-model.cpp:1556-1614 at 0c1e5709).
+
+The Qwen2 of tests/gguf_files.py written in F16 with 7 or 9 layers. Its bytes by hand: a layer's norms and biases
+in F32, 4,096 bytes (attn_norm 1,024, q bias 1,024, k bias 512, v bias 512, ffn_norm 1,024), its matrices in F16,
+1,179,648 bytes (q 256 x 256 x 2 = 131,072, k and v 128 x 256 x 2 = 65,536 each, o 131,072, gate, up and down
+512 x 256 x 2 = 262,144 each): LAYER = 1,183,744. The output layer: output_norm 1,024 + output.weight 300 x 256 x 2
+= 153,600: OUTPUT = 154,624. The token embedding (on the host) 153,600. KV cache per layer at n_ctx 4096 in f16:
+4,096 cells x (128 K + 128 V values) x 2 bytes = 2,097,152.
+
+llama.cpp's rule: the layers on GPUs are i_gpu_start .. n_layer (the output layer last), act_gpu_layers of them;
+layer il goes to the first GPU whose normalised cumulative share is above (il - i_gpu_start) / act_gpu_layers.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("gguf")
+
+from gguf_files import write_qwen2_as  # noqa: E402
+
+from vramwise import estimate  # noqa: E402
+from vramwise.errors import SettingsError  # noqa: E402
+
+LAYER = 1_183_744
+OUTPUT = 154_624
+EMBEDDING = 153_600
+KV = 2_097_152  # one layer's cache at n_ctx 4096
+
+
+@pytest.fixture(scope="module")
+def seven(tmp_path_factory):
+    path = tmp_path_factory.mktemp("split") / "qwen2-7.gguf"
+    write_qwen2_as(str(path), "F16", layers=7)
+    return str(path)
+
+
+def llama(path, **settings):
+    return estimate(path, profile="llama.cpp", n_ctx=4096, **settings)
+
+
+def per_gpu(f, n):
+    return [(f[f"gpu{g}_weights"], f[f"gpu{g}_kv_cache"], f[f"gpu{g}_total"]) for g in range(n)]
+
+
+def test_one_gpu_is_gpu_0(seven):
+    f = llama(seven).figures
+    # every layer and the output on the one GPU: 7 x 1,183,744 + 154,624 = 8,440,832; KV 7 x 2,097,152 = 14,680,064
+    assert per_gpu(f, 2) == [(8_440_832, 14_680_064, 23_120_896), (0, 0, 0)]
+    assert f["gpus"] == 1 and f["gpu_total"] == 23_120_896 == f["gpu_weights"] + f["gpu_kv_cache"]
+
+
+def test_tensor_split_3_1(seven):
+    f = llama(seven, gpu_count=2, tensor_split="3,1").figures
+    # act_gpu_layers = 8 (7 layers and the output), split points 0.75 and 1: positions 0..5 (5/8 < 0.75, 6/8 is not
+    # below) on GPU 0, layer 6 and the output on GPU 1
+    assert per_gpu(f, 3) == [
+        (6 * LAYER, 6 * KV, 6 * LAYER + 6 * KV),                          # 7,102,464 + 12,582,912
+        (LAYER + OUTPUT, KV, LAYER + OUTPUT + KV),                        # 1,338,368 + 2,097,152
+        (0, 0, 0),
+    ]
+    assert f["gpus"] == 2
+    assert f["gpu_total"] == 6 * LAYER + 6 * KV  # the larger GPU's
+    assert f["gpu_weights"] == 7 * LAYER + OUTPUT and f["host_weights"] == EMBEDDING  # the GPUs together; the host
+
+
+def test_default_split_is_equal_for_gpus_of_one_kind(seven):
+    f = llama(seven, gpu_count=2).figures
+    # split points 0.5 and 1 over 8 positions: 0..3 on GPU 0 (4/8 = 0.5 is not below 0.5), layers 4..6 and the
+    # output on GPU 1
+    assert per_gpu(f, 2) == [(4 * LAYER, 4 * KV, 4 * LAYER + 4 * KV),
+                             (3 * LAYER + OUTPUT, 3 * KV, 3 * LAYER + OUTPUT + 3 * KV)]
+    assert llama(seven, gpu_count=2, tensor_split="0,0").figures == f  # all zero: the default split
+
+
+def test_partial_offload_over_two_gpus(seven):
+    f = llama(seven, gpu_count=2, n_gpu_layers=5).figures
+    # i_gpu_start = 7 + 1 - 5 = 3, act = 5: layers 3, 4, 5 (positions 0, 1, 2 below 0.5 x 5) on GPU 0, layer 6 and
+    # the output on GPU 1; layers 0..2 and the token embedding on the host
+    assert per_gpu(f, 2) == [(3 * LAYER, 3 * KV, 3 * LAYER + 3 * KV), (LAYER + OUTPUT, KV, LAYER + OUTPUT + KV)]
+    assert f["host_weights"] == EMBEDDING + 3 * LAYER and f["host_kv_cache"] == 3 * KV
+
+
+def test_split_point_equal_to_a_position_goes_to_the_next_gpu(tmp_path):
+    path = tmp_path / "qwen2-9.gguf"
+    write_qwen2_as(str(path), "F16", layers=9)
+    f = llama(str(path), gpu_count=2, tensor_split="0.7,0.3").figures
+    # act = 10; the split point 0.7 / 1.0 and position 7 / 10 are the same float32 in llama.cpp, so layer 7 goes to
+    # GPU 1 (upper_bound): layers 0..6 on GPU 0, layers 7, 8 and the output on GPU 1 (10 x 0.7 is
+    # 7.000000000000001 in float64)
+    assert per_gpu(f, 2) == [(7 * LAYER, 7 * KV, 7 * LAYER + 7 * KV),
+                             (2 * LAYER + OUTPUT, 2 * KV, 2 * LAYER + OUTPUT + 2 * KV)]
+
+
+def test_split_mode_none_keeps_main_gpu(seven):
+    f = llama(seven, gpu_count=2, split_mode="none", main_gpu=1).figures
+    assert per_gpu(f, 2) == [(0, 0, 0), (7 * LAYER + OUTPUT, 7 * KV, 7 * LAYER + OUTPUT + 7 * KV)]
+    assert f["gpus"] == 1
+
+
+def test_refusals(seven):
+    assert any("split buffers" in w for w in llama(seven, gpu_count=2, split_mode="row").blocking)
+    assert any("main_gpu 2" in w for w in llama(seven, gpu_count=2, split_mode="none", main_gpu=2).blocking)
+    assert any("3 proportions for 2" in w for w in llama(seven, gpu_count=2, tensor_split="2,1,1").warnings)
+    with pytest.raises(SettingsError, match="tensor_split"):
+        llama(seven, gpu_count=2, tensor_split="3,x")
+    with pytest.raises(SettingsError, match="gpu_count"):
+        llama(seven, gpu_count=9)
