@@ -418,7 +418,7 @@ def fit(
 
     if is_local(prof):  # GPUs of one kind and the host: the context, the layers offloaded and the sequences
         count = settings.get("gpu_count")
-        if n != 1 and count not in (None, n):
+        if n != 1 and count not in (None, 1, n):
             raise SettingsError(f"gpus {n} and gpu_count {count} disagree: both are the GPUs llama.cpp splits the "
                                 "model over; give one of them")
         if n != 1:

@@ -31,6 +31,8 @@ def run(args, out) -> int:
     req = request_of(args)
     if args.preset or args.modelfile or args.ollama_env:  # a runtime's defaults, environment and Modelfile
         return _run_preset(args, req, gpus, out)
+    if args.gpus is not None and _local(req):  # --gpus N: the GPUs llama.cpp splits the model over (gpu_count)
+        req, gpus = _local_gpus(args, req, gpus), [1]
     if req.settings.get("gpu") is not None and _local(req):  # a local run's figures, then whether they fit
         return _run_local_on_gpu(args, req, gpus, out)
     if args.gpus is not None:  # with a strategy, --gpus N is the world size (refused where it means else)
@@ -66,14 +68,23 @@ def _local(req) -> bool:
         return False
 
 
+def _local_gpus(args, req, gpus: Sequence[int]):
+    """The request with ``--gpus N`` as the number of GPUs a local-inference profile splits the model over."""
+    given = getattr(args, "given_flags", ())
+    if len(gpus) != 1:
+        raise BadValue("under a local-inference profile --gpus is the number of GPUs the model is split over: give one "
+                       "number (--gpus 2)")
+    if "gpu_count" in given and req.settings.get("gpu_count") != gpus[0]:
+        raise BadValue(f"--gpus {gpus[0]} and --gpu-count {req.settings.get('gpu_count')} disagree: give one of them")
+    return req.with_settings(gpu_count=gpus[0])
+
+
 def _run_local_on_gpu(args, req, gpus: Sequence[int], out) -> int:
     """estimate under a local-inference profile with --gpu: the estimate (per device: weights, KV cache, output
     buffer), then fit's verdict on that GPU (vramwise.answers.offload)."""
     from vramwise.answers.fit import fit
     from vramwise.surfaces.cli.fit import _gpu_words
 
-    if args.gpus is not None:
-        raise BadValue("a local-inference estimate is for one GPU and the host: leave --gpus out")
     settings = req.settings_dict(skip=("gpu",))
     est = req.with_settings(gpu=None).estimate()
     f = fit(req.model, gpu=req.settings["gpu"], profile=req.profile, trust_remote_code=req.trust_remote_code,
@@ -86,8 +97,13 @@ def _run_local_on_gpu(args, req, gpus: Sequence[int], out) -> int:
     for line in _gpu_words(f):
         write_wrapped(out, line)
     fig = f.estimate.figures
-    write_wrapped(out, f"on the GPU: {gib(fig['gpu_total'])} GiB, on the host: {gib(fig['host_total'])} GiB: "
-                       f"{f.verdict.head()}")
+    if f.gpus > 1:  # every GPU must fit: the verdict is the one that holds the most
+        each = ", ".join(f"GPU {g} {gib(t)} GiB" for g, t in enumerate(f.per_gpu))
+        write_wrapped(out, f"on the {f.gpus} GPUs: {each}; on the host: {gib(fig['host_total'])} GiB: "
+                           f"{f.verdict.head()}")
+    else:
+        write_wrapped(out, f"on the GPU: {gib(fig['gpu_total'])} GiB, on the host: {gib(fig['host_total'])} GiB: "
+                           f"{f.verdict.head()}")
     write_wrapped(out, "the largest n_ctx, the layers to offload and the parallel sequences that fit: vramwise fit "
                        "with the same flags")
     return 0

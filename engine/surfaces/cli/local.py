@@ -56,8 +56,10 @@ def print_local_fit(f, label: str, out, gpu_lines: list) -> None:
             out.write(line + "\n")
     out.write("\n")
     write_wrapped(out, f"at these settings (n_ctx {fig['n_ctx']:,}, {fig['n_ctx_seq']:,} per sequence, "
-                       f"n_parallel {s.n_parallel}, {fig['offloaded_layers']} of {f.layers} layers offloaded): GPU "
-                       f"{gib(fig['gpu_total'])} GiB, host {gib(fig['host_total'])} GiB: {f.verdict.head()}")
+                       f"n_parallel {s.n_parallel}, {fig['offloaded_layers']} of {f.layers} layers offloaded): "
+                       + (f"GPU {gib(fig['gpu_total'])} GiB" if f.gpus == 1 else  # over several GPUs, each must fit
+                          ", ".join(f"GPU {g} {gib(t)} GiB" for g, t in enumerate(f.per_gpu)))
+                       + f", host {gib(fig['host_total'])} GiB: {f.verdict.head()}")
     out.write("\n")
     if f.max_n_ctx is None:
         out.write("largest n_ctx: none (one token of context does not fit beside the weights on the GPU)\n")

@@ -139,7 +139,7 @@ def test_fit_answers_locally_for_the_profile(qwen2):
     assert f.max_n_ctx == 7168
     d = f.to_dict()
     assert (d["max_n_ctx"], d["max_n_gpu_layers"], d["all_layers"]) == (7168, 3, True)
-    with pytest.raises(SettingsError, match="gpus 2 and gpu_count 3 disagree"):
+    with pytest.raises(SettingsError, match="gpus 2 and gpu_count 3 disagree"):  # gpu_count 1 is the default
         vramwise.fit(qwen2, gpu=8 * MIB, gpus=2, gpu_count=3, profile="llama.cpp")
 
 

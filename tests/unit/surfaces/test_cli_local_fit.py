@@ -44,10 +44,15 @@ def test_fit_json(model, capsys):
     assert data["verdict"]["label"] == "fits"
 
 
-def test_several_gpus_is_one_line(model, capsys):
-    assert main(["fit", model, "--profile", "llama.cpp", "--gpu", "8MiB", "--gpus", "2"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "one GPU and the host" in err
+def test_fit_over_two_gpus_judges_each(model, capsys):
+    assert main(["fit", model, "--profile", "llama.cpp", "--gpu", "8MiB", "--gpus", "2", "--n-ctx", "4096"]) == 0
+    out = capsys.readouterr().out
+    # 3 layers on GPUs (2 and the output), split equally: both layers on GPU 0 (positions 0 and 1 below 0.5 x 3),
+    # the output layer on GPU 1: 892,928 + 4,096 x 1,024 = 5,087,232 bytes (0.00 GiB) and 82,624
+    assert "GPU 0 0.00 GiB, GPU 1 0.00 GiB, host" in " ".join(out.split())  # the line as printed, unwrapped
+    assert main(["fit", model, "--profile", "llama.cpp", "--gpu", "8MiB", "--gpus", "2", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["gpus"] == 2 and [g["gpu"] for g in data["per_gpu"]] == [0, 1]
 
 
 def test_modelfile_and_environment_with_their_origins(model, tmp_path, capsys, monkeypatch):
@@ -123,5 +128,10 @@ def test_estimate_on_a_gpu_prints_the_figures_then_the_verdict(model, capsys):
     assert "GPU: weights" in out  # the estimate's per-device lines first
     # 4 MiB = 4,194,304 bytes: 975,296 short
     assert "on the GPU: 0.00 GiB, on the host: 0.00 GiB: does not fit, 0.00 GiB short of 0.00 GiB per GPU" in out
-    assert main(["estimate", model, "--profile", "llama.cpp", "--gpu", "8MiB", "--gpus", "2"]) == 2
-    assert "one GPU and the host" in capsys.readouterr().err
+    assert main(["estimate", model, "--profile", "llama.cpp", "--gpu", "8MiB", "--gpus", "2", "--n-ctx", "4096"]) == 0
+    out = capsys.readouterr().out
+    assert "GPU 0: weights" in out and "GPU 1: weights" in out and "GPU: weights" not in out
+    assert "on the 2 GPUs: GPU 0 0.00 GiB, GPU 1 0.00 GiB" in " ".join(out.split())
+    assert main(["estimate", model, "--profile", "llama.cpp", "--gpu", "8MiB", "--gpus", "1,2"]) == 2
+    err = capsys.readouterr().err
+    assert "give one number" in err
