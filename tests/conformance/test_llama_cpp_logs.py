@@ -173,6 +173,8 @@ def profile_settings(run: dict, **override) -> dict:
                              "n_parallel") if k in s}
     out["kv_unified"] = s.get("kv_unified", False)
     out["n_gpu_layers"] = None if ngl is None or ngl < 0 else ngl  # -1: every layer
+    if s.get("tensor_split"):  # -ts a,b: one proportion per GPU, the model split over that many (split_mode layer)
+        out["tensor_split"], out["gpu_count"] = s["tensor_split"], len(s["tensor_split"])
     out.update(override)
     return out
 
@@ -247,13 +249,30 @@ def test_kv_cache_as_the_log_prints_it(header, run):
     v = estimate(header, run, cache_type_k=s["cache_type_v"], flash_attn="on").figures["kv_cache"] / 2
     assert abs(k / MIB - obs["k_mib"]) <= HALF_CENT
     assert abs(v / MIB - obs["v_mib"]) <= HALF_CENT
-    # per device: the GPUs' KV buffers (several GPUs summed: vramwise puts the offloaded layers on one) and the host's
+    # per device: the GPUs' KV buffers (together, and each GPU's own where the log names several: CUDA0, CUDA1) and
+    # the host's
     buffers = obs["kv_buffers_mib"]
     if buffers:
         gpu = [mib for device, mib in buffers.items() if device not in HOST_BUFFERS]
         host = [mib for device, mib in buffers.items() if device in HOST_BUFFERS]
         assert abs(f["gpu_kv_cache"] / MIB - sum(gpu)) <= HALF_CENT * max(len(gpu), 1)
         assert abs(f["host_kv_cache"] / MIB - sum(host)) <= HALF_CENT * max(len(host), 1)
+        if len(gpu) > 1:
+            assert f["gpus"] == len(gpu)
+            for g, mib in enumerate(gpu):
+                assert abs(f[f"gpu{g}_kv_cache"] / MIB - mib) <= HALF_CENT, g
+
+
+def test_kv_cache_split_over_two_gpus_by_hand(header):
+    # llama-server -ts 10,6 -ngl 99 on a 64-layer Qwen2.5-Coder-32B: act_gpu_layers = min(99, 64 + 1) = 65 from
+    # layer 0 (i_gpu_start 0, in the log's build as at the pin), split point 10 / 16 = 0.625: layer il on CUDA0 while
+    # il / 65 < 0.625, il < 40.625, so layers 0..40 (41) on CUDA0 and 41..63 (23) with the output on CUDA1. A layer's
+    # q8_0 cache: 32,768 cells x (1,024 / 32 x 34 = 1,088 bytes K + 1,088 V) = 71,303,168 bytes = 68 MiB; CUDA0
+    # 41 x 68 = 2,788 MiB and CUDA1 23 x 68 = 1,564 MiB, the log's two "KV buffer size" lines
+    run = next(r for r in RUNS if r["settings"].get("tensor_split") == [10, 6])
+    f = estimate(header, run).figures
+    assert (f["gpu0_kv_cache"], f["gpu1_kv_cache"]) == (41 * 71_303_168, 23 * 71_303_168)
+    assert (f["gpu0_kv_cache"] / MIB, f["gpu1_kv_cache"] / MIB) == (2788.0, 1564.0)
 
 
 @pytest.mark.parametrize("run", OUTPUT_RUNS, ids=ids)
