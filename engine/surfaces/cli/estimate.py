@@ -32,7 +32,7 @@ def run(args, out) -> int:
     if args.preset or args.modelfile or args.ollama_env:  # a runtime's defaults, environment and Modelfile
         return _run_preset(args, req, gpus, out)
     if args.gpus is not None and _local(req):  # --gpus N: the GPUs llama.cpp splits the model over (gpu_count)
-        req, gpus = _local_gpus(args, req, gpus), [1]
+        req = _local_gpus(args, req, gpus)
     if req.settings.get("gpu") is not None and _local(req):  # a local run's figures, then whether they fit
         return _run_local_on_gpu(args, req, gpus, out)
     if args.gpus is not None:  # with a strategy, --gpus N is the world size (refused where it means else)
