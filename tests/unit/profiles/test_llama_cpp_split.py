@@ -107,3 +107,35 @@ def test_refusals(seven):
         llama(seven, gpu_count=2, tensor_split="3,x")
     with pytest.raises(SettingsError, match="gpu_count"):
         llama(seven, gpu_count=9)
+
+
+def test_report_lines_follow_the_gpus(seven):
+    from vramwise.surfaces.views import report_lines
+
+    one = report_lines(llama(seven), str)
+    assert any(line.startswith("GPU: weights 8440832") for line in one)  # one GPU: the line as before
+    assert not any(line.startswith("GPU 0") for line in one)
+    two = report_lines(llama(seven, gpu_count=2, tensor_split="3,1"), str)
+    assert [line.split(":")[0] for line in two if line.startswith("GPU")] == ["GPU 0", "GPU 1"]
+    assert f"GPU 1: weights {LAYER + OUTPUT} GiB, KV cache {KV} GiB; total {LAYER + OUTPUT + KV} GiB" in two
+
+
+def test_a_report_condition_names_figures_only(tmp_path):
+    import shutil
+    from importlib import resources
+    from pathlib import Path
+
+    import vramwise
+    from vramwise.errors import FileFormatError
+
+    src = Path(str(resources.files("vramwise.formulas")))
+    dst = tmp_path / "formulas"
+    for folder in ("llama.cpp", "shared"):
+        if (src / folder).is_dir():
+            shutil.copytree(src / folder, dst / folder, ignore=shutil.ignore_patterns("__*"))
+    p = dst / "llama.cpp" / "profile.yaml"
+    text = p.read_text(encoding="utf-8")
+    p.write_text(text.replace("    when: gpus == 1\n", "    when: gpu_count == 1\n", 1), encoding="utf-8")
+    line = next(i for i, t in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if "when: gpu_count == 1" in t)
+    with pytest.raises(FileFormatError, match=rf"profile\.yaml:{line}:\d+: \$\.report\[\d+\]\.when: unknown name `gpu_count`"):
+        vramwise.Registry(formulas_dir=dst).profile("llama.cpp")
