@@ -26,6 +26,7 @@ import atexit
 import hashlib
 import math
 import re
+import struct
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from types import CodeType
@@ -87,6 +88,15 @@ def _count_at_least(values, start) -> int:
     return sum(1 for v in values if v >= start)
 
 
+def _float32(value) -> float:
+    """``value`` rounded to IEEE 754 single precision (C's ``float``), for a rule a program computes in float32: a
+    sum, product or quotient of float32 values rounded again is what float32 arithmetic gives (binary64 holds more
+    than twice the bits)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"float32() needs a number, got {value!r}")
+    return struct.unpack("<f", struct.pack("<f", value))[0]
+
+
 def _lower(text: str) -> str:
     if not isinstance(text, str):
         raise TypeError(f"lower() needs a string, got {text!r}")
@@ -104,6 +114,7 @@ FUNCTIONS: dict[str, Callable] = {
     "len": len,
     "lower": _lower,
     "at": _at,
+    "float32": _float32,
     "count_at_least": _count_at_least,
     "layers_sum": _layers_sum,
     "layers_max": _layers_max,
@@ -256,7 +267,7 @@ def emit(
                     return text, NUMBER
             args = [go(a) for a in n.args]
             text = f"_vw_{fname}(" + ", ".join(a for a, _ in args) + ")"
-            if fname in ("ceil", "floor", "int", "len", "count_at_least", *_LAYER_REDUCERS):
+            if fname in ("ceil", "floor", "int", "len", "count_at_least", "float32", *_LAYER_REDUCERS):
                 return text, NUMBER
             if fname == "lower":
                 return text, frozenset(_STR)

@@ -139,3 +139,45 @@ def test_a_report_condition_names_figures_only(tmp_path):
     line = next(i for i, t in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if "when: gpu_count == 1" in t)
     with pytest.raises(FileFormatError, match=rf"profile\.yaml:{line}:\d+: \$\.report\[\d+\]\.when: unknown name `gpu_count`"):
         vramwise.Registry(formulas_dir=dst).profile("llama.cpp")
+
+
+def test_split_points_are_float32_as_llama_cpp_computes_them(tmp_path):
+    path = tmp_path / "qwen2-8.gguf"
+    write_qwen2_as(str(path), "F16", layers=8)
+    f = llama(str(path), gpu_count=2, tensor_split="0.2,0.7").figures
+    # act = 9. In exact fractions position 2 is on the split point (2 / 9 = 0.2 / 0.9) and would go to GPU 1; llama.cpp
+    # sums and divides in float32 (numpy.float32 by hand): the point 0.2f / (0.2f + 0.7f) is 0x3E638E3A
+    # (0.22222224), the position float(2) / 9 is 0x3E638E39 (0.22222222), one unit below. So position 2 is below the
+    # point: layers 0..2 on GPU 0, layers 3..7 and the output on GPU 1
+    assert per_gpu(f, 2) == [(3 * LAYER, 3 * KV, 3 * LAYER + 3 * KV),
+                             (5 * LAYER + OUTPUT, 5 * KV, 5 * LAYER + OUTPUT + 5 * KV)]
+
+
+def _llama_cpp_devices(n_layer: int, ngl: int, tensor_split) -> list:
+    """load_tensors' placement, statement by statement in float32 (src/llama-model.cpp:1556-1614 at 0c1e5709): the
+    device of each layer 0..n_layer (the last the output layer), -1 for the CPU."""
+    import bisect
+
+    np = pytest.importorskip("numpy")
+    f32 = np.float32
+    splits, total = [], f32(0)
+    for x in tensor_split:
+        total = f32(total + f32(x))
+        splits.append(total)
+    splits = [f32(x / total) for x in splits]
+    start, act = max(n_layer + 1 - ngl, 0), min(ngl, n_layer + 1)
+    return [-1 if il < start or il - start >= act else bisect.bisect_right(splits, f32(f32(il - start) / f32(act)))
+            for il in range(n_layer + 1)]
+
+
+@pytest.mark.parametrize("tensor_split", ["1,1", "3,1", "10,6", "0.2,0.7", "1,1,1", "0.3,0.3,0.4", "5,1,1,2"])
+@pytest.mark.parametrize("ngl", [1, 2, 5, 8])
+def test_placement_matches_load_tensors_statement_by_statement(seven, tensor_split, ngl):
+    shares = [float(x) for x in tensor_split.split(",")]
+    devices = _llama_cpp_devices(7, ngl, shares)
+    f = llama(seven, gpu_count=len(shares), tensor_split=tensor_split, n_gpu_layers=ngl).figures
+    for g in range(len(shares)):
+        layers = sum(1 for d in devices[:7] if d == g)
+        output = devices[7] == g
+        assert f[f"gpu{g}_kv_cache"] == layers * KV, (g, devices)
+        assert f[f"gpu{g}_weights"] == layers * LAYER + (OUTPUT if output else 0), (g, devices)
