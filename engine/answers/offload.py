@@ -1,4 +1,4 @@
-"""The answers of local inference (a profile that splits a GGUF model between one GPU and the host, ``llama.cpp``):
+"""The answers of local inference (a profile that splits a GGUF model between the GPUs and the host, ``llama.cpp``):
 the largest context the GPU holds, the layers to offload at a context, the parallel sequences a context allows,
 and the host memory a partial offload takes. :func:`vramwise.fit` gives them for such a profile;
 :func:`vramwise.answers.local.local_fit` also takes a runtime preset's settings (Ollama's).

@@ -56,7 +56,7 @@ def run(args, out) -> int:
 
 
 def _local(req) -> bool:
-    """Whether the request's profile splits a GGUF model between one GPU and the host (the local answers')."""
+    """Whether the request's profile splits a GGUF model between the GPUs and the host (the local answers')."""
     if req.recipe is not None or req.size_only:
         return False
     from vramwise.answers.offload import is_local

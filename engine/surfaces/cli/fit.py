@@ -41,7 +41,7 @@ def run(args, out) -> int:
         f = fit(req.model, gpu=args.gpu, gpus=gpus, headroom=args.headroom, seq_lens=seq_lens, profile=req.profile,
                 trust_remote_code=args.trust_remote_code, **settings)
     serving = not hasattr(f, "frontier")  # a serving profile's answers (vramwise.answers.serving.ServingFit)
-    if isinstance(f, LocalFit):  # one GPU and the host (vramwise.answers.local)
+    if isinstance(f, LocalFit):  # the GPUs and the host (vramwise.answers.local)
         if args.plot:
             raise BadValue("--plot draws a training fit's frontier; a local-inference fit has none")
         if args.json:
