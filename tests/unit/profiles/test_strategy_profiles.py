@@ -120,7 +120,7 @@ def test_fsdp_qlora_is_below_lora():
 def test_unsloth_under_ddp_is_its_one_gpu_total_plus_the_buckets():
     # LoRA rank 16 on the seven projections of TINY: r x (in + out) summed over q (64+64), k and v (64+32 each),
     # o (64+64), gate and up (64+128 each), down (128+64) = 16 x 1,024 = 16,384 trainable parameters;
-    # DDP's buckets hold one float32 gradient each (formulas/unsloth/gradients.yaml): 65,536 bytes per GPU,
+    # DDP's buckets hold one float32 gradient each (formulas/shared/gradient_bytes.yaml): 65,536 bytes per GPU,
     # with the allocator's 15 % on top (formulas/strategies/ddp_unsloth.yaml): 65,536 x 1.15 = 75,366.4 more.
     kw = dict(method="lora", batch_size=1, seq_len=16)
     one = vramwise.estimate(TINY, profile="unsloth", **kw)
