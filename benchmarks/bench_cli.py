@@ -7,8 +7,8 @@ Cold: an empty cache folder per run (`VRAMWISE_CACHE_DIR`), so the run composes 
 writes the cache; warm: one folder filled by a first run, then read by every run; off: `VRAMWISE_CACHE_DIR=off`.
 Reported: the median and the lowest wall time, and the median CPU time (user + system) of the process, which
 moves less than the wall time on a loaded machine; and the same of a bare `python -c pass`, run between them, for
-the machine's scale at the time. Every output is compared with the first one: a run whose
-output differs stops the benchmark. `--site FOLDER` runs an install of vramwise found in FOLDER (put first on
+the machine's scale at the time. Every output is compared with the first one of its install: a run whose
+output differs stops the benchmark (two installs may print different figures). `--site FOLDER` runs an install of vramwise found in FOLDER (put first on
 PYTHONPATH; e.g. one made by `pip install --no-deps --target FOLDER .`) instead of the one of this Python; several
 `--site`s are timed alternately in one run (the first one is the baseline), and the modes of each site too.
 """
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     modes = [m for m in args.modes.split(",") if m]
     cmd = _command(args.config)
     tmp = Path(tempfile.mkdtemp(prefix="vramwise-bench-cli-"))
-    reference = None
+    reference: dict = {}  # each site's first output (two versions may print different figures)
     times: dict[tuple, list[tuple[float, float]]] = {}
     try:
         envs = {}
@@ -79,10 +79,8 @@ def main(argv: list[str] | None = None) -> int:
                     elif mode == "off":
                         env["VRAMWISE_CACHE_DIR"] = "off"
                     wall, cpu, out = _run(cmd, env)
-                    if reference is None:
-                        reference = out
-                    elif out != reference:
-                        raise SystemExit(f"the output of {sites[s] or 'this install'} ({mode}) differs from the first run's")
+                    if reference.setdefault(s, out) != out:
+                        raise SystemExit(f"the output of {sites[s] or 'this install'} ({mode}) differs from its first run's")
                     times.setdefault((s, mode), []).append((wall, cpu))
             # the interpreter's own start (with site, as every run above has), for scale
             wall, cpu, _ = _run([sys.executable, "-c", "pass"], envs[0])
