@@ -165,12 +165,7 @@ def print_quant_pick(p, out) -> None:
     est = (p.pick or p.options[0]).fit.estimate
     at = f" at {p.revision}" if p.revision else ""
     out.write(f"{p.source}{at}: {len(p.options)} quantization{'s' if len(p.options) != 1 else ''}\n")
-    out.write(family_line(est) + "\n")
-    text = summary(first.profile)
-    if text:
-        write_wrapped(out, f"profile {first.profile}: {text}")
-    for line in _gpu_words(first):
-        write_wrapped(out, line)
+    _heading(out, est, first.profile, first)
     out.write("\n")
     layers = "all" if s.n_gpu_layers is None else s.n_gpu_layers
     write_wrapped(out, f"at n_ctx {fig['n_ctx']:,} (n_parallel {s.n_parallel}, cache {s.cache_type_k}/"
@@ -234,16 +229,21 @@ def _gpu_words(fit_result) -> list[str]:
     return lines
 
 
+def _heading(out, est, profile: str, fit_result) -> None:
+    """The model's family line (where there is an estimate), the profile's summary and the GPU in words."""
+    if est is not None:
+        out.write(family_line(est) + "\n")
+    text = summary(profile)
+    if text:
+        write_wrapped(out, f"profile {profile}: {text}")
+    for line in _gpu_words(fit_result):
+        write_wrapped(out, line)
+
+
 def print_fit(f, label: str, out) -> None:
     est = f.estimate
     out.write(f"{label}\n")
-    if est is not None:
-        out.write(family_line(est) + "\n")
-    text = summary(f.profile)
-    if text:
-        write_wrapped(out, f"profile {f.profile}: {text}")
-    for line in _gpu_words(f):
-        write_wrapped(out, line)
+    _heading(out, est, f.profile, f)
     n, usable = f.gpus, f.usable_bytes
     on = f"{n} GPU" + ("s" if n > 1 else "")
     out.write("\n")
