@@ -121,3 +121,39 @@ def write_qwen2_as(path, quant: str, split_max_tensors: int = 0, architecture: s
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def deepseek2_metadata(*, hidden: int = 256, heads: int = 4, kv_lora_rank: int = 64, rope: int = 32,
+                       nope: int = 48, v_head: int = 48, q_lora_rank: int | None = 128) -> dict:
+    """A three-layer DeepSeek-V3-style deepseek2 header as llama.cpp's converter writes it
+    (conversion/deepseek.py DeepseekV2Model.set_gguf_parameters): MLA as one latent KV head (head_count_kv 1,
+    key_length kv_lora_rank + rope, value_length kv_lora_rank) and the per-head sizes in key_length_mla
+    (nope + rope) and value_length_mla; the first layer dense, then 8 routed experts of 64, 2 used, 1 shared.
+    Keys are ``{arch}.``-relative, values (gguf value type, value)."""
+    u32 = gguf.GGUFValueType.UINT32
+    kv = {"{arch}.block_count": 3, "{arch}.embedding_length": hidden, "{arch}.feed_forward_length": 512,
+          "{arch}.attention.head_count": heads, "{arch}.attention.head_count_kv": 1,
+          "{arch}.attention.key_length": kv_lora_rank + rope, "{arch}.attention.value_length": kv_lora_rank,
+          "{arch}.attention.key_length_mla": nope + rope, "{arch}.attention.value_length_mla": v_head,
+          "{arch}.attention.kv_lora_rank": kv_lora_rank, "{arch}.rope.dimension_count": rope,
+          "{arch}.leading_dense_block_count": 1, "{arch}.expert_count": 8, "{arch}.expert_used_count": 2,
+          "{arch}.expert_shared_count": 1, "{arch}.expert_feed_forward_length": 64, "{arch}.context_length": 4096}
+    if q_lora_rank is not None:
+        kv["{arch}.attention.q_lora_rank"] = q_lora_rank
+    return {k: (u32, v) for k, v in kv.items()}
+
+
+def write_deepseek2(path, **dims) -> None:
+    """A deepseek2 file of :func:`deepseek2_metadata`'s header (``dims`` passed on) and an untied F16 token embedding
+    and head of 500 tokens (the tensors the table and the placement read)."""
+    kv = deepseek2_metadata(**dims)
+    hidden = kv["{arch}.embedding_length"][1]
+    w = gguf.GGUFWriter(path, "deepseek2")
+    for key, (kind, value) in kv.items():
+        w.add_key_value(key.replace("{arch}", "deepseek2"), value, kind)
+    w.add_tensor("token_embd.weight", np.zeros((500, hidden), np.float16))
+    w.add_tensor("output.weight", np.zeros((500, hidden), np.float16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()

@@ -482,6 +482,7 @@ class _Rule:
     otherwise: Any  # Expression or None
     optional: bool
     where: str
+    missing: str | None = None  # what a file without any of the sources lacks, said when it is refused
 
 
 @dataclass(frozen=True)
@@ -490,6 +491,7 @@ class _Table:
     model_type: str
     rules: tuple  # of _Rule, common ones first (an architecture's own replaces a common one)
     where: str
+    refused: tuple = ()  # of (metadata key, why a file that has it is refused, where)
 
 
 @lru_cache(maxsize=1)
@@ -521,8 +523,10 @@ def compile_tables(df) -> Mapping[str, _Table]:
             if otherwise is not None:
                 otherwise = compile_expression(otherwise, allowed=names - {key}, df=df, parts=parts + ("otherwise",))
             rules.append(_Rule(key, tuple(MappingProxyType(dict(s)) for s in sources), otherwise,
-                               bool(rule.get("optional", False)), df.where(parts)))
-        out[arch] = _Table(arch, entry["model_type"], tuple(rules), df.where(("architectures", arch)))
+                               bool(rule.get("optional", False)), df.where(parts), rule.get("missing")))
+        refused = tuple((key, why, df.where(("architectures", arch, "refuse", key)))
+                        for key, why in (entry.get("refuse") or {}).items())
+        out[arch] = _Table(arch, entry["model_type"], tuple(rules), df.where(("architectures", arch)), refused)
     return MappingProxyType(out)
 
 
@@ -566,6 +570,10 @@ def gguf_config(model: GGUFModel) -> dict:
     if table is None:
         raise ConfigError(f"{model.files[0]}: GGUF architecture {model.architecture!r} has no table in {TABLE_PATH} "
                           f"(known: {', '.join(known_architectures())})")
+    for key, why, where in table.refused:
+        name = key.replace("{arch}", model.architecture)
+        if name in model.metadata or name in model.array_lengths:
+            raise ConfigError(f"{model.files[0]}: the GGUF file has metadata {name}: {why} ({where})")
     config: dict = {"model_type": table.model_type}
     pending = []
     for rule in table.rules:
@@ -580,8 +588,9 @@ def gguf_config(model: GGUFModel) -> dict:
             pending.append(rule)
         elif not rule.optional:
             found = " or ".join(_describe(s, model.architecture) for s in rule.sources)
+            why = f": {rule.missing}" if rule.missing else ""
             raise ConfigError(f"{model.files[0]}: the GGUF file has no {found} (the config's {rule.key}; "
-                              f"{rule.where})")
+                              f"{rule.where}){why}")
     for rule in pending:
         try:
             config[rule.key] = rule.otherwise.evaluate(config)

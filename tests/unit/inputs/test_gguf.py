@@ -27,7 +27,7 @@ from vramwise.estimation.registry import Registry  # noqa: E402
 from vramwise.inputs import gguf as vg  # noqa: E402
 from vramwise.rules.datafiles import load_data_file  # noqa: E402
 
-from gguf_files import LAYER_BYTES, ROOT_BYTES, TOTAL_BYTES, write_qwen2  # noqa: E402  (tests/gguf_files.py)
+from gguf_files import LAYER_BYTES, ROOT_BYTES, TOTAL_BYTES, deepseek2_metadata, write_qwen2  # noqa: E402  (tests/gguf_files.py)
 
 T = gguf.GGMLQuantizationType
 
@@ -232,6 +232,106 @@ CASES = {
          "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 128,
          "sliding_window": 512, "tie_word_embeddings": True},
     ),
+    "gemma-head-256": (
+        "gemma",
+        {"{arch}.block_count": (U32, 2), "{arch}.embedding_length": (U32, 512), "{arch}.feed_forward_length": (U32, 1024),
+         "{arch}.attention.head_count": (U32, 4), "{arch}.attention.head_count_kv": (U32, 1),
+         "{arch}.attention.key_length": (U32, 256), "{arch}.attention.value_length": (U32, 256),
+         "{arch}.context_length": (U32, 8192), "{arch}.attention.layer_norm_rms_epsilon": (F32, 1e-6)},
+        {"token_embd.weight": np.zeros((900, 512), np.float16)},
+        # head 256, not 512 / 4 = 128 (Gemma 7B's 16 heads of 256 over 3072): key_length is read
+        {"model_type": "gemma", "vocab_size": 900, "hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256, "max_position_embeddings": 8192,
+         "rms_norm_eps": 1e-6, "tie_word_embeddings": True},
+    ),
+    "phi3-window-not-read": (
+        "phi3",
+        {"{arch}.block_count": (U32, 2), "{arch}.embedding_length": (U32, 256), "{arch}.feed_forward_length": (U32, 768),
+         "{arch}.attention.head_count": (U32, 4), "{arch}.attention.head_count_kv": (U32, 4),
+         "{arch}.rope.dimension_count": (U32, 64), "{arch}.attention.sliding_window": (U32, 2047),
+         "{arch}.context_length": (U32, 4096)},
+        {"token_embd.weight": np.zeros((320, 256), np.float16), "output.weight": np.zeros((320, 256), np.float16)},
+        # llama.cpp turns Phi-3's window off (src/models/phi3.cpp): the config has none, every layer full
+        {"model_type": "phi3", "vocab_size": 320, "hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 4096,
+         "tie_word_embeddings": False},
+    ),
+    "starcoder2-biases": (
+        "starcoder2",
+        {"{arch}.block_count": (U32, 2), "{arch}.embedding_length": (U32, 256), "{arch}.feed_forward_length": (U32, 1024),
+         "{arch}.attention.head_count": (U32, 4), "{arch}.attention.head_count_kv": (U32, 2),
+         "{arch}.attention.layer_norm_epsilon": (F32, 1e-5), "{arch}.context_length": (U32, 16384)},
+        {"token_embd.weight": np.zeros((420, 256), np.float16), "blk.0.attn_q.bias": np.zeros(256, np.float32),
+         "blk.1.attn_q.bias": np.zeros(256, np.float32)},
+        {"model_type": "starcoder2", "vocab_size": 420, "hidden_size": 256, "intermediate_size": 1024,
+         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "use_bias": True,
+         "norm_epsilon": 1e-5, "max_position_embeddings": 16384, "tie_word_embeddings": True},
+    ),
+    "command-r-plus-qk-norm": (
+        "command-r",
+        {"{arch}.block_count": (U32, 2), "{arch}.embedding_length": (U32, 256), "{arch}.feed_forward_length": (U32, 640),
+         "{arch}.attention.head_count": (U32, 4), "{arch}.attention.head_count_kv": (U32, 2),
+         "{arch}.attention.layer_norm_epsilon": (F32, 1e-5), "{arch}.logit_scale": (F32, 0.0625)},
+        {"token_embd.weight": np.zeros((512, 256), np.float16), "blk.0.attn_q_norm.weight": np.zeros((4, 64), np.float32)},
+        {"model_type": "cohere", "vocab_size": 512, "hidden_size": 256, "intermediate_size": 640, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "use_qk_norm": True, "layer_norm_eps": 1e-5,
+         "tie_word_embeddings": True},
+    ),
+    "olmo2": (
+        "olmo2",
+        {"{arch}.block_count": (U32, 2), "{arch}.embedding_length": (U32, 256), "{arch}.feed_forward_length": (U32, 512),
+         "{arch}.attention.head_count": (U32, 4), "{arch}.context_length": (U32, 4096),
+         "{arch}.attention.layer_norm_rms_epsilon": (F32, 1e-6)},
+        {"token_embd.weight": np.zeros((352, 256), np.float16), "output.weight": np.zeros((352, 256), np.float16)},
+        # no head_count_kv: llama.cpp's default, head_count
+        {"model_type": "olmo2", "vocab_size": 352, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
+         "tie_word_embeddings": False},
+    ),
+    "granite": (
+        "granite",
+        {"{arch}.block_count": (U32, 2), "{arch}.embedding_length": (U32, 256), "{arch}.feed_forward_length": (U32, 512),
+         "{arch}.attention.head_count": (U32, 4), "{arch}.attention.head_count_kv": (U32, 1),
+         "{arch}.logit_scale": (F32, 8.0), "{arch}.residual_scale": (F32, 0.22), "{arch}.embedding_scale": (F32, 12.0),
+         "{arch}.attention.scale": (F32, 0.0078125)},
+        {"token_embd.weight": np.zeros((448, 256), np.float16)},
+        {"model_type": "granite", "vocab_size": 448, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 1, "tie_word_embeddings": True, "attention_bias": False,
+         "mlp_bias": False},
+    ),
+    "mistral3-head-128": (
+        "mistral3",
+        {"{arch}.block_count": (U32, 2), "{arch}.embedding_length": (U32, 256), "{arch}.feed_forward_length": (U32, 768),
+         "{arch}.attention.head_count": (U32, 4), "{arch}.attention.head_count_kv": (U32, 2),
+         "{arch}.attention.key_length": (U32, 128), "{arch}.context_length": (U32, 262144)},
+        {"token_embd.weight": np.zeros((640, 256), np.float16), "output.weight": np.zeros((640, 256), np.float16)},
+        {"model_type": "ministral3", "vocab_size": 640, "hidden_size": 256, "intermediate_size": 768,
+         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 128,
+         "max_position_embeddings": 262144, "tie_word_embeddings": False},
+    ),
+    "deepseek2-mla": (
+        "deepseek2",
+        deepseek2_metadata(),
+        {"token_embd.weight": np.zeros((500, 256), np.float16), "output.weight": np.zeros((500, 256), np.float16)},
+        # MLA written as one KV head (head_count_kv 1, key_length 64 + 32): DeepSeek's config has as many KV heads as
+        # query heads; qk_nope_head_dim = key_length_mla 80 - rope 32 = 48
+        {"model_type": "deepseek_v3", "vocab_size": 500, "hidden_size": 256, "intermediate_size": 512,
+         "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 4, "q_lora_rank": 128,
+         "kv_lora_rank": 64, "qk_nope_head_dim": 48, "qk_rope_head_dim": 32, "v_head_dim": 48, "n_routed_experts": 8,
+         "num_experts_per_tok": 2, "n_shared_experts": 1, "moe_intermediate_size": 64, "first_k_dense_replace": 1,
+         "max_position_embeddings": 4096, "tie_word_embeddings": False},
+    ),
+    "deepseek2-lite-full-rank-q": (
+        "deepseek2",
+        deepseek2_metadata(q_lora_rank=None),
+        {"token_embd.weight": np.zeros((500, 256), np.float16), "output.weight": np.zeros((500, 256), np.float16)},
+        # no q_lora_rank and no attn_q_a tensor (V2-Lite): a full-rank q_proj
+        {"model_type": "deepseek_v3", "vocab_size": 500, "hidden_size": 256, "intermediate_size": 512,
+         "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 4, "q_lora_rank": None,
+         "kv_lora_rank": 64, "qk_nope_head_dim": 48, "qk_rope_head_dim": 32, "v_head_dim": 48, "n_routed_experts": 8,
+         "num_experts_per_tok": 2, "n_shared_experts": 1, "moe_intermediate_size": 64, "first_k_dense_replace": 1,
+         "max_position_embeddings": 4096, "tie_word_embeddings": False},
+    ),
 }
 
 
@@ -251,6 +351,63 @@ def test_resolved_as_the_equivalent_config_json(case, tmp_path):
     assert dict(from_gguf.params_by_group) == dict(by_hand.params_by_group)
     assert from_gguf.inventory.checkpoint_as_stored and not by_hand.inventory.checkpoint_as_stored
     assert from_gguf.inventory.checkpoint_bytes == sum(a.nbytes for a in tensors.values())  # F16 and F32: numpy's own
+
+
+def test_mistral_written_as_llama_counts_as_its_config_json(tmp_path):
+    """llama.cpp's converter writes Mistral 7B as llama (convert_hf_to_gguf.py LlamaModel registers
+    MistralForCausalLM; llama.cpp has no mistral architecture before Mistral 3): the llama family reads it, with the
+    mistral config.json's parameters (Mistral's layout is Llama's without biases). Its sliding window is not in the
+    file and llama.cpp's llama architecture slides none."""
+    kv = {"{arch}.block_count": (U32, 2), "{arch}.embedding_length": (U32, 256), "{arch}.feed_forward_length": (U32, 896),
+          "{arch}.attention.head_count": (U32, 4), "{arch}.attention.head_count_kv": (U32, 1)}
+    _write(tmp_path / "m.gguf", "llama", kv, {"token_embd.weight": np.zeros((320, 256), np.float16),
+                                              "output.weight": np.zeros((320, 256), np.float16)})
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"model_type": "mistral", "vocab_size": 320, "hidden_size": 256, "intermediate_size": 896, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 1, "tie_word_embeddings": False}))
+    reg = Registry()
+    from_gguf, mistral = reg.model(str(tmp_path / "m.gguf")), reg.model(str(tmp_path / "config.json"))
+    assert (from_gguf.family, mistral.family) == ("llama", "mistral")
+    # per layer: q, o 256 x 256; k, v 64 x 256; gate, up, down 896 x 256; two norms of 256; then the final norm, the
+    # embedding and the head of 320 x 256
+    assert from_gguf.params_total == mistral.params_total == (
+        2 * (2 * 256 * 256 + 2 * 64 * 256 + 3 * 896 * 256 + 2 * 256) + 256 + 2 * 320 * 256)
+
+
+@pytest.mark.parametrize("arch, kv, message", [
+    ("olmo2", {"{arch}.attention.sliding_window": (U32, 4096)},
+     r"has metadata olmo2.attention.sliding_window: an OLMo 3 file .* \(formulas/gguf.yaml:\d+:\d+\)$"),
+    ("deepseek2", {"{arch}.nextn_predict_layers": (U32, 1)},
+     r"has metadata deepseek2.nextn_predict_layers: the file holds multi-token prediction \(NextN\) layers"),
+])
+def test_what_a_family_does_not_model_is_refused(tmp_path, arch, kv, message):
+    base = {"{arch}.block_count": (U32, 2), "{arch}.embedding_length": (U32, 256), "{arch}.feed_forward_length": (U32, 512),
+            "{arch}.attention.head_count": (U32, 4)}
+    if arch == "deepseek2":
+        base = deepseek2_metadata()
+    _write(tmp_path / "m.gguf", arch, {**base, **kv}, {"token_embd.weight": np.zeros((10, 256), np.float32)})
+    with pytest.raises(ConfigError, match=message):
+        vramwise.load_model(str(tmp_path / "m.gguf"))
+
+
+def test_deepseek2_without_mla_head_sizes_or_experts_is_refused(tmp_path):
+    # a file without key_length_mla is read by llama.cpp as full K and V heads (hparams.is_mla() false): refused, with
+    # why, rather than counted as the latent cache
+    kv = deepseek2_metadata()
+    del kv["{arch}.attention.key_length_mla"]
+    _write(tmp_path / "old.gguf", "deepseek2", kv, {"token_embd.weight": np.zeros((10, 256), np.float32)})
+    with pytest.raises(ConfigError) as e:
+        vramwise.load_model(str(tmp_path / "old.gguf"))
+    msg = str(e.value)
+    assert "has no metadata deepseek2.attention.key_length_mla (the config's gguf_key_length_mla; formulas/gguf.yaml:" in msg
+    assert msg.endswith("which the llama.cpp profile does not model; convert the model again")
+    assert "\n" not in msg
+    kv = deepseek2_metadata()
+    del kv["{arch}.expert_count"]
+    _write(tmp_path / "dense.gguf", "deepseek2", kv, {"token_embd.weight": np.zeros((10, 256), np.float32)})
+    with pytest.raises(ConfigError, match=r"has no metadata deepseek2.expert_count .*: a deepseek2 file without routed "
+                                          r"experts \(Youtu-LLM\) is not a DeepSeek-V2/V3 model$"):
+        vramwise.load_model(str(tmp_path / "dense.gguf"))
 
 
 def test_table_keys_agree_with_transformers_gguf_mapping():
@@ -279,7 +436,8 @@ def test_unknown_architecture_names_the_known_ones(tmp_path):
         vramwise.load_model(str(path))
     msg = str(e.value)
     assert "GGUF architecture 'mamba' has no table in formulas/gguf.yaml" in msg
-    assert "known: gemma2, gemma3, llama, qwen2, qwen2moe, qwen3, qwen3moe" in msg
+    assert ("known: command-r, deepseek2, gemma, gemma2, gemma3, granite, llama, mistral3, olmo2, phi3, qwen2, qwen2moe, "
+            "qwen3, qwen3moe, starcoder2") in msg
 
 
 def test_a_missing_key_names_the_metadata_key(tmp_path):
@@ -327,7 +485,8 @@ def _table_text() -> str:
 
 def test_tables_file_is_valid():
     df = load_data_file(_table_text(), "formulas/gguf.yaml", "gguf-1.schema.json", validate=True)
-    assert set(vg.compile_tables(df)) == {"llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma2", "gemma3"}
+    assert set(vg.compile_tables(df)) == {"llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma", "gemma2", "gemma3",
+                                          "phi3", "starcoder2", "command-r", "olmo2", "granite", "mistral3", "deepseek2"}
 
 
 def test_a_bad_table_fails_with_its_place():
