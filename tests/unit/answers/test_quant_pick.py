@@ -11,9 +11,13 @@ The output layer: output.weight 300x256 (F16 153,600; Q8_0 300 x 8 x 34 = 81,600
 output_norm 1,024. The token embedding, F16 in every file, 153,600 bytes, stays on the host.
 
 With every layer on the GPU: weights 2 x layer + output = F16 2,522,112; Q8_0 1,344,192; Q4_K_M 715,968; the f16 KV
-cache 1,024 bytes a cell (2 layers x 2 KV heads x 64 x 2 bytes, K and V). At n_ctx 4,096: + 4,194,304:
-    F16 6,716,416    Q8_0 5,538,496    Q4_K_M 4,910,272
-The host: the token embedding and the logits, 290 tokens x 4 bytes: 153,600 + 1,160 = 154,760.
+cache 1,024 bytes a cell (2 layers x 2 KV heads x 64 x 2 bytes, K and V), and the compute buffer
+(formulas/llama.cpp/compute.yaml; n_ubatch 512, flash attention auto: on) of a GPU running the layers: the f16 mask
+1,024 bytes a cell (cells x 512 x 2) and four hidden states 4 x 256 x 512 x 4 = 2,097,152. At n_ctx 4,096:
++ 4,194,304 + 4,194,304 + 2,097,152 = + 10,485,760:
+    F16 13,007,872    Q8_0 11,829,952    Q4_K_M 11,201,728
+The host: the token embedding and the logits, 290 tokens x 4 bytes: 153,600 + 1,160 = 154,760, and its compute
+buffer, the graph's inputs (the mask 4,194,304 and a hidden state 524,288): 4,873,352.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from vramwise.errors import ConfigError, SettingsError  # noqa: E402
 from gguf_files import write_qwen2_as  # noqa: E402  (tests/gguf_files.py)
 
 MIB = 2**20
-GPU_AT_4096 = {"F16": 6_716_416, "Q8_0": 5_538_496, "Q4_K_M": 4_910_272}
+GPU_AT_4096 = {"F16": 13_007_872, "Q8_0": 11_829_952, "Q4_K_M": 11_201_728}
 WEIGHTS = {"F16": 2 * 1_183_744 + 153_600 + 1_024 + 153_600,       # 2,675,712
            "Q8_0": 2 * 630_784 + 81_600 + 1_024 + 153_600,          # 1,497,792
            "Q4_K_M": 2 * 335_872 + 43_200 + 1_024 + 153_600}        # 869,568
@@ -50,34 +54,37 @@ def folder(tmp_path_factory):
 
 
 def test_each_quantization_at_the_settings(folder):
-    p = quant_pick(folder, gpu=6 * MIB, n_ctx=4096)
+    p = quant_pick(folder, gpu=12 * MIB, n_ctx=4096)
     assert isinstance(p, QuantPick)
     assert [o.name for o in p.options] == ["F16", "Q8_0", "Q4_K_M"]  # the most bytes of weights first
     assert [o.file_type for o in p.options] == ["F16", "Q8_0", "Q4_K_M"]  # general.file_type, llama.cpp's names
     assert {o.name: o.weight_bytes for o in p.options} == WEIGHTS
     assert {o.name: o.gpu_bytes for o in p.options} == GPU_AT_4096
-    assert {o.host_bytes for o in p.options} == {154_760}
-    # 6 MiB = 6,291,456: F16 is short by 424,960, the others fit
+    assert {o.host_bytes for o in p.options} == {154_760 + 4_718_592}
+    # 12 MiB = 12,582,912: F16 is short by 424,960, the others fit
     assert [o.fit.verdict.label for o in p.options] == ["does not fit", "fits", "fits"]
-    # largest n_ctx, all layers: (6,291,456 - weights) / 1,024 cells, down to a multiple of 256:
-    # F16 3,769,344 / 1,024 = 3,681 -> 3,584; Q8_0 4,947,264 / 1,024 = 4,831.3 -> 4,608;
-    # Q4_K_M 5,575,488 / 1,024 = 5,444.8 -> 5,376
-    assert [o.fit.max_n_ctx for o in p.options] == [3584, 4608, 5376]
+    # largest n_ctx, all layers: (12,582,912 - weights - 2,097,152) / 2,048 cells (cache and mask), down to a multiple
+    # of 256: F16 7,963,648 / 2,048 = 3,888.5 -> 3,840; Q8_0 9,141,568 / 2,048 = 4,463.6 -> 4,352;
+    # Q4_K_M 9,769,792 / 2,048 = 4,770.4 -> 4,608
+    assert [o.fit.max_n_ctx for o in p.options] == [3840, 4352, 4608]
     assert len(p.option("Q4_K_M").files) == 2
 
 
 def test_the_pick_is_the_largest_that_fits_every_layer(folder):
-    p = quant_pick(folder, gpu=6 * MIB, n_ctx=4096)
+    p = quant_pick(folder, gpu=12 * MIB, n_ctx=4096)
     assert p.pick.name == "Q8_0" and "largest quantization that fits" in p.reason
-    # 5 MiB = 5,242,880: only Q4_K_M's 4,910,272 fits
-    assert quant_pick(folder, gpu=5 * MIB, n_ctx=4096).pick.name == "Q4_K_M"
+    # 11 MiB = 11,534,336: only Q4_K_M's 11,201,728 fits
+    assert quant_pick(folder, gpu=11 * MIB, n_ctx=4096).pick.name == "Q4_K_M"
 
 
 def test_else_the_one_that_keeps_the_most_layers(folder):
-    p = quant_pick(folder, gpu=3 * MIB, n_ctx=4096)
-    # n_gpu_layers 2: the output layer, the last layer and its cache of 4,096 x 512 = 2,097,152 bytes:
-    #   Q4_K_M 44,224 + 335,872 + 2,097,152 = 2,477,248 and Q8_0 82,624 + 630,784 + 2,097,152 = 2,810,560 fit
-    #   3 MiB = 3,145,728; F16 154,624 + 1,183,744 + 2,097,152 = 3,435,520 does not (1: 154,624 does)
+    p = quant_pick(folder, gpu=9 * MIB, n_ctx=4096)
+    # n_gpu_layers 2: the output layer, the last layer and its cache of 4,096 x 512 = 2,097,152 bytes, and the compute
+    # buffer of a GPU running a layer, 4,194,304 + 2,097,152 = 6,291,456:
+    #   Q4_K_M 44,224 + 335,872 + 2,097,152 + 6,291,456 = 8,768,704 and Q8_0 82,624 + 630,784 + 2,097,152 +
+    #   6,291,456 = 9,102,016 fit 9 MiB = 9,437,184; F16 154,624 + 1,183,744 + 2,097,152 + 6,291,456 = 9,727,000
+    #   does not (1: 154,624 and the output's compute buffer, logits 290 x 512 x 4 + a hidden state = 1,118,208, do);
+    #   3 layers: Q4_K_M 11,201,728 does not
     assert [o.fit.max_n_gpu_layers for o in p.options] == [1, 2, 2]
     assert p.pick.name == "Q8_0"  # of the two that keep two, the larger
     assert "n_gpu_layers 2 of 3" in p.reason

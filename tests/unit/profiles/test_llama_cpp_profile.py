@@ -54,8 +54,12 @@ def test_defaults_f16_cache_all_layers_offloaded(qwen2):
     assert f["host_weights"] == EMBEDDING
     # logits of n_vocab (the 290 tokenizer tokens, not the embedding's 300 rows) x 1 sequence x 4 bytes
     assert f["output_buffer"] == 290 * 1 * 4
-    assert f["gpu_total"] == 975_552 + 4_194_304
-    assert f["host_total"] == EMBEDDING + 1_160
+    # the compute buffer at n_ubatch 512 with flash attention (auto: on): a hidden state 256 x 512 x 4 = 524,288, the
+    # f16 mask 4096 x 512 x 2 = 4,194,304; the GPU runs the layers: mask + 4 hidden states = 6,291,456 (above the
+    # logits 290 x 512 x 4 = 593,920 and a hidden state); the host holds the inputs, mask + a hidden state, 4,718,592
+    assert (f["gpu_compute_buffer"], f["host_compute_buffer"]) == (6_291_456, 4_718_592)
+    assert f["gpu_total"] == 975_552 + 4_194_304 + 6_291_456
+    assert f["host_total"] == EMBEDDING + 1_160 + 4_718_592
     assert e.total == f["gpu_total"] + f["host_total"]
     assert e.min_per_gpu(1) == f["gpu_total"]
 
@@ -196,7 +200,7 @@ def test_cli_prints_per_device(qwen2, capsys):
     assert "n_gpu_layers 2" in out
     assert "1 layers offloaded" in out
     assert "GPU: weights" in out and "host: weights" in out and "output buffer" in out
-    assert "compute buffer: not modelled yet" in out
+    assert "compute buffer: an estimate from the graph's largest tensors" in out
     assert main(["estimate", qwen2, "--profile", "llama.cpp", "--method", "qlora"]) != 0
     assert "does not model qlora" in capsys.readouterr().err
 
@@ -224,3 +228,51 @@ def test_partial_offload_of_sliding_and_full_layers_is_layer_by_layer(tmp_path, 
     f = llama(str(path), n_ctx=8192, n_gpu_layers=ngl).figures
     assert f["gpu_kv_cache"] == gpu_kv
     assert f["host_kv_cache"] == 6_553_600 - gpu_kv
+
+
+HIDDEN = 256 * 512 * 4  # one hidden state of the default ubatch (n_ubatch 512), float32: 524,288
+LOGITS = 290 * 512 * 4  # the logits of 512 outputs over the 290 tokenizer tokens, float32: 593,920
+
+
+def test_compute_buffer_without_flash_attention(qwen2):
+    f = llama(qwen2, n_ctx=4096, flash_attn="off").figures
+    # float32 mask 4096 x 512 x 4 = 8,388,608; scores 4 heads x 4096 x 512 x 4 = 33,554,432; the GPU (layers and
+    # output): max(33,554,432 + 8,388,608 + 4 x 524,288, 593,920 + 524,288) = 44,040,192; the host: the mask and a
+    # hidden state, 8,912,896
+    assert f["gpu_compute_buffer"] == f["gpu0_compute_buffer"] == 44_040_192
+    assert f["host_compute_buffer"] == 8_388_608 + HIDDEN == 8_912_896
+    assert f["compute_buffer"] == 44_040_192 + 8_912_896
+
+
+def test_compute_buffer_on_the_cpu_alone(qwen2):
+    f = llama(qwen2, n_ctx=4096, flash_attn="off", n_gpu_layers=0).figures
+    # n_gpu_layers 0: the host runs the layers and the output, the one-device buffer 44,040,192 (as above); no GPU's
+    assert (f["gpu_compute_buffer"], f["host_compute_buffer"]) == (0, 44_040_192)
+    assert f["host_total"] == EMBEDDING + 2 * LAYER + OUTPUT + 2 * 4096 * F16_CELL + 290 * 4 + 44_040_192
+
+
+def test_compute_buffer_when_only_the_output_is_offloaded(qwen2):
+    f = llama(qwen2, n_ctx=4096, flash_attn="off", n_gpu_layers=1).figures
+    # the GPU holds the output layer alone: the logits and a hidden state, 593,920 + 524,288 = 1,118,208; the host
+    # runs both layers: 44,040,192
+    assert f["gpu_compute_buffer"] == LOGITS + HIDDEN == 1_118_208
+    assert f["host_compute_buffer"] == 44_040_192
+
+
+def test_compute_buffer_at_a_smaller_ubatch_and_context(qwen2):
+    f = llama(qwen2, n_ctx=256, n_ubatch=128).figures
+    # n_ctx 256, n_ubatch 128, flash attention (auto: on): hidden 256 x 128 x 4 = 131,072; f16 mask 256 x 128 x 2 =
+    # 65,536; attention 65,536 + 4 x 131,072 = 589,824; output 290 x 128 x 4 + 131,072 = 279,552: the attention
+    assert f["gpu_compute_buffer"] == 589_824
+    # n_ctx 256, n_ubatch 512 (512 tokens: the reserve takes min(n_ctx, n_ubatch) = 256): hidden 262,144, mask 256 x
+    # 256 x 2 = 131,072; attention 131,072 + 4 x 262,144 = 1,179,648; logits 290 x 256 x 4 = 296,960 + 262,144
+    assert llama(qwen2, n_ctx=256).figures["gpu_compute_buffer"] == 1_179_648
+
+
+def test_compute_buffer_rounds_the_ubatch_to_the_sequences(qwen2):
+    f = llama(qwen2, n_ctx=3 * 1024, n_parallel=3, flash_attn="off").figures
+    # 3 sequences, each a stream of 1,024 cells; the reserved ubatch 512 rounded up to 513 (3 x 171) tokens, the
+    # logits 512 outputs. hidden 256 x 513 x 4 = 525,312; mask 1,024 x 513 x 4 = 2,101,248; scores 4 x 1,024 x 513 x
+    # 4 = 8,404,992: attention 8,404,992 + 2,101,248 + 4 x 525,312 = 12,607,488
+    assert f["gpu_compute_buffer"] == 12_607_488
+    assert f["host_compute_buffer"] == 2_101_248 + 525_312

@@ -1,6 +1,8 @@
 """`vramwise fit MODEL.gguf --profile llama.cpp` and `--preset ollama` / `--modelfile` / `--ollama-env`: the local
 answers printed and as JSON. The figures are derived in tests/unit/answers/test_local_fit.py: the small Qwen2 of
-tests/gguf_files.py takes 975,552 bytes of weights on the GPU and 1,024 bytes a cell of f16 cache."""
+tests/gguf_files.py takes 975,552 bytes of weights on the GPU and 1,024 bytes a cell of f16 cache; its compute buffer
+at n_ubatch 512 with flash attention (auto: on), on a GPU that runs the layers, takes the f16 mask, 1,024 bytes a cell,
+and four hidden states, 2,097,152: with every layer offloaded the GPU holds 3,072,704 + 2,048 bytes a cell."""
 
 from __future__ import annotations
 
@@ -24,11 +26,11 @@ def model(tmp_path_factory):
 
 
 def test_fit_prints_the_local_answers(model, capsys):
-    assert main(["fit", model, "--profile", "llama.cpp", "--gpu", "4MiB", "--n-ctx", "4096"]) == 0
+    assert main(["fit", model, "--profile", "llama.cpp", "--gpu", "10MiB", "--n-ctx", "4096"]) == 0
     out = capsys.readouterr().out
-    # 975,552 + 1,024 x cells <= 4,194,304 -> cells <= 3,143.3 -> 3,072 (12 x 256)
-    assert "largest n_ctx: 3,072 (n_parallel 1, cache f16/f16, n_gpu_layers all)" in out
-    # k = 2: 2,626,240 bytes on the GPU (test_local_fit.py)
+    # 3,072,704 + 2,048 x cells <= 10,485,760 -> cells <= 3,619.6 -> 3,584 (14 x 256)
+    assert "largest n_ctx: 3,584 (n_parallel 1, cache f16/f16, n_gpu_layers all)" in out
+    # k = 2: 8,917,696 bytes on the GPU, k = 3: 11,461,312 (test_local_fit.py)
     assert "n_gpu_layers at n_ctx 4,096: 2 of 3 (the last layer and the output layer)" in out
     assert "parallel sequences of 4,096 tokens each: none (one does not fit)" in out
     assert "does not fit" in out
@@ -36,11 +38,13 @@ def test_fit_prints_the_local_answers(model, capsys):
 
 
 def test_fit_json(model, capsys):
-    assert main(["fit", model, "--profile", "llama.cpp", "--gpu", "8MiB", "--n-ctx", "4096", "--json"]) == 0
+    assert main(["fit", model, "--profile", "llama.cpp", "--gpu", "11MiB", "--n-ctx", "4096", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    # 1,024 x cells <= 7,413,056 -> 7,168; at 4,096 cells every layer fits (5,169,856 bytes)
-    assert (data["max_n_ctx"], data["max_n_gpu_layers"], data["all_layers"]) == (7168, 3, True)
-    assert data["host_bytes_at_max_layers"] == 153_600 + 1_160  # the token embedding and the logits
+    # 2,048 x cells <= 11,534,336 - 3,072,704 = 8,461,632 -> cells <= 4,131.7 -> 4,096; at 4,096 cells every layer
+    # fits (11,461,312 bytes)
+    assert (data["max_n_ctx"], data["max_n_gpu_layers"], data["all_layers"]) == (4096, 3, True)
+    # the token embedding, the logits and the host's compute buffer (the mask 4,194,304 and a hidden state 524,288)
+    assert data["host_bytes_at_max_layers"] == 153_600 + 1_160 + 4_718_592
     assert data["verdict"]["label"] == "fits"
 
 
@@ -48,8 +52,11 @@ def test_fit_over_two_gpus_judges_each(model, capsys):
     assert main(["fit", model, "--profile", "llama.cpp", "--gpu", "8MiB", "--gpus", "2", "--n-ctx", "4096"]) == 0
     out = capsys.readouterr().out
     # 3 layers on GPUs (2 and the output), split equally: both layers on GPU 0 (positions 0 and 1 below 0.5 x 3),
-    # the output layer on GPU 1: 892,928 + 4,096 x 1,024 = 5,087,232 bytes (0.00 GiB) and 82,624
-    assert "GPU 0 0.00 GiB, GPU 1 0.00 GiB, host" in " ".join(out.split())  # the line as printed, unwrapped
+    # the output layer on GPU 1. Every layer on the GPUs: pipeline parallelism, each GPU keeping 4 copies of its
+    # inputs, 4 x (4,194,304 + 524,288) = 18,874,368. GPU 0: 892,928 + 4,096 x 1,024 + 6,291,456 + 18,874,368 =
+    # 30,253,056 bytes (0.03 GiB); GPU 1: 82,624 + the logits and a hidden state 1,118,208 + 18,874,368 = 20,075,200
+    # (0.02 GiB)
+    assert "GPU 0 0.03 GiB, GPU 1 0.02 GiB, host" in " ".join(out.split())  # the line as printed, unwrapped
     assert main(["fit", model, "--profile", "llama.cpp", "--gpu", "8MiB", "--gpus", "2", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["gpus"] == 2 and [g["gpu"] for g in data["per_gpu"]] == [0, 1]
@@ -118,20 +125,20 @@ def test_a_frontier_is_refused_in_one_line(model, capsys):
 
 
 def test_estimate_on_a_gpu_prints_the_figures_then_the_verdict(model, capsys):
-    # 975,552 weight bytes + 4,096 cells x 1,024 = 5,169,856 bytes on the GPU; 8 MiB = 8,388,608 leaves 3,218,752
-    assert main(["estimate", model, "--profile", "llama.cpp", "--gpu", "8MiB", "--n-ctx", "4096", "--json"]) == 0
+    # 3,072,704 + 4,096 cells x 2,048 = 11,461,312 bytes on the GPU; 12 MiB = 12,582,912 leaves 1,121,600
+    assert main(["estimate", model, "--profile", "llama.cpp", "--gpu", "12MiB", "--n-ctx", "4096", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["figures"]["gpu_total"] == 5_169_856
-    assert (data["fit"]["verdict"]["label"], data["fit"]["verdict"]["margin_bytes"]) == ("fits", 3_218_752)
+    assert data["figures"]["gpu_total"] == 11_461_312
+    assert (data["fit"]["verdict"]["label"], data["fit"]["verdict"]["margin_bytes"]) == ("fits", 1_121_600)
     assert main(["estimate", model, "--profile", "llama.cpp", "--gpu", "4MiB", "--n-ctx", "4096"]) == 0
     out = capsys.readouterr().out
     assert "GPU: weights" in out  # the estimate's per-device lines first
-    # 4 MiB = 4,194,304 bytes: 975,296 short
-    assert "on the GPU: 0.00 GiB, on the host: 0.00 GiB: does not fit, 0.00 GiB short of 0.00 GiB per GPU" in out
+    # 4 MiB = 4,194,304 bytes: 11,461,312 (0.01 GiB) on the GPU is 7,267,008 (0.01 GiB) short; the host 4,873,352
+    assert "on the GPU: 0.01 GiB, on the host: 0.00 GiB: does not fit, 0.01 GiB short of 0.00 GiB per GPU" in out
     assert main(["estimate", model, "--profile", "llama.cpp", "--gpu", "8MiB", "--gpus", "2", "--n-ctx", "4096"]) == 0
     out = capsys.readouterr().out
     assert "GPU 0: weights" in out and "GPU 1: weights" in out and "GPU: weights" not in out
-    assert "on the 2 GPUs: GPU 0 0.00 GiB, GPU 1 0.00 GiB" in " ".join(out.split())
+    assert "on the 2 GPUs: GPU 0 0.03 GiB, GPU 1 0.02 GiB" in " ".join(out.split())  # as test_fit_over_two_gpus_...
     assert main(["estimate", model, "--profile", "llama.cpp", "--gpu", "8MiB", "--gpus", "1,2"]) == 2
     err = capsys.readouterr().err
     assert "give one number" in err

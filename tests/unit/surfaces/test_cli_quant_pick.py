@@ -1,7 +1,8 @@
 """`vramwise fit FOLDER --profile llama.cpp` over a folder of GGUF quantizations, `fit hub:ORG/NAME` over a hub
 repository's (a local server standing in for the hub: tests/fake_hub.py) and `--quant NAME`. The figures are
-derived in tests/unit/answers/test_quant_pick.py: at n_ctx 4,096 with every layer on the GPU, F16 takes 6,716,416
-bytes, Q8_0 5,538,496 and Q4_K_M 4,910,272; on 6 MiB (6,291,456) the largest n_ctx is 3,584, 4,608 and 5,376."""
+derived in tests/unit/answers/test_quant_pick.py: at n_ctx 4,096 with every layer on the GPU (and the compute
+buffer), F16 takes 13,007,872 bytes, Q8_0 11,829,952 and Q4_K_M 11,201,728; on 12 MiB (12,582,912) the largest n_ctx
+is 3,840, 4,352 and 4,608, and F16 keeps 2 layers at n_ctx 4,096 (9,727,000 bytes)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ pytest.importorskip("gguf", reason="the gguf package (pip install 'vramwise[gguf
 from fake_hub import REPO, SHA, fake_hub  # noqa: E402  (tests/fake_hub.py)
 from gguf_files import write_qwen2_as  # noqa: E402  (tests/gguf_files.py)
 
-ARGS = ["--profile", "llama.cpp", "--gpu", "6MiB", "--n-ctx", "4096"]
+ARGS = ["--profile", "llama.cpp", "--gpu", "12MiB", "--n-ctx", "4096"]
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +39,9 @@ def test_the_table_and_the_pick(folder, capsys):
     out = capsys.readouterr().out
     assert "3 quantizations" in out
     # quant, file type, weights, GPU and host GiB, verdict, largest n_ctx, n_gpu_layers, file
-    assert _row(out, "F16")[5:] == ["does", "not", "fit", "3,584", "2", "tiny-F16.gguf"]
-    assert _row(out, "Q8_0")[5:] == ["fits", "4,608", "all", "tiny-Q8_0.gguf"]
-    assert _row(out, "Q4_K_M")[5:] == ["fits", "5,376", "all", "tiny-Q4_K_M-00001-of-00002.gguf", "(+1", "shards)"]
+    assert _row(out, "F16")[5:] == ["does", "not", "fit", "3,840", "2", "tiny-F16.gguf"]
+    assert _row(out, "Q8_0")[5:] == ["fits", "4,352", "all", "tiny-Q8_0.gguf"]
+    assert _row(out, "Q4_K_M")[5:] == ["fits", "4,608", "all", "tiny-Q4_K_M-00001-of-00002.gguf", "(+1", "shards)"]
     assert "pick: Q8_0: Q8_0 is the largest quantization that fits" in out
 
 
@@ -48,14 +49,14 @@ def test_json(folder, capsys):
     assert main(["fit", str(folder), *ARGS, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["pick"] == "Q8_0"
-    assert {o["name"]: o["gpu_bytes"] for o in data["options"]} == {"F16": 6_716_416, "Q8_0": 5_538_496,
-                                                                   "Q4_K_M": 4_910_272}
+    assert {o["name"]: o["gpu_bytes"] for o in data["options"]} == {"F16": 13_007_872, "Q8_0": 11_829_952,
+                                                                   "Q4_K_M": 11_201_728}
 
 
 def test_quant_by_name(folder, capsys):
     assert main(["fit", str(folder), *ARGS, "--quant", "Q4_K_M"]) == 0
     out = capsys.readouterr().out
-    assert "largest n_ctx: 5,376 (n_parallel 1, cache f16/f16, n_gpu_layers all)" in out
+    assert "largest n_ctx: 4,608 (n_parallel 1, cache f16/f16, n_gpu_layers all)" in out
     assert main(["fit", str(folder), *ARGS, "--quant", "IQ4_XS"]) == 2
     err = capsys.readouterr().err
     assert "no quantization IQ4_XS in" in err and "present: F16, Q8_0, Q4_K_M" in err
@@ -67,7 +68,7 @@ def test_a_folder_of_one_model_is_answered_as_before(tmp_path, capsys):
     write_qwen2_as(tmp_path / "tiny-Q8_0.gguf", "Q8_0")
     assert main(["fit", str(tmp_path), *ARGS]) == 0
     out = capsys.readouterr().out
-    assert "largest n_ctx: 4,608" in out and "quantizations" not in out
+    assert "largest n_ctx: 4,352" in out and "quantizations" not in out
 
 
 def test_hub_repository(folder, capsys, monkeypatch):
@@ -80,7 +81,7 @@ def test_hub_repository(folder, capsys, monkeypatch):
         assert all(r is not None for _, r, _ in log)  # range requests only
     out = capsys.readouterr().out
     assert f"hub:{REPO} at {SHA}: 3 quantizations" in out
-    assert _row(out, "Q8_0")[5:] == ["fits", "4,608", "all", "tiny-Q8_0.gguf"]
+    assert _row(out, "Q8_0")[5:] == ["fits", "4,352", "all", "tiny-Q8_0.gguf"]
     assert "pick: Q8_0" in out
 
 

@@ -2,7 +2,8 @@
 the settings in the query; the answer is ``fit MODEL.gguf --profile llama.cpp --json``'s for the file on disk.
 
 The file is tests/gguf_files.py's small Qwen2 (its bytes derived there by hand); on the GPU it takes 975,552 bytes
-of weights and 1,024 bytes a cell of f16 cache (tests/unit/answers/test_local_fit.py)."""
+of weights and 1,024 bytes a cell of f16 cache, and a compute buffer of 2,097,152 bytes and 1,024 a cell (its f16
+mask at n_ubatch 512, flash attention auto) (tests/unit/answers/test_local_fit.py)."""
 
 from __future__ import annotations
 
@@ -81,8 +82,9 @@ def test_the_answer_is_fit_json_of_the_file(client, gguf_file):
     described = got.pop("gguf")
     assert got == cli_json("fit", str(gguf_file), "--profile", "llama.cpp", "--gpu", "8MiB", "--n-ctx", "4096", "--json")
     assert got == vramwise.fit(str(gguf_file), profile="llama.cpp", gpu="8MiB", n_ctx=4096).to_dict()
-    # 8 MiB = 8,388,608 bytes less 975,552 of weights = 7,413,056 for 1,024-byte cells -> 7,239 -> 7,168 (28 x 256)
-    assert got["max_n_ctx"] == 7168
+    # 8 MiB = 8,388,608 bytes less 975,552 of weights and 2,097,152 of hidden states = 5,315,904 for 2,048-byte cells
+    # (cache and mask) -> 2,595.7 -> 2,560 (10 x 256)
+    assert got["max_n_ctx"] == 2560
     assert described == {"name": gguf_file.name, "size": len(data), "header_bytes": head, "architecture": "qwen2",
                          "file_type": "Q4_K_M", "tensors": 27, "weight_bytes": TOTAL_BYTES, "family": "qwen2",
                          "model_type": "qwen2", "describe": f"27 tensors of {gguf_file.name} (GGUF Q4_K_M, "
