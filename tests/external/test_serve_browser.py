@@ -444,7 +444,8 @@ def test_local_inference_mode_in_headless_chromium(monkeypatch, tmp_path):
     write_qwen2(path)
     size, head = path.stat().st_size, read_gguf(path).header_bytes
     want = vramwise.fit(str(path), profile="llama.cpp", gpu="rtx-4090", n_ctx=4096)
-    # on 8 MiB memory bounds the context: 8,388,608 - 975,552 bytes of weights = 7,413,056 for cells of 1,024 bytes
+    # on 8 MiB memory bounds the context: 8,388,608 - 975,552 bytes of weights - 2,097,152 of the compute buffer's
+    # hidden states = 5,315,904 for cells of 2,048 bytes (the f16 cache and the mask; tests/unit/answers/test_local_fit.py)
     small = vramwise.fit(str(path), profile="llama.cpp", gpu="8MiB", n_ctx=4096)
     ollama = local_fit(str(path), gpu="rtx-4090", preset="ollama", n_ctx=4096)
     monkeypatch.setattr(_source, "_read_hub", lambda repo, trust: pytest.fail(f"the hub was asked for {repo!r}"))
@@ -480,6 +481,8 @@ def test_local_inference_mode_in_headless_chromium(monkeypatch, tmp_path):
                                                        "data-bytes")
             assert cell("weights", 2) == str(figures["gpu_weights"]) and cell("kv_cache", 2) == str(figures["gpu_kv_cache"])
             assert cell("output_buffer", 3) == str(figures["output_buffer"]) and cell("total", 3) == str(figures["host_total"])
+            assert cell("compute_buffer", 2) == str(figures["gpu_compute_buffer"])
+            assert cell("compute_buffer", 3) == str(figures["host_compute_buffer"])
             answer = lambda key: page.text_content(f"#local-answers tr[data-key='{key}'] td.num").strip()  # noqa: E731
             assert answer("max_n_ctx").startswith(f"{want.max_n_ctx:,} (n_parallel 1")
             assert answer("max_n_gpu_layers").startswith("all (3: the 2 layers and the output layer)")
@@ -506,7 +509,7 @@ def test_local_inference_mode_in_headless_chromium(monkeypatch, tmp_path):
             assert shared.text_content("#total").startswith("choose a GGUF file: the address keeps the settings")
             shared.set_input_files("#gguf-file", str(path))
             shared.wait_for_function(largest, arg=str(small.max_n_ctx), timeout=15_000)
-            assert small.max_n_ctx == 7168  # 7,413,056 / 1,024 = 7,239 cells, padded down to 28 x 256
+            assert small.max_n_ctx == 2560  # 5,315,904 / 2,048 = 2,595.7 cells, padded down to 10 x 256
             assert shared.text_content("#verdict") == f"{small.verdict.label} on {small.gpu.name}"
 
             # a file that is not a GGUF: the server's one line, no figures

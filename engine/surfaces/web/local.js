@@ -180,7 +180,8 @@ window.vramwiseLocal = function (lib) {
     for (const w of fit.warnings) warn.appendChild(h("li", w));
   }
 
-  // the figures of the GPU and the host: weights, KV cache, output buffer, total (LocalFit's figures)
+  // the figures of the GPU and the host: weights, KV cache, output buffer, compute buffer (an estimate), total
+  // (LocalFit's figures)
   function drawFigures(fit) {
     const f = fit.figures, t = $("local-figures");
     clear(t);
@@ -189,7 +190,9 @@ window.vramwiseLocal = function (lib) {
     t.appendChild(head);
     const cell = (v) => v === undefined || v === null ? "—" : gib(v) + " GiB";
     const rows = [["weights", "weights", f.gpu_weights, f.host_weights], ["kv_cache", "KV cache", f.gpu_kv_cache, f.host_kv_cache],
-      ["output_buffer", "output buffer (logits)", undefined, f.output_buffer], ["total", "total", f.gpu_total, f.host_total]];
+      ["output_buffer", "output buffer (logits)", undefined, f.output_buffer],
+      ["compute_buffer", "compute buffer (estimate)", f.gpu_compute_buffer, f.host_compute_buffer],
+      ["total", "total", f.gpu_total, f.host_total]];
     for (const [key, label, gpu, host] of rows) {
       const tr = h("tr"); tr.dataset.key = key;
       tr.appendChild(h("td", label));
