@@ -16,11 +16,10 @@ def quantized(rows: int, cols: int, kind) -> "np.ndarray":
     return np.zeros((rows, cols // block * size), np.uint8)
 
 
-def write_qwen2(path, split_max_tensors: int = 0) -> None:
-    """A two-layer Qwen2 (hidden 256, 4 heads of 64, 2 KV heads, MLP 512, vocabulary 300, untied head) in F32,
-    F16, Q8_0 and Q4_K tensors, as llama.cpp's converter names them."""
-    w = gguf.GGUFWriter(path, "qwen2", split_max_tensors=split_max_tensors)
-    w.add_block_count(2)
+def _qwen2_header(path, architecture: str, split_max_tensors: int, layers: int, file_type) -> "gguf.GGUFWriter":
+    """A writer holding the small Qwen2's metadata (hidden 256, 4 heads, 2 KV heads, MLP 512, 290 tokens)."""
+    w = gguf.GGUFWriter(path, architecture, split_max_tensors=split_max_tensors)
+    w.add_block_count(layers)
     w.add_embedding_length(256)
     w.add_feed_forward_length(512)
     w.add_head_count(4)
@@ -28,8 +27,15 @@ def write_qwen2(path, split_max_tensors: int = 0) -> None:
     w.add_context_length(32768)
     w.add_rope_freq_base(1000000.0)
     w.add_layer_norm_rms_eps(1e-6)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+    w.add_file_type(file_type)
     w.add_token_list([f"t{i}" for i in range(290)])  # shorter than the embedding's 300 rows
+    return w
+
+
+def write_qwen2(path, split_max_tensors: int = 0) -> None:
+    """A two-layer Qwen2 (hidden 256, 4 heads of 64, 2 KV heads, MLP 512, vocabulary 300, untied head) in F32,
+    F16, Q8_0 and Q4_K tensors, as llama.cpp's converter names them."""
+    w = _qwen2_header(path, "qwen2", split_max_tensors, 2, gguf.LlamaFileType.MOSTLY_Q4_K_M)
     w.add_tensor("token_embd.weight", np.zeros((300, 256), np.float16))
     w.add_tensor("output_norm.weight", np.zeros(256, np.float32))
     w.add_tensor("output.weight", quantized(300, 256, T.Q8_0), raw_dtype=T.Q8_0)
@@ -92,17 +98,7 @@ def write_qwen2_as(path, quant: str, split_max_tensors: int = 0, architecture: s
     def matrix(rows, cols):
         return (np.zeros((rows, cols), np.float16), None) if kind == T.F16 else (quantized(rows, cols, kind), kind)
 
-    w = gguf.GGUFWriter(path, architecture, split_max_tensors=split_max_tensors)
-    w.add_block_count(layers)
-    w.add_embedding_length(256)
-    w.add_feed_forward_length(512)
-    w.add_head_count(4)
-    w.add_head_count_kv(2)
-    w.add_context_length(32768)
-    w.add_rope_freq_base(1000000.0)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_file_type(file_type)
-    w.add_token_list([f"t{i}" for i in range(290)])
+    w = _qwen2_header(path, architecture, split_max_tensors, layers, file_type)
     w.add_tensor("token_embd.weight", np.zeros((300, 256), np.float16))
     w.add_tensor("output_norm.weight", np.zeros(256, np.float32))
     data, raw = matrix(300, 256)
