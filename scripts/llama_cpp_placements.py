@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -55,17 +54,7 @@ extern "C" bool vw_trace(ggml_tensor * t, bool ask, void *) {
 
 
 def build(llama_src: Path, work: Path) -> ctypes.CDLL:
-    lib_dir = Path(llama_cpp.__file__).parent / "lib"
-    src = work / "trace.cpp"
-    src.write_text(ref.SHIM + CALLBACK)
-    out = work / "libvwtrace.so"
-    subprocess.run(["g++", "-std=c++17", "-O1", "-DNDEBUG", "-shared", "-fPIC", str(src), "-o", str(out),
-                    f"-I{llama_src / 'include'}", f"-I{llama_src / 'ggml' / 'include'}", f"-I{llama_src / 'src'}",
-                    f"-L{lib_dir}", "-lllama", "-lggml-base", f"-Wl,-rpath,{lib_dir}"], check=True)
-    lib = ctypes.CDLL(str(out))
-    lib.vw_memory_breakdown.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int,
-                                        ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_int]
-    lib.vw_memory_breakdown.restype = ctypes.c_int
+    lib = ref.build_shim(llama_src, work, ref.SHIM + CALLBACK, "trace")
     lib.vw_trace_open.argtypes = [ctypes.c_char_p]
     return lib
 

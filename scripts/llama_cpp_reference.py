@@ -186,11 +186,12 @@ def _log(level, text, user_data):
     LOG.append(text.decode("utf-8", "replace"))
 
 
-def build_shim(llama_src: Path, work: Path) -> ctypes.CDLL:
+def build_shim(llama_src: Path, work: Path, source: str = SHIM, name: str = "shim") -> ctypes.CDLL:
+    """Compile ``source`` (the shim, or the shim with more beside it) against llama-cpp-python's libraries."""
     lib_dir = Path(llama_cpp.__file__).parent / "lib"
-    src = work / "shim.cpp"
-    src.write_text(SHIM)
-    out = work / "libvwshim.so"
+    src = work / f"{name}.cpp"
+    src.write_text(source)
+    out = work / f"libvw{name}.so"
     subprocess.run(["g++", "-std=c++17", "-O1", "-DNDEBUG", "-shared", "-fPIC", str(src), "-o", str(out),
                     f"-I{llama_src / 'include'}", f"-I{llama_src / 'ggml' / 'include'}", f"-I{llama_src / 'src'}",
                     f"-L{lib_dir}", "-lllama", "-lggml-base", f"-Wl,-rpath,{lib_dir}"], check=True)
