@@ -236,6 +236,13 @@ def score_run(run: dict, *, shared: Path | None = SHARED_CONFIGS, registry=None,
                 estimated, figure = _memory_figure(est, statistic, count)
                 return Scored(run["id"], framework, profile, est.settings.method, statistic, published, estimated,
                               figure, signed_error(estimated, published), None)
+            if statistic in BOUNDARY_STATISTICS:
+                # the largest sequence is measured at some batch, the largest batch at some length: the setting
+                # the boundary is measured at must be the run's, as for a memory figure
+                held = ("method", "batch_size") if statistic == "largest_seq_len" else ("method", "seq_len")
+                unstated = [k for k in held if k not in settings]
+                if unstated:
+                    raise NotScored(f"a boundary whose {', '.join(unstated)} the source does not state")
             gpu = gpu_query(run)
             fit = vramwise.fit(model, gpu=gpu, gpus=count, headroom=0, profile=profile, registry=registry,
                                **settings)

@@ -255,6 +255,28 @@ def test_a_memory_figure_at_an_unstated_shape_is_not_scored(stated, unstated):
     assert isinstance(boundary, s.Scored)
 
 
+@pytest.mark.parametrize("statistic, stated, unstated", [
+    ("largest_seq_len", {"method": "qlora"}, "batch_size"),
+    ("largest_seq_len", {"batch_size": 1}, "method"),
+    ("largest_batch", {"method": "lora", "batch_size": 2}, "seq_len"),
+])
+def test_a_boundary_at_an_unstated_setting_is_not_scored(statistic, stated, unstated):
+    # a largest sequence is measured at some batch and a largest batch at some length; at vramwise's default
+    # in their place the comparison would test nothing, as for a memory figure
+    s = _scorer()
+    run = _run(statistic=statistic, value=4096, unit="tokens" if statistic == "largest_seq_len" else "sequences",
+               gpu={"name": "24 GB", "count": 1}, settings={"stated": stated})
+    result = s.score_run(run)
+    assert isinstance(result, s.Skipped)
+    assert result.reason == f"a boundary whose {unstated} the source does not state"
+    held = {"method": "qlora", "batch_size": 1, "seq_len": 1024}
+    full = {**held, **stated}
+    full.pop("seq_len" if statistic == "largest_seq_len" else "batch_size")
+    scored = s.score_run(_run(statistic=statistic, value=4096, unit=run["unit"], gpu=run["gpu"],
+                              settings={"stated": full}))
+    assert isinstance(scored, s.Scored) and scored.estimated is not None
+
+
 def test_the_page_shows_the_scorer_output_through_a_console_block():
     # scripts/build_doc_outputs.py regenerates the block, and test_doc_outputs checks it is current
     spec = importlib.util.spec_from_file_location("build_doc_outputs_for_gpu_runs", REPO / "scripts" /
