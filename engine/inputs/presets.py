@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 from vramwise.errors import FileFormatError, SettingsError
 
-__all__ = ["Preset", "PresetOption", "PresetSettings", "Modelfile", "preset", "PRESETS", "read_modelfile",
+__all__ = ["Preset", "PresetOption", "PresetSettings", "Modelfile", "preset", "PRESETS", "read_modelfile", "read_environment",
            "preset_settings", "compile_preset"]
 
 SCHEMA = "preset-1.schema.json"
@@ -178,6 +178,30 @@ def read_modelfile(source: Any, *, text: str | None = None) -> Modelfile:
                 value = shlex.split(value)[0] if value.count('"') == 2 else value[1:-1]
             params.append((parts[0].lower(), value, n))
     return Modelfile(shown, model, tuple(params))
+
+
+_ENV_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=(.*)$")
+
+
+def read_environment(text: str, *, source: str = "environment") -> dict[str, str]:
+    """Environment variables written as a shell sets them, one ``NAME=VALUE`` a line (``export`` before it, quotes
+    around the value, blank lines and ``#`` comments allowed): the variables a runtime's preset reads from
+    ``os.environ`` when they are given as text instead (the page's form). A line that sets no variable is refused
+    with its place; a variable given twice takes the later line, as a shell does."""
+    if len(text.encode("utf-8")) > MAX_MODELFILE_BYTES:
+        raise SettingsError(f"{source}: at most {MAX_MODELFILE_BYTES:,} bytes are read")
+    out: dict[str, str] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        m = _ENV_LINE.match(line)
+        if m is None:
+            raise SettingsError(f"{source}:{n}:1: not a NAME=VALUE line: {line.strip()[:60]!r}")
+        value = m.group(2).strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        out[m.group(1)] = value
+    return out
 
 
 def _option_value(opt: PresetOption, raw: str, where: str) -> Any:

@@ -52,6 +52,10 @@ def _canonical_setting(setting, text: str):
     return list(value) if isinstance(value, tuple) else value
 
 
+#: the fields that hold a text of several lines (an Ollama Modelfile, environment variables) and their longest
+TEXT_FIELDS = {"modelfile": 8000, "ollama_env": 8000}
+
+
 def read_address(query: dict) -> dict:
     """The page's address read as the command line reads the same values: for each field, its canonical
     value (``{"value": ...}``, a GPU also its ``name`` and ``note``) or why it cannot be read
@@ -95,8 +99,22 @@ def read_address(query: dict) -> dict:
             raise SettingsError(f"unknown preset {text.strip()[:60]!r} (choose one of: {', '.join(PRESETS)})")
         return p
 
+    def modelfile(text: str) -> dict:  # as --modelfile reads a file: its PARAMETER lines, the text kept as given
+        from vramwise.inputs.presets import read_modelfile
+
+        read_modelfile("Modelfile", text=text)
+        return {"value": text}
+
+    def environment(text: str) -> dict:  # NAME=VALUE lines, as --ollama-env reads the process's environment
+        from vramwise.inputs.presets import read_environment
+
+        read_environment(text)
+        return {"value": text}
+
     readers = {
         "model": lambda t: {"value": catalog_model(t.strip()).id},
+        "modelfile": modelfile,
+        "ollama_env": environment,
         "preset": lambda t: {"value": preset_name(t)},
         "gpu": _canonical_gpu,
         "gpus": lambda t: {"value": count(t, "gpus", 1, 1024)},
@@ -107,8 +125,9 @@ def read_address(query: dict) -> dict:
     fields: dict = {}
     unknown = []
     for key, text in list(query.items())[:MAX_FIELDS]:
-        if len(text) > 300:
-            fields[key[:60]] = {"error": f"{key[:60]}: at most 300 characters"}
+        most = TEXT_FIELDS.get(key, 300)
+        if len(text) > most:
+            fields[key[:60]] = {"error": f"{key[:60]}: at most {most:,} characters"}
             continue
         try:
             if key in readers:

@@ -4,7 +4,9 @@ The weights never travel: the page reads the first bytes of the file (its header
 tensor table) and sends them as the request body (``application/octet-stream``, at most
 :data:`MAX_HEADER_BYTES`), with the file's name and whole size and the settings in the query string, spelled
 as the page's address and the command line spell them (``n_ctx=8192``, ``cache_type_k=q8_0``, ``gpu=RTX 4090``,
-``headroom=10%``, ``preset=ollama``). The header is read by :func:`vramwise.inputs.gguf.read_gguf_bytes` (the
+``headroom=10%``, ``preset=ollama``; ``modelfile``: an Ollama Modelfile's text, whose ``PARAMETER`` lines are
+read as ``--modelfile`` reads a file's, and ``ollama_env``: ``NAME=VALUE`` lines read as ``--ollama-env`` reads the
+process's environment; either takes the Ollama preset). The header is read by :func:`vramwise.inputs.gguf.read_gguf_bytes` (the
 parser of a file on disk; the size declared is the one its tensors are checked against), the model resolved by
 its family as a file's is, and the answer is ``fit MODEL.gguf --profile llama.cpp --json`` (or ``--preset
 ollama``): :meth:`~vramwise.answers.offload.LocalFit.to_dict`, with ``gguf``: the file as read (name, size,
@@ -28,7 +30,7 @@ MAX_HEADER_BYTES = 64 * 2**20
 #: the settings of the llama.cpp profile a request may give (by their names in vramwise.SETTINGS)
 LOCAL_FIELDS = ("n_ctx", "n_gpu_layers", "n_parallel", "cache_type_k", "cache_type_v", "flash_attn", "kv_unified",
                 "n_batch", "n_ubatch")
-_OWN = ("name", "size", "gpu", "headroom", "preset", "profile")
+_OWN = ("name", "size", "gpu", "headroom", "preset", "profile", "modelfile", "ollama_env")
 #: the largest file size a request may declare (2**50 bytes: a PiB)
 _MAX_SIZE = 2**50
 
@@ -61,7 +63,7 @@ def _fields(query: dict) -> tuple[dict, dict]:
     unknown = sorted(k for k in query if k not in _OWN and k not in LOCAL_FIELDS)
     if unknown:
         raise SettingsError(f"unknown field(s) {', '.join(k[:60] for k in unknown[:8])}: give name, size, gpu, and "
-                            f"any of headroom, preset, profile, {', '.join(LOCAL_FIELDS)}")
+                            f"any of headroom, preset, profile, modelfile, ollama_env, {', '.join(LOCAL_FIELDS)}")
     for need in ("name", "size", "gpu"):
         if not str(query.get(need, "")).strip():
             raise SettingsError(f"{need} is required (the GGUF file's name and size in bytes, and the GPU)")
@@ -74,6 +76,7 @@ def _fields(query: dict) -> tuple[dict, dict]:
     got = {k: v["value"] for k, v in read["fields"].items()}
     own["gpu"], own["headroom"] = got.pop("gpu"), got.pop("headroom", None)
     own["preset"], own["profile"] = got.pop("preset", None), got.pop("profile", None)
+    own["modelfile"], own["ollama_env"] = got.pop("modelfile", None), got.pop("ollama_env", None)
     names = {s.name for s in SETTINGS}
     return own, {k: v for k, v in got.items() if k in names}
 
@@ -96,8 +99,12 @@ def api_local(request: dict) -> dict:
     fmt = f"GGUF {gg.file_type}" if gg.file_type else "GGUF"
     spec = reg.resolve(gguf_config(gg), origin=own["name"], checkpoint_bytes=gg.weight_bytes,
                        checkpoint_origin=gg.describe(), checkpoint_as_stored=fmt, stored_placement=gg.placement())
+    from vramwise.inputs.presets import read_environment, read_modelfile
+
+    modelfile = None if not own["modelfile"] else read_modelfile("Modelfile", text=own["modelfile"])
+    environ = None if not own["ollama_env"] else read_environment(own["ollama_env"])
     f = local_fit(spec, gpu=own["gpu"], headroom=own["headroom"], profile=own["profile"], preset=own["preset"],
-                  registry=reg, **settings)
+                  modelfile=modelfile, environ=environ, registry=reg, **settings)
     return {**f.to_dict(), "gguf": {
         "name": own["name"], "size": own["size"], "header_bytes": gg.header_bytes, "architecture": gg.architecture,
         "file_type": gg.file_type, "tensors": len(gg.tensors), "weight_bytes": gg.weight_bytes,

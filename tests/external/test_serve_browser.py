@@ -500,6 +500,15 @@ def test_local_inference_mode_in_headless_chromium(monkeypatch, tmp_path):
                 assert part in page.url, (part, page.url)
             assert "model=" not in page.url
 
+            # Ollama's environment typed into the form: read as --ollama-env reads the process's, kept in the address
+            page.fill("#ollama_env", "OLLAMA_NUM_PARALLEL=2")
+            origin = "(document.querySelector(\"#local-origins li[data-setting='n_parallel']\") || {textContent: ''})"
+            page.wait_for_function(f"() => {origin}.textContent.includes('environment OLLAMA_NUM_PARALLEL=2')",
+                                   timeout=15_000)
+            assert "ollama_env=OLLAMA_NUM_PARALLEL%3D2" in page.url
+            page.fill("#ollama_env", "")
+            page.wait_for_function(f"() => !{origin}.textContent.includes('OLLAMA_NUM_PARALLEL')", timeout=15_000)
+
             # the address restores the settings and asks for the file again; on 8 MiB the memory bounds n_ctx
             shared = browser.new_page(viewport={"width": 1280, "height": 900})
             shared.on("pageerror", lambda e: errors.append(str(e)))

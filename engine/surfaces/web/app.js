@@ -246,7 +246,8 @@
     const profile = val("profile"), preset = val("preset");
     if (profile !== undefined && state.servingProfiles.includes(profile)) {
       $("mode").value = "serving"; $("serving-profile").value = profile;
-    } else if ((profile !== undefined && state.localProfiles.includes(profile)) || preset !== undefined) {
+    } else if ((profile !== undefined && state.localProfiles.includes(profile)) || preset !== undefined ||
+               val("modelfile") !== undefined || val("ollama_env") !== undefined) {  // an Ollama text: local too
       $("mode").value = "local";  // the file itself is asked for again
       if (preset !== undefined) $("local-preset").value = preset;
       local.placeholders();

@@ -9,6 +9,9 @@ window.vramwiseLocal = function (lib) {
   const { $, el, h, clear, gib } = lib;
   //: the llama.cpp profile's settings the form holds, by their names in vramwise.SETTINGS (llama.cpp's names)
   const FIELDS = ["n_ctx", "n_gpu_layers", "n_parallel", "cache_type_k", "cache_type_v", "flash_attn"];
+  //: the texts read as Ollama reads them (either takes the Ollama preset): a Modelfile's PARAMETER lines and
+  //: NAME=VALUE lines of its environment variables, as `--modelfile` and `--ollama-env` read them
+  const TEXTS = ["modelfile", "ollama_env"];
   //: the first slice of the file read, and the most (the server's cap on a header: serve_local.MAX_HEADER_BYTES)
   const FIRST = 256 * 2 ** 10, CAP = 64 * 2 ** 20;
   //: the GPU the mode starts on when none is chosen
@@ -61,6 +64,7 @@ window.vramwiseLocal = function (lib) {
     const out = { profile: state.profile };
     if ($("local-preset").value) out.preset = $("local-preset").value;
     for (const f of FIELDS) { const v = $(f).value.trim(); if (v !== "") out[f] = v; }
+    for (const f of TEXTS) { const v = $(f).value; if (v.trim() !== "") out[f] = v; }
     return out;
   }
 
@@ -255,6 +259,6 @@ window.vramwiseLocal = function (lib) {
     drawAnswers(fit);
   }
 
-  return { FIELDS, GPU, init, placeholders, settings, pick, update, hasFile: () => state.file !== null,
+  return { FIELDS: [...FIELDS, ...TEXTS], GPU, init, placeholders, settings, pick, update, hasFile: () => state.file !== null,
     profile: () => state.profile };
 };

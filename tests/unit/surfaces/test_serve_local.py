@@ -192,3 +192,38 @@ def test_the_form_and_the_address_know_the_local_mode(client):
     assert table["local_presets"][0]["profile"] == "llama.cpp"
     assert read_address({"preset": "Ollama"})["fields"]["preset"] == {"value": "ollama"}
     assert "unknown preset" in read_address({"preset": "x"})["fields"]["preset"]["error"]
+
+
+def test_a_modelfile_and_environment_lines_as_the_command_line_reads_them(client, gguf_file, tmp_path):
+    # the page's two text fields: a Modelfile's text (its PARAMETER lines) and NAME=VALUE lines; the answer is
+    # local_fit's with the same Modelfile on disk and the same variables as the environment (--modelfile, --ollama-env)
+    data = gguf_file.read_bytes()
+    head = data[:read_gguf(gguf_file).header_bytes]
+    text = "FROM ./tiny-Q4_K_M.gguf\n# a comment\nPARAMETER num_ctx 2048\n"
+    env = "export OLLAMA_NUM_PARALLEL=2\nOLLAMA_KV_CACHE_TYPE='q8_0'\nPATH=/usr/bin\n"
+    r = post(client, head, name=gguf_file.name, size=len(data), gpu="8MiB", modelfile=text, ollama_env=env)
+    assert r.status_code == 200, r.text
+    got = r.json()
+    got.pop("gguf")
+    on_disk = tmp_path / "Modelfile"
+    on_disk.write_text(text)
+    want = local_fit(str(gguf_file), gpu="8MiB", modelfile=str(on_disk),
+                     environ={"OLLAMA_NUM_PARALLEL": "2", "OLLAMA_KV_CACHE_TYPE": "q8_0", "PATH": "/usr/bin"}).to_dict()
+    # the same answer; its origins name the text given ("Modelfile") where the command line names the file
+    assert json.dumps(got) == json.dumps(want).replace(json.dumps(str(on_disk))[1:-1], "Modelfile")
+    origins = got["origins"]
+    # Ollama's context is num_ctx for each of the parallel slots: 2048 x 2 (formulas/ollama.yaml)
+    assert got["settings"]["n_ctx"] == 4096 and got["settings"]["n_parallel"] == 2
+    assert "Modelfile Modelfile:3 (PARAMETER num_ctx)" in origins["n_ctx"]
+    assert got["settings"]["cache_type_k"] == "q8_0" and got["settings"]["cache_type_v"] == "q8_0"
+    assert origins["n_parallel"] == "environment OLLAMA_NUM_PARALLEL=2"
+    assert got["preset"]["preset"] == "ollama"
+    # a line that sets nothing, and a Modelfile line that is no command: one error each, with its place
+    r = post(client, head, name=gguf_file.name, size=len(data), gpu="8MiB", ollama_env="OLLAMA_NUM_PARALLEL 2")
+    assert "environment:1:1: not a NAME=VALUE line" in one_line_error(r, 400)
+    r = post(client, head, name=gguf_file.name, size=len(data), gpu="8MiB", modelfile="PARAMETER num_ctx 2048\n??")
+    assert "Modelfile:2:1: not a Modelfile command" in one_line_error(r, 400)
+    # the address keeps both texts as given, and names what it cannot read
+    assert read_address({"modelfile": text})["fields"]["modelfile"] == {"value": text}
+    assert read_address({"ollama_env": env})["fields"]["ollama_env"] == {"value": env}
+    assert "at most 8,000 characters" in read_address({"modelfile": "#" * 8001})["fields"]["modelfile"]["error"]
