@@ -181,10 +181,13 @@ def test_catalog_file_is_what_the_script_generates_now():
 def test_near_models_put_the_same_model_without_its_variant_words_first():
     from vramwise.inputs.catalog import find_model, near_models
 
-    # Qwen/Qwen2.5-32B-Instruct is the chat tuning of Qwen/Qwen2.5-32B (same architecture): without the
-    # organisation and "instruct" both read "qwen2-5-32b", so the base model comes first
-    assert find_model("Qwen/Qwen2.5-32B") is not None and find_model("Qwen/Qwen2.5-32B-Instruct") is None
-    assert near_models("Qwen/Qwen2.5-32B-Instruct")[0] == "Qwen/Qwen2.5-32B"
+    # Qwen/Qwen3-30B-A3B-Instruct-2507-FP8 is the FP8 checkpoint of Qwen/Qwen3-30B-A3B-Instruct-2507 (same
+    # architecture): without the organisation, "instruct" and "fp8" both read "qwen3-30b-a3b-2507", so the
+    # bf16 model comes first
+    assert find_model("Qwen/Qwen3-30B-A3B-Instruct-2507") is not None
+    assert find_model("Qwen/Qwen3-30B-A3B-Instruct-2507-FP8") is None
+    assert near_models("Qwen/Qwen3-30B-A3B-Instruct-2507-FP8")[0] == "Qwen/Qwen3-30B-A3B-Instruct-2507"
+    # "instruct" and "awq" are variant words alike: the base and its chat tuning tie, and the ids' order decides
     assert near_models("someone/Qwen2.5-32B-AWQ")[0] == "Qwen/Qwen2.5-32B"
     assert near_models("zzzz/qqqq-xyzzy") == []  # nothing close: no guess
     assert near_models("x" * 301) == []

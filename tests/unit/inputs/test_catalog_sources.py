@@ -115,7 +115,10 @@ def test_counts_equal_keras_hubs_published_sizes(hub_id, params):
 @pytest.mark.parametrize("hub_id", ["bigcode/gpt_bigcode-santacoder", "tiiuae/falcon-7b", "bigscience/bloomz-7b1",
                                     "TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T", "google/gemma-2-2b",
                                     "Qwen/Qwen2.5-1.5B", "HuggingFaceTB/SmolLM2-1.7B", "unsloth/Mistral-7B-v0.2",
-                                    "codellama/CodeLlama-7b-hf"])
+                                    "codellama/CodeLlama-7b-hf", "Qwen/Qwen2.5-Coder-1.5B", "Qwen/Qwen2.5-Math-1.5B",
+                                    "Qwen/Qwen3-0.6B-Base", "google/gemma-2b-it", "codellama/CodeLlama-70b-hf",
+                                    "mistralai/mathstral-7B-v0.1", "microsoft/Phi-4-mini-reasoning",
+                                    "Qwen/Qwen3-30B-A3B-Base"])
 def test_counts_equal_transformers_model_on_the_meta_device(hub_id):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
