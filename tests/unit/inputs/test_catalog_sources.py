@@ -107,6 +107,18 @@ KERAS_HUB_PARAMS = {
 }
 
 
+# Total parameters in the table of EleutherAI/pythia's README.md ("Total params"); the deduplicated models
+# have the same shapes
+PYTHIA_PARAMS = {"EleutherAI/pythia-14m": 14_067_712, "EleutherAI/pythia-70m-deduped": 70_426_624,
+                 "EleutherAI/pythia-410m": 405_334_016, "EleutherAI/pythia-1b-deduped": 1_011_781_632,
+                 "EleutherAI/pythia-2.8b": 2_775_208_960, "EleutherAI/pythia-12b": 11_846_072_320}
+
+
+@pytest.mark.parametrize("hub_id,params", sorted(PYTHIA_PARAMS.items()))
+def test_counts_equal_the_pythia_readmes_totals(hub_id, params):
+    assert find_model(hub_id).params == params
+
+
 @pytest.mark.parametrize("hub_id,params", sorted(KERAS_HUB_PARAMS.items()))
 def test_counts_equal_keras_hubs_published_sizes(hub_id, params):
     assert find_model(hub_id).params == params
@@ -118,7 +130,7 @@ def test_counts_equal_keras_hubs_published_sizes(hub_id, params):
                                     "codellama/CodeLlama-7b-hf", "Qwen/Qwen2.5-Coder-1.5B", "Qwen/Qwen2.5-Math-1.5B",
                                     "Qwen/Qwen3-0.6B-Base", "google/gemma-2b-it", "codellama/CodeLlama-70b-hf",
                                     "mistralai/mathstral-7B-v0.1", "microsoft/Phi-4-mini-reasoning",
-                                    "Qwen/Qwen3-30B-A3B-Base"])
+                                    "Qwen/Qwen3-30B-A3B-Base", "EleutherAI/pythia-1.4b", "tiiuae/falcon-40b-instruct"])
 def test_counts_equal_transformers_model_on_the_meta_device(hub_id):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
