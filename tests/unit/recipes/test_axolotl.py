@@ -263,6 +263,14 @@ def test_lora_with_load_in_4bit_stays_16_bit():
     assert any("load_in_4bit" in w and "not modelled" in w for w in r.warnings)
 
 
+def test_modules_to_save_are_named_not_modelled():
+    # loaders/adapter.py:196 passes lora_modules_to_save to LoraConfig(modules_to_save=...): trained in full beside
+    # the adapters (examples/llama-3/lora-8b.yml saves embed_tokens and lm_head); vramwise counts adapters only
+    r = vramwise.read_recipe({**BASE, "adapter": "lora", "lora_modules_to_save": ["embed_tokens", "lm_head"]})
+    assert any("lora_modules_to_save" in w and "not modelled" in w for w in r.warnings)
+    assert not any("lora_modules_to_save" in w for w in vramwise.read_recipe({**BASE, "adapter": "lora"}).warnings)
+
+
 @pytest.mark.parametrize("fsdp, expected", [
     ({"fsdp_config": {"fsdp_version": 2, "reshard_after_forward": False}}, ("fsdp_shard_grad_op", "none")),
     ({"fsdp_config": {"fsdp_version": 2, "offload_params": True}}, ("fsdp", "parameters")),
