@@ -459,6 +459,10 @@ SETTINGS: tuple = (
             "QLoRA: PEFT's prepare_model_for_kbit_training upcasts every weight left out of 4 bit to float32 "
             "(default: true, false under FSDP, whose QLoRA recipe loads with bnb_4bit_quant_storage and skips it)",
             _load_in_4bit, cli_type="bool", applies_to=("qlora",)),
+    Setting("double_quant", None,
+            "QLoRA: bitsandbytes' nested quantization of the 4-bit weights' block scales (BitsAndBytesConfig's "
+            "bnb_4bit_use_double_quant; default: the checkpoint's quantization_config, else the stack's own)",
+            _load_in_4bit, cli_type="bool", applies_to=("qlora",)),
     Setting("loss", "standard",
             "cross-entropy: standard (full logits), chunked or fused (Liger-style; the logits never exist whole)",
             _choice(LOSS_MODES), choices=LOSS_MODES, applies_to=_TRAINING),
