@@ -309,7 +309,8 @@ def _gives(flag) -> str:
         return role + (" (or a config shipped with the framework, by name)" if flag.config_names else "")
     text = {"processes_per_node": "processes per node", "world_size": "processes in all (the world size)",
             "nodes": "nodes (N, or MIN:MAX: not stated)", "module": "the entry is a module (python -m)",
-            "hostfile": "nodes from a hostfile (not stated)"}[flag.gives]
+            "hostfile": "nodes from a hostfile (not stated)",
+            "launcher": "the launcher the words after `--` go to"}[flag.gives]
     if flag.words:
         text += " (" + ", ".join(f"{k}: {'one per visible GPU' if v == 'visible' else 'not stated'}"
                                  for k, v in flag.words.items()) + ")"
@@ -358,6 +359,12 @@ def _launchers() -> list[str]:
         missing = "one per visible GPU" if launcher.missing_processes == "visible" else "not stated"
         lines.append(f"Without a count: {missing}; without nodes: {launcher.nodes_default} "
                      f"({' '.join(launcher.nodes_source.split())}){many}.")
+        if launcher.passes_to:
+            targets, default, source = launcher.passes_to
+            named = ", ".join(f"{k} → {v if v is not None else 'no launcher (one process; not read)'}"
+                              for k, v in targets.items())
+            lines.append(f"The words after `--` (past its entry) are read with the flags of the launcher it runs under: "
+                         f"{named}; {default} when none is named ({' '.join(source.split())}).")
         for regex, strategy, world_size, source in launcher.entry_rules:
             lines.append(f"A recipe matching `{regex.pattern}`: strategy {strategy}" +
                          (f" on {world_size} device" if world_size else "") + f" ({' '.join(source.split())}).")

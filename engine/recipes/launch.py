@@ -80,6 +80,7 @@ class Launcher:
     when_many: tuple | None  # (strategy, source)
     strategy_from: str | None
     format: str | None = None  # the recipe format of the stack it runs (its default profile is the line's profile)
+    passes_to: tuple | None = None  # ({value: launcher name or None}, default value, source): see the schema
 
     def program_texts(self) -> list[str]:
         return [" ".join(p) for p in self.programs]
@@ -105,6 +106,9 @@ class Launchers:
 
     def programs(self) -> list[str]:
         return [t for launcher in self.launchers for t in launcher.program_texts()]
+
+    def named(self, name: str) -> Launcher | None:
+        return next((launcher for launcher in self.launchers if launcher.name == name), None)
 
 
 def _program_word(word: str) -> str:
@@ -168,6 +172,15 @@ def compile_launchers(df) -> Launchers:
                 continue
             rules.append((regex, rule["strategy"], rule.get("world_size"), rule["source"]))
         many = spec.get("when_many")
+        passes = spec.get("passes_to")
+        if passes is not None:
+            for value, name in passes["launchers"].items():
+                if name is not None and (name not in names or name == spec["name"]):
+                    problems.append(df.problem(("launchers", i, "passes_to", "launchers", value),
+                                               f"unknown launcher {name!r} (launchers: {', '.join(names)})"))
+            if passes["default"] not in passes["launchers"]:
+                problems.append(df.problem(("launchers", i, "passes_to", "default"),
+                                           f"{passes['default']!r} is not a key of passes_to.launchers"))
         out.append(Launcher(
             name=spec["name"], framework=spec["framework"], description=spec["description"], source=spec["source"],
             programs=tuple(tuple(p) for p in spec["programs"]), flags=MappingProxyType(_by_name(before)),
@@ -177,7 +190,9 @@ def compile_launchers(df) -> Launchers:
             nodes_default=spec["defaults"]["nodes"], nodes_source=spec["defaults"]["source"],
             missing_processes=spec["missing_processes"],
             when_many=(many["strategy"], many["source"]) if many else None, strategy_from=spec.get("strategy_from"),
-            format=spec.get("format")))
+            format=spec.get("format"),
+            passes_to=(MappingProxyType(dict(passes["launchers"])), passes["default"], passes["source"])
+            if passes else None))
     if problems:
         raise FileFormatError(problems)
     return Launchers(tuple(out), MappingProxyType(_env(data.get("environment"))), df.path)
@@ -335,6 +350,8 @@ class _State:
         self.hostfile: str | None = None
         self.elastic: str | None = None
         self.visible: tuple | None = None  # (count, words)
+        self.launcher_named: tuple | None = None  # (value, words) of a flag that gives the launcher passed to
+        self.passed: Launcher | None = None  # the launcher the words after passes_to's separator went to
 
 
 def _clip(words: str, limit: int = 80) -> str:
@@ -389,6 +406,8 @@ def _apply_flag(flag: Flag, value: str | None, words: str, state: _State, first:
             state.files.append((flag.role, value))
     elif gives == "hostfile":
         state.hostfile = words
+    elif gives == "launcher":
+        state.launcher_named = (value, words)
 
 
 def _parse(launcher: Launcher, rest: list, state: _State, launchers: Launchers, first: bool) -> None:
@@ -403,6 +422,9 @@ def _parse(launcher: Launcher, rest: list, state: _State, launchers: Launchers, 
         if w == "--" and not entry_seen:
             j += 1
             continue
+        if w == "--" and first and launcher.passes_to is not None:
+            _pass_on(launcher, rest[j + 1:], state, launchers)
+            return
         if w.startswith("-") and len(w) > 1 and not re.fullmatch(r"-[0-9.]+", w):
             name, eq, inline = w.partition("=") if w.startswith("--") else (w, "", "")
             flag = known.get(name)
@@ -456,6 +478,25 @@ def _parse(launcher: Launcher, rest: list, state: _State, launchers: Launchers, 
         elif launcher.positional_files and _RECIPE_FILE.search(w):
             state.files.append(("config", w))
         j += 1
+
+
+def _pass_on(launcher: Launcher, rest: list, state: _State, launchers: Launchers) -> None:
+    """The words after ``launcher``'s separator, read with the flags of the launcher it runs under (the one its
+    launcher flag names, else its default)."""
+    targets, default, _ = launcher.passes_to
+    value, words = state.launcher_named or (default, None)
+    program = " ".join(launcher.programs[0])
+    if value not in targets:
+        state.notes.append(f"{words}: not a launcher {program} runs under ({', '.join(targets)}): the words after "
+                           "-- are not read")
+        return
+    inner = launchers.named(targets[value]) if targets[value] is not None else None
+    if inner is None:
+        if rest:
+            state.notes.append(f"{words or value}: {program} runs without a launcher: the words after -- are not read")
+        return
+    state.passed = inner
+    _parse(inner, rest, state, launchers, False)
 
 
 def _read_entry(launcher: Launcher, entry: str, state: _State) -> None:
@@ -518,6 +559,7 @@ def read_launch(text: str, launchers: Launchers | None = None) -> LaunchLine:
 
 def _finish(text: str, launcher: Launcher, program: str, state: _State) -> LaunchLine:
     sources: dict = {}
+    many_of_passed = state.passed.when_many if state.passed is not None else None
     notes = list(state.notes)
     implied: set = set()
     ppn, ppn_words = state.counts.get("processes_per_node", (None, None))
@@ -586,8 +628,8 @@ def _finish(text: str, launcher: Launcher, program: str, state: _State) -> Launc
         sources.pop("strategy", None)
     elif strategy is None and accelerate:
         notes.append(f"the strategy is the accelerate config's ({', '.join(accelerate)})")
-    elif strategy is None and world is not None and world > 1 and launcher.when_many is not None:
-        strategy = launcher.when_many[0]
+    elif strategy is None and world is not None and world > 1 and (launcher.when_many or many_of_passed) is not None:
+        strategy = (launcher.when_many or many_of_passed)[0]
         sources["strategy"] = f"{program} on {world} processes"
         implied.add("strategy")
     if strategy is None and world is not None and world > 1:

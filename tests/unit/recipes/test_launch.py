@@ -129,6 +129,29 @@ def test_accelerate_running_axolotl_as_a_module():
     assert cli.world_size is None
 
 
+def test_axolotl_train_hands_the_words_after_the_separator_to_its_launcher():
+    # docs.axolotl.ai/docs/cli.html (axolotl v0.18.0 docs/cli.qmd:32-35): axolotl train config.yml --launcher torchrun
+    # -- --nproc_per_node=2 --nnodes=1, and --launcher accelerate -- --config_file=accelerate_config.yml
+    # --num_processes=4 (cli/main.py:119-120: the words after -- go to the launcher)
+    tr = read_launch("axolotl train config.yml --launcher torchrun -- --nproc_per_node=2 --nnodes=1")
+    assert (tr.launcher, tr.world_size, tr.nodes, tr.files) == ("axolotl", 2, 1, (("config", "config.yml"),))
+    # two processes under torchrun and nothing naming a strategy: torchrun's data parallel, implied
+    assert tr.strategy == "ddp" and "strategy" in tr.implied
+    acc = read_launch("axolotl train config.yml --launcher accelerate -- --config_file=accelerate_config.yml "
+                      "--num_processes=4")
+    assert acc.world_size == 4 and acc.strategy is None  # the accelerate config holds the strategy
+    assert acc.files == (("config", "config.yml"), ("accelerate", "accelerate_config.yml"))
+    # accelerate is axolotl train's launcher by default (cli/main.py:102)
+    plain = read_launch("axolotl train config.yml -- --num_processes 2")
+    assert (plain.world_size, plain.strategy, plain.sources["world_size"]) == (2, "ddp", "--num_processes 2")
+    # --launcher python runs one process in place: the words after -- are not read, and said
+    python = read_launch("axolotl train config.yml --launcher python -- --nproc_per_node=2")
+    assert python.world_size is None and any("runs without a launcher" in n for n in python.notes)
+    other = read_launch("axolotl train config.yml --launcher deepspeed -- --num_gpus 2")
+    assert other.world_size is None and any("not a launcher axolotl train runs under" in n for n in other.notes)
+    assert read_launch("axolotl train config.yml").world_size is None  # nothing after --: not stated
+
+
 def test_deepspeed_launcher():
     # huggingface.co/docs/transformers/deepspeed: deepspeed --num_gpus=2 your_program.py <normal cl args>
     # --deepspeed ds_config.json; deepspeed.ai getting-started: deepspeed --num_gpus 8 train.py --deepspeed ...
@@ -264,6 +287,16 @@ def test_the_schema_rejects_an_unknown_key_with_its_position(tmp_path):
                                  "{names: [--nnodes], value: true, gives: nodes, typo: 1}", 1), encoding="utf-8")
     with pytest.raises(FileFormatError, match=r"flag\.yaml:\d+:\d+: \$\.launchers\[0\]\.flags\[1\]"):
         load_launchers(flag)
+
+
+def test_a_launcher_passed_to_must_exist(tmp_path):
+    bad = tmp_path / "launchers.yaml"
+    bad.write_text(LAUNCHERS.read_text(encoding="utf-8").replace("{accelerate: accelerate, torchrun: torchrun,",
+                                                                 "{accelerate: accelerat, torchrun: torchrun,"),
+                   encoding="utf-8")
+    with pytest.raises(FileFormatError, match=r"launchers\.yaml:\d+:\d+: \$\.launchers\[\d\]\.passes_to\.launchers"
+                                              r"\.accelerate: unknown launcher 'accelerat'"):
+        load_launchers(bad)
 
 
 def test_an_inherited_launcher_must_exist(tmp_path):

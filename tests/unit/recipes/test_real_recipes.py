@@ -151,17 +151,18 @@ CASES = [
     Case("axolotl llama-3/lora-8b", (_ax("llama-3-lora-8b.yml"),), None,
          Reading("NousResearch/Meta-Llama-3-8B", "lora", 2, 4096, 4, "adamw_8bit", "true", 1, "none", 32, SEVEN,
                  warns=("load_in_8bit", "lora_modules_to_save"))),
-    # examples/llama-3/qlora-fsdp-70b.yaml: README "QLORA+FSDP - Dual GPU", run as
-    # accelerate launch --num_processes 2 -m axolotl.cli.train (axolotl launches through accelerate);
+    # examples/llama-3/qlora-fsdp-70b.yaml: README "QLORA+FSDP - Dual GPU", run as docs/cli.qmd:35 writes it,
+    # axolotl train CONFIG --launcher accelerate -- --num_processes=2 (cli/main.py:119-120 hands the words after
+    # -- to accelerate launch);
     # fsdp [full_shard, auto_wrap] with fsdp_offload_params true; casperhansen/llama-3-70b-fp16 (Llama 3 70B
     # in fp16: its targets are expanded on meta-llama/Meta-Llama-3-70B); qlora, lora_r 8, target_linear;
     # sequence_len 512; micro 1; accumulation 4; adamw_torch_fused; gradient_checkpointing true.
     Case("axolotl llama-3/qlora-fsdp-70b", (_ax("llama-3-qlora-fsdp-70b.yaml"),),
-         "accelerate launch --num_processes 2 -m axolotl.cli.train examples/llama-3/qlora-fsdp-70b.yaml",
+         "axolotl train examples/llama-3/qlora-fsdp-70b.yaml --launcher accelerate -- --num_processes=2",
          Reading("casperhansen/llama-3-70b-fp16", "qlora", 1, 512, 4, "adamw_torch_fused", "true", 2, "fsdp", 8,
                  SEVEN), model_for_targets="meta-llama/Meta-Llama-3-70B", extra={"offload": "parameters"}),
     # examples/archived/dbrx/fft-ds-zero3.yaml: deepspeed deepspeed_configs/zero3_bf16.json (stage 3); the
-    # README's runs are 8x80GB; no adapter: full fine-tuning with unfrozen_parameters (only blocks 0-7 train,
+    # README's runs are 8x80GB, here on the older line accelerate launch -m axolotl.cli.train; no adapter: full fine-tuning with unfrozen_parameters (only blocks 0-7 train,
     # not modelled); sequence_len 512; micro 1; accumulation 1; paged_adamw_8bit; gradient_checkpointing true.
     Case("axolotl dbrx/fft-ds-zero3", (_ax("dbrx-fft-ds-zero3.yaml"),),
          "accelerate launch --num_processes 8 -m axolotl.cli.train examples/archived/dbrx/fft-ds-zero3.yaml",
