@@ -119,6 +119,31 @@ def test_counts_equal_the_pythia_readmes_totals(hub_id, params):
     assert find_model(hub_id).params == params
 
 
+# Unsloth's uploads (unslothai/unsloth unsloth/models/mapper.py names the checkpoint each re-uploads or quantizes):
+# the 16-bit copy is the base's model, the -bnb-4bit one the same model with the quantization_config Unsloth
+# writes for a 4-bit load (unsloth/models/loader.py: NF4, double quantization, no skip list)
+UNSLOTH_UPLOADS = [("unsloth/llama-3-8b", "meta-llama/Meta-Llama-3-8B"),
+                   ("unsloth/llama-3-8b-bnb-4bit", "meta-llama/Meta-Llama-3-8B"),
+                   ("unsloth/mistral-7b-v0.3-bnb-4bit", "mistralai/Mistral-7B-v0.3"),
+                   ("unsloth/gemma-2b-bnb-4bit", "google/gemma-2b"),
+                   ("unsloth/Mixtral-8x7B-v0.1-bnb-4bit", "mistralai/Mixtral-8x7B-v0.1")]
+
+
+@pytest.mark.parametrize("hub_id,base", UNSLOTH_UPLOADS)
+def test_unsloths_uploads_are_their_base_model_and_the_4bit_ones_say_so(hub_id, base):
+    row = next(r for r in ROWS if r["hub_id"] == hub_id)
+    assert base in row["source"] and "unsloth/models/mapper.py" in row["source"]
+    assert find_model(hub_id).params == find_model(base).params
+    spec = vramwise.load_model(_config(row))
+    if hub_id.endswith("-bnb-4bit"):
+        q = _config(row)["quantization_config"]
+        assert (q["quant_method"], q["load_in_4bit"], q["bnb_4bit_quant_type"], q["bnb_4bit_use_double_quant"]) == (
+            "bitsandbytes", True, "nf4", True)
+        assert spec.checkpoint_format == "bnb_4bit"
+    else:
+        assert "quantization_config" not in _config(row) and spec.checkpoint_format is None
+
+
 @pytest.mark.parametrize("hub_id,params", sorted(KERAS_HUB_PARAMS.items()))
 def test_counts_equal_keras_hubs_published_sizes(hub_id, params):
     assert find_model(hub_id).params == params
