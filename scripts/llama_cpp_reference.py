@@ -121,6 +121,21 @@ ARCHS = {
                    "ffn_gate_exps.weight": [256, 256, 8], "ffn_up_exps.weight": [256, 256, 8],
                    "ffn_down_exps.weight": [256, 256, 8], "ffn_gate_shexp.weight": [256, 256],
                    "ffn_down_shexp.weight": [256, 256], "ffn_up_shexp.weight": [256, 256]}] * 2),
+    # LFM2 (conversion/lfm2.py LFM2Model.set_gguf_parameters: head_count_kv one a layer, 0 for a short-convolution
+    # layer; vocab_size, shortconv.l_cache, the adjusted feed_forward_length; the final norm is token_embd_norm, the
+    # head tied): two convolution layers of kernel 3 and two attention layers, 4 heads, 2 KV heads of 64
+    "lfm2": dict(
+        name="lfm2-hybrid", vocab=8192, tied=True, output_norm="token_embd_norm.weight",
+        meta={"block_count": 4, "context_length": 8192, "embedding_length": 256, "feed_forward_length": 512,
+              "attention.head_count": 4, "attention.head_count_kv": [0, 2, 0, 2], "rope.freq_base": 1000000.0,
+              "attention.layer_norm_rms_epsilon": 1e-5, "vocab_size": 8192, "shortconv.l_cache": 3},
+        layers=[{**(ffn := {"ffn_norm.weight": [256], "ffn_gate.weight": [256, 512], "ffn_down.weight": [512, 256],
+                            "ffn_up.weight": [256, 512], "attn_norm.weight": [256]}),
+                 **({"shortconv.conv.weight": [3, 256], "shortconv.in_proj.weight": [256, 768],
+                     "shortconv.out_proj.weight": [256, 256]} if kind == "conv" else
+                    {"attn_q_norm.weight": [64], "attn_k_norm.weight": [64], "attn_q.weight": [256, 256],
+                     "attn_k.weight": [256, 128], "attn_v.weight": [256, 128], "attn_output.weight": [256, 256]})}
+                for kind in ["conv", "attn", "conv", "attn"]]),
 }
 
 # A Qwen2 of hidden size 200 kept in F32: biases of 50 and norms of 200 values (200 and 800 bytes) are not multiples
@@ -139,7 +154,7 @@ ODD = ("qwen2", dict(
 QUANTS = {"F16": llama_cpp.LLAMA_FTYPE_MOSTLY_F16, "Q8_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0,
           "Q4_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0, "Q4_K_M": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M}
 FILES = {"llama-gqa": ["F16", "Q8_0", "Q4_0", "Q4_K_M"], "qwen2-tied": ["F16", "Q4_K_M"], "gemma2-swa": ["F16", "Q8_0"],
-         "qwen3moe": ["F16", "Q4_K_M"], "deepseek2-mla": ["F16", "Q4_K_M"],
+         "qwen3moe": ["F16", "Q4_K_M"], "deepseek2-mla": ["F16", "Q4_K_M"], "lfm2-hybrid": ["F16", "Q8_0"],
          "qwen2-odd": ["F32"]}  # F32: the file as written, not quantized
 
 CACHE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20, "bf16": 30}

@@ -41,6 +41,8 @@ TABLE_PATH = "formulas/gguf.yaml"
 MISSING = "reading a GGUF file needs the gguf package (llama.cpp's reader): pip install 'vramwise[gguf]'"
 #: Arrays of at most this many items are kept whole in :attr:`GGUFModel.metadata` (a vocabulary's are not).
 SMALL_ARRAY = 64
+#: ... and, outside the tokenizer's keys, arrays of at most this many (a value a layer: head_count_kv, ...).
+LAYER_ARRAY = 4096
 
 _MAGIC = b"GGUF"
 _SHARD = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.I)
@@ -79,7 +81,8 @@ class GGUFModel:
     files: tuple  # the paths, shard order
     architecture: str  # general.architecture
     file_type: str | None  # general.file_type as llama.cpp names it (Q4_K_M, Q8_0, F16, ...), None when absent
-    metadata: Mapping[str, Any]  # the first file's key/values (arrays longer than SMALL_ARRAY: left out)
+    metadata: Mapping[str, Any]  # the first file's key/values (the tokenizer's arrays longer than SMALL_ARRAY and
+    #                              other arrays longer than LAYER_ARRAY: left out)
     array_lengths: Mapping[str, int]  # every array key -> its number of items
     tensors: tuple  # of GGUFTensor, every shard's, in file order
     header_bytes: int = 0  # of the first file: its key/values and tensor table end here (what a reader needs of it)
@@ -246,8 +249,8 @@ class _Header:
         self.pos = end
         return None if raw is None else raw.decode("utf-8", "replace")
 
-    def value(self, kind: int, keep: bool = True):
-        """A value of type ``kind`` (an array: (its items or None when longer than SMALL_ARRAY, its length))."""
+    def value(self, kind: int, keep: bool = True, limit: int = SMALL_ARRAY):
+        """A value of type ``kind`` (an array: (its items or None when longer than ``limit``, its length))."""
         if kind == self.string_type:
             return self.string(keep)
         st = self.formats.get(kind)
@@ -256,7 +259,7 @@ class _Header:
         if kind != self.array_type:
             raise ValueError(f"unknown value type {kind}")
         item, count = self.take(_U32), self.take(_U64)
-        keep = keep and count <= SMALL_ARRAY
+        keep = keep and count <= limit
         st = self.formats.get(item)
         if st is not None and not keep:  # fixed-size items: skipped at once
             self.pos += st.size * count
@@ -327,7 +330,7 @@ def _parse(path: Path, buf, size: int, gguf) -> tuple[dict, dict, list, int]:
     for _ in range(n_kv):
         key = h.string()
         kind = h.take(_U32)
-        value = h.value(kind)
+        value = h.value(kind, limit=SMALL_ARRAY if key.startswith("tokenizer.") else LAYER_ARRAY)
         if key in meta or key in lengths:
             raise ConfigError(f"{path}: metadata key {key} is given twice")
         if kind == h.array_type:
@@ -534,11 +537,24 @@ def known_architectures() -> list[str]:
     return sorted(tables())
 
 
+def _per_layer(value: Any, reduce: str) -> Any:
+    """A metadata value that may hold one value a layer (an array), reduced: ``max``, the largest (a number given
+    once is itself); ``nonzero_indices``, the layers whose value is not 0 (a number given once: None, every layer
+    or none alike, which the config's default says)."""
+    if reduce == "max":
+        return max(value) if isinstance(value, tuple) else value
+    if not isinstance(value, tuple):
+        return None
+    return [i for i, v in enumerate(value) if v]
+
+
 def _source_value(model: GGUFModel, source: Mapping, arch: str) -> Any:
     """The value ``source`` finds in the file, or None when the file has no such key or tensor."""
     if "key" in source:
         key = source["key"].replace("{arch}", arch)
         value = model.metadata.get(key)
+        if value is not None and "reduce" in source:
+            return _per_layer(value, source["reduce"])
         if value is None and key in model.array_lengths:
             raise ConfigError(f"{model.files[0]}: metadata {key} holds an array of {model.array_lengths[key]} values "
                               "(one per layer); per-layer values are not read from GGUF files yet")

@@ -143,7 +143,9 @@ def test_not_a_gguf_file(tmp_path):
 def _write(path, arch: str, kv: dict, tensors: dict) -> None:
     w = gguf.GGUFWriter(path, arch)
     for key, (kind, value) in kv.items():
-        w.add_key_value(key.replace("{arch}", arch), value, kind)
+        # an array: a value a layer, INT32 items as llama.cpp's converter writes them (GGUFWriter.add_array)
+        w.add_key_value(key.replace("{arch}", arch), value, kind,
+                        sub_type=gguf.GGUFValueType.INT32 if kind == gguf.GGUFValueType.ARRAY else None)
     for name, array in tensors.items():
         w.add_tensor(name, array)
     w.write_header_to_file()
@@ -332,6 +334,19 @@ CASES = {
          "num_experts_per_tok": 2, "n_shared_experts": 1, "moe_intermediate_size": 64, "first_k_dense_replace": 1,
          "max_position_embeddings": 4096, "tie_word_embeddings": False},
     ),
+    "lfm2-hybrid": (
+        "lfm2",
+        # conversion/lfm2.py LFM2Model.set_gguf_parameters: head_count_kv one a layer, 0 for a convolution layer;
+        # feed_forward_length the MLP's width already adjusted; shortconv.l_cache from conv_L_cache
+        {"{arch}.block_count": (U32, 4), "{arch}.embedding_length": (U32, 256), "{arch}.feed_forward_length": (U32, 512),
+         "{arch}.attention.head_count": (U32, 4), "{arch}.attention.head_count_kv": (gguf.GGUFValueType.ARRAY, [0, 2, 0, 2]),
+         "{arch}.context_length": (U32, 8192), "{arch}.vocab_size": (U32, 500), "{arch}.shortconv.l_cache": (U32, 3)},
+        {"token_embd.weight": np.zeros((500, 256), np.float16)},
+        # LFM2's config.json says the same: attention on layers 1 and 3 of 2 KV heads, the width not adjusted again
+        {"model_type": "lfm2", "vocab_size": 500, "hidden_size": 256, "intermediate_size": 512,
+         "block_auto_adjust_ff_dim": False, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+         "full_attn_idxs": [1, 3], "conv_L_cache": 3, "max_position_embeddings": 8192, "tie_embedding": True},
+    ),
 }
 
 
@@ -423,6 +438,10 @@ def test_table_keys_agree_with_transformers_gguf_mapping():
         for rule in table.rules:
             for source in rule.sources:
                 key = source.get("key", "")
+                # lfm2's full_attn_idxs: the layers of head_count_kv that are not 0, which transformers derives from
+                # the same key after mapping it (modeling_gguf_pytorch_utils.py load_gguf_checkpoint)
+                if source.get("reduce") == "nonzero_indices":
+                    continue
                 if key.startswith("{arch}.") and key[len("{arch}."):] in theirs:
                     assert theirs[key[len("{arch}."):]] == rule.key, (arch, key)
                     checked += 1
@@ -436,8 +455,8 @@ def test_unknown_architecture_names_the_known_ones(tmp_path):
         vramwise.load_model(str(path))
     msg = str(e.value)
     assert "GGUF architecture 'mamba' has no table in formulas/gguf.yaml" in msg
-    assert ("known: command-r, deepseek2, gemma, gemma2, gemma3, granite, llama, mistral3, olmo2, phi3, qwen2, qwen2moe, "
-            "qwen3, qwen3moe, starcoder2") in msg
+    assert ("known: command-r, deepseek2, gemma, gemma2, gemma3, granite, lfm2, llama, mistral3, olmo2, phi3, qwen2, "
+            "qwen2moe, qwen3, qwen3moe, starcoder2") in msg
 
 
 def test_a_missing_key_names_the_metadata_key(tmp_path):
@@ -486,7 +505,8 @@ def _table_text() -> str:
 def test_tables_file_is_valid():
     df = load_data_file(_table_text(), "formulas/gguf.yaml", "gguf-1.schema.json", validate=True)
     assert set(vg.compile_tables(df)) == {"llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma", "gemma2", "gemma3",
-                                          "phi3", "starcoder2", "command-r", "olmo2", "granite", "mistral3", "deepseek2"}
+                                          "phi3", "starcoder2", "command-r", "olmo2", "granite", "mistral3", "deepseek2",
+                                          "lfm2"}
 
 
 def test_a_bad_table_fails_with_its_place():
@@ -518,3 +538,15 @@ def test_a_folder_with_a_config_json_is_read_from_it(tmp_path, qwen2_file):
     m = Registry().model(str(tmp_path))
     assert m.family == "llama" and not m.inventory.checkpoint_as_stored
     assert m.origin == str(tmp_path / "config.json")
+
+
+def test_lfm2_head_count_kv_given_once_makes_every_layer_attend(tmp_path):
+    # reduce max of one number is the number; nonzero_indices of one number is no list, so full_attn_idxs stays unset
+    # and the lfm2 family's default (null: every layer attends) applies
+    kv = {"{arch}.block_count": (U32, 2), "{arch}.embedding_length": (U32, 256), "{arch}.feed_forward_length": (U32, 512),
+          "{arch}.attention.head_count": (U32, 4), "{arch}.attention.head_count_kv": (U32, 2),
+          "{arch}.shortconv.l_cache": (U32, 3)}
+    _write(tmp_path / "m.gguf", "lfm2", kv, {"token_embd.weight": np.zeros((10, 256), np.float32)})
+    config = vg.gguf_config(vg.read_gguf(tmp_path / "m.gguf"))
+    assert config["num_key_value_heads"] == 2 and "full_attn_idxs" not in config
+    assert config["block_auto_adjust_ff_dim"] is False and config["conv_L_cache"] == 3
