@@ -136,6 +136,19 @@ ARCHS = {
                     {"attn_q_norm.weight": [64], "attn_k_norm.weight": [64], "attn_q.weight": [256, 256],
                      "attn_k.weight": [256, 128], "attn_v.weight": [256, 128], "attn_output.weight": [256, 256]})}
                 for kind in ["conv", "attn", "conv", "attn"]]),
+    # Mamba-2, attention-free (conversion/mamba.py Mamba2Model.set_gguf_parameters: context_length 2**20,
+    # feed_forward_length and head_count 0, ssm.conv_kernel, ssm.inner_size, ssm.state_size, ssm.time_step_rank the
+    # heads, d_inner / head_dim, ssm.group_count; A and D unsqueezed to [1, heads], the norm reshaped to groups):
+    # hidden 256, inner 512 (8 heads of 64), 2 groups of state 64, kernel 4; conv channels 512 + 2 x 2 x 64 = 768,
+    # in_proj 512 + 768 + 8 = 1288
+    "mamba2": dict(
+        name="mamba2-ssm", vocab=8192, tied=False,
+        meta={"block_count": 3, "context_length": 2 ** 20, "embedding_length": 256, "feed_forward_length": 0,
+              "attention.head_count": 0, "ssm.conv_kernel": 4, "ssm.inner_size": 512, "ssm.state_size": 64,
+              "ssm.time_step_rank": 8, "ssm.group_count": 2, "attention.layer_norm_rms_epsilon": 1e-5},
+        layer={"attn_norm.weight": [256], "ssm_in.weight": [256, 1288], "ssm_conv1d.weight": [4, 768],
+               "ssm_conv1d.bias": [768], "ssm_dt.bias": [8], "ssm_a": [1, 8], "ssm_d": [1, 8],
+               "ssm_norm.weight": [256, 2], "ssm_out.weight": [512, 256]}),
 }
 
 # A Qwen2 of hidden size 200 kept in F32: biases of 50 and norms of 200 values (200 and 800 bytes) are not multiples
@@ -155,6 +168,7 @@ QUANTS = {"F16": llama_cpp.LLAMA_FTYPE_MOSTLY_F16, "Q8_0": llama_cpp.LLAMA_FTYPE
           "Q4_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0, "Q4_K_M": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M}
 FILES = {"llama-gqa": ["F16", "Q8_0", "Q4_0", "Q4_K_M"], "qwen2-tied": ["F16", "Q4_K_M"], "gemma2-swa": ["F16", "Q8_0"],
          "qwen3moe": ["F16", "Q4_K_M"], "deepseek2-mla": ["F16", "Q4_K_M"], "lfm2-hybrid": ["F16", "Q8_0"],
+         "mamba2-ssm": ["F16", "Q8_0"],
          "qwen2-odd": ["F32"]}  # F32: the file as written, not quantized
 
 CACHE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "iq4_nl": 20, "bf16": 30}

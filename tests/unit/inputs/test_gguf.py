@@ -347,6 +347,20 @@ CASES = {
          "block_auto_adjust_ff_dim": False, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
          "full_attn_idxs": [1, 3], "conv_L_cache": 3, "max_position_embeddings": 8192, "tie_embedding": True},
     ),
+    "mamba2": (
+        "mamba2",
+        # conversion/mamba.py Mamba2Model.set_gguf_parameters: head_count and feed_forward_length 0 ("unused"),
+        # ssm.inner_size d_inner, ssm.time_step_rank d_inner / head_dim (the mixer's heads)
+        {"{arch}.block_count": (U32, 2), "{arch}.embedding_length": (U32, 256), "{arch}.feed_forward_length": (U32, 0),
+         "{arch}.attention.head_count": (U32, 0), "{arch}.context_length": (U32, 2 ** 20),
+         "{arch}.ssm.conv_kernel": (U32, 4), "{arch}.ssm.inner_size": (U32, 512), "{arch}.ssm.state_size": (U32, 64),
+         "{arch}.ssm.time_step_rank": (U32, 8), "{arch}.ssm.group_count": (U32, 2)},
+        {"token_embd.weight": np.zeros((500, 256), np.float16), "output.weight": np.zeros((500, 256), np.float16)},
+        # Mamba2Config: expand 2 (512 / 256), 8 heads of 64, 2 groups of state 64, kernel 4
+        {"model_type": "mamba2", "vocab_size": 500, "hidden_size": 256, "num_hidden_layers": 2, "expand": 2,
+         "num_heads": 8, "head_dim": 64, "n_groups": 2, "state_size": 64, "conv_kernel": 4,
+         "max_position_embeddings": 1048576, "tie_word_embeddings": False},
+    ),
 }
 
 
@@ -455,8 +469,8 @@ def test_unknown_architecture_names_the_known_ones(tmp_path):
         vramwise.load_model(str(path))
     msg = str(e.value)
     assert "GGUF architecture 'mamba' has no table in formulas/gguf.yaml" in msg
-    assert ("known: command-r, deepseek2, gemma, gemma2, gemma3, granite, lfm2, llama, mistral3, olmo2, phi3, qwen2, "
-            "qwen2moe, qwen3, qwen3moe, starcoder2") in msg
+    assert ("known: command-r, deepseek2, gemma, gemma2, gemma3, granite, lfm2, llama, mamba2, mistral3, olmo2, phi3, "
+            "qwen2, qwen2moe, qwen3, qwen3moe, starcoder2") in msg
 
 
 def test_a_missing_key_names_the_metadata_key(tmp_path):
@@ -506,7 +520,7 @@ def test_tables_file_is_valid():
     df = load_data_file(_table_text(), "formulas/gguf.yaml", "gguf-1.schema.json", validate=True)
     assert set(vg.compile_tables(df)) == {"llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma", "gemma2", "gemma3",
                                           "phi3", "starcoder2", "command-r", "olmo2", "granite", "mistral3", "deepseek2",
-                                          "lfm2"}
+                                          "lfm2", "mamba2"}
 
 
 def test_a_bad_table_fails_with_its_place():

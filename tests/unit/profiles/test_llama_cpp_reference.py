@@ -3,12 +3,13 @@
 The fixture was recorded by scripts/llama_cpp_reference.py: llama-cpp-python (its vendored llama.cpp, the commit
 the fixture names) built for the CPU loaded small GGUF files of random weights (llama with GQA, a tied Qwen2,
 Gemma 2 with sliding-window layers, a Qwen3 MoE, a DeepSeek-V3-style deepseek2 with multi-head latent attention, an
-LFM2 whose short-convolution layers keep a recurrent state beside the attention layers' KV cache; F16, Q8_0, Q4_0 and Q4_K_M made by llama.cpp's own quantizer;
+LFM2 whose short-convolution layers keep a recurrent state beside the attention layers' KV cache, an
+attention-free Mamba-2 with a recurrent state and no KV cache; F16, Q8_0, Q4_0 and Q4_K_M made by llama.cpp's own quantizer;
 and a Qwen2 in F32 whose biases are not multiples of 32 bytes) and created a context under each setting of a grid. Its figures are llama.cpp's, an independent source, all
 exact to the byte: llama_get_memory_breakdown's bytes per buffer type (the model's weights, the context's KV
 cache, the compute buffer) and the output buffer's size (llama_context::buf_output; its log line, "CPU  output
 buffer size = %8.2f MiB", is kept too and agrees within its rounding). The context's buffer holds the KV cache and,
-for LFM2, the recurrent state (llama_memory_recurrent: its "RS buffer" log line is kept too).
+for LFM2 and Mamba-2, the recurrent state (llama_memory_recurrent: its "RS buffer" log line is kept too).
 
 Each file is written again here from the fixture's header (metadata, the tokenizer's arrays by their lengths,
 the tensor table: names, ggml shapes and types) with zero weights: vramwise reads only the header. llama.cpp ran
@@ -90,9 +91,11 @@ def case_id(case: dict) -> str:
 
 
 def test_the_fixture_covers_the_grid():
-    # six architectures (deepseek2: multi-head latent attention; lfm2: short convolutions beside attention), four quantizations made by llama.cpp, and every
+    # seven architectures (deepseek2: multi-head latent attention; lfm2: short convolutions beside attention;
+    # mamba2: recurrent alone), four quantizations made by llama.cpp, and every
     # setting the profile takes varied
-    assert {d["architecture"] for d in FILES.values()} == {"llama", "qwen2", "gemma2", "qwen3moe", "deepseek2", "lfm2"}
+    assert {d["architecture"] for d in FILES.values()} == {"llama", "qwen2", "gemma2", "qwen3moe", "deepseek2", "lfm2",
+                                                           "mamba2"}
     assert {d["quantization"] for d in FILES.values()} == {"F32", "F16", "Q8_0", "Q4_0", "Q4_K_M"}
     settings = [c["settings"] for c in CASES]
     assert {s["n_parallel"] for s in settings} >= {1, 2, 3, 4}
@@ -200,7 +203,8 @@ def test_compute_buffer_within_the_band_the_profile_states(written):
     # graph (the latent attention's absorbed k_b / v_b products over the cache, src/models/deepseek2.cpp) holds tensors
     # those terms do not count, its estimate 5.7 % to 23.4 % under llama.cpp's at the recording; an lfm2 graph (the
     # short convolutions and their state, src/models/lfm2.cpp) is not the one they describe either, though its
-    # estimate was 1.2 % to 3.1 % under. Both are printed with -s, not asserted.
+    # estimate was 1.2 % to 3.1 % under; nor a mamba2 graph (the scan and its state, src/models/mamba2.cpp). They are
+    # printed with -s, not asserted.
     assert all(c["flash_attn_resolved"] == ("off" if c["settings"]["flash_attn"] == "off" else "on") for c in CASES)
     errors, outside = {}, {}
     for case in CASES:
@@ -250,3 +254,20 @@ def test_the_hybrid_keeps_a_recurrent_state_beside_the_attention_layers_kv_cache
     e = profile(written["llama-gqa-F16"], CASES[0]["settings"])
     assert (e.figures["recurrent_state"], e.figures["recurrent_layers"]) == (0, 0)
     assert not any(t.startswith("recurrent state") for t in report_lines(e, str))
+
+
+def test_a_recurrent_model_keeps_its_state_and_no_kv_cache(written):
+    # mamba2-ssm: 3 layers, hidden 256, inner 512, 2 groups of state 64, kernel 4. By hand (src/llama-hparams.cpp:
+    # 226-233 n_embd_r = (d_conv - 1) x (d_inner + 2 x n_group x d_state) = 3 x (512 + 256) = 2,304; :256-257
+    # n_embd_s = d_state x d_inner = 64 x 512 = 32,768), float32: 140,288 bytes a layer and sequence slot, 420,864
+    # for the 3 layers, whatever the context; no layer attends, so no KV cache (llama_memory_recurrent alone,
+    # src/llama-model.cpp:2669-2678)
+    by_slots = {}
+    for case in (c for c in CASES if c["file"] == "mamba2-ssm-F16"):
+        f = profile(written["mamba2-ssm-F16"], case["settings"]).figures
+        assert f["kv_cache"] == 0 and case["log"]["kv_cache_cells"] == []
+        assert f["recurrent_layers"] == 3
+        assert f["recurrent_state"] == 3 * (3 * (512 + 2 * 2 * 64) + 64 * 512) * 4 * f["rs_cells"]
+        by_slots[case["settings"]["n_parallel"]] = case["buffers"]["CPU"]["context"]
+    # llama.cpp's own buffer: 420,864 bytes a sequence slot, at n_ctx 1,024 to 1,048,576 alike
+    assert by_slots == {1: 420_864, 2: 841_728, 3: 1_262_592, 4: 1_683_456}
