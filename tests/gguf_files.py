@@ -153,3 +153,40 @@ def write_deepseek2(path, **dims) -> None:
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def write_lfm2(path, head_count_kv=(0, 2, 0, 2), hidden: int = 256, l_cache: int = 3) -> None:
+    """An LFM2 file as llama.cpp's converter writes one (conversion/lfm2.py LFM2Model: head_count_kv one a layer, 0 for
+    a short-convolution layer; shortconv.l_cache; the head tied), 4 heads of 64, MLP 512, 500 tokens, F16 zeros: a
+    convolution layer's shortconv.conv / in_proj / out_proj, an attention layer's q, k, v, output and q/k norms."""
+    w = gguf.GGUFWriter(path, "lfm2")
+    w.add_block_count(len(head_count_kv))
+    w.add_embedding_length(hidden)
+    w.add_feed_forward_length(512)
+    w.add_head_count(4)
+    w.add_head_count_kv(list(head_count_kv))
+    w.add_context_length(8192)
+    w.add_vocab_size(500)
+    w.add_uint32("lfm2.shortconv.l_cache", l_cache)
+    f16 = np.float16
+    w.add_tensor("token_embd.weight", np.zeros((500, hidden), f16))
+    w.add_tensor("token_embd_norm.weight", np.zeros(hidden, np.float32))
+    for i, kv in enumerate(head_count_kv):
+        w.add_tensor(f"blk.{i}.attn_norm.weight", np.zeros(hidden, np.float32))
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", np.zeros(hidden, np.float32))
+        for name, shape in {"ffn_gate": (512, hidden), "ffn_up": (512, hidden), "ffn_down": (hidden, 512)}.items():
+            w.add_tensor(f"blk.{i}.{name}.weight", np.zeros(shape, f16))
+        if kv == 0:
+            w.add_tensor(f"blk.{i}.shortconv.conv.weight", np.zeros((hidden, l_cache), f16))
+            w.add_tensor(f"blk.{i}.shortconv.in_proj.weight", np.zeros((3 * hidden, hidden), f16))
+            w.add_tensor(f"blk.{i}.shortconv.out_proj.weight", np.zeros((hidden, hidden), f16))
+        else:
+            for name, shape in {"attn_q": (hidden, hidden), "attn_k": (kv * 64, hidden), "attn_v": (kv * 64, hidden),
+                                "attn_output": (hidden, hidden)}.items():
+                w.add_tensor(f"blk.{i}.{name}.weight", np.zeros(shape, f16))
+            w.add_tensor(f"blk.{i}.attn_q_norm.weight", np.zeros(64, np.float32))
+            w.add_tensor(f"blk.{i}.attn_k_norm.weight", np.zeros(64, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
