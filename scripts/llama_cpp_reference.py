@@ -2,8 +2,9 @@
 tests/unit/profiles/test_llama_cpp_reference.py.
 
 What: for each case (a GGUF file of random weights and a set of context settings), the bytes of every buffer
-llama.cpp allocates on the CPU when it loads the model and creates a context: the model's weights, the KV
-cache and the compute buffer (exact, from llama_get_memory_breakdown), the output buffer (exact, the size of
+llama.cpp allocates on the CPU when it loads the model and creates a context: the model's weights, the context's
+memory (the KV cache, and the recurrent state of a model with recurrent layers: lfm2's short convolutions, mamba2)
+and the compute buffer (exact, from llama_get_memory_breakdown), the output buffer (exact, the size of
 llama_context::buf_output, checked against its log line "CPU  output buffer size = %8.2f MiB"), the log's
 buffer lines as printed (0.01 MiB), and n_ctx, n_ctx_seq, n_batch and n_ubatch as the context reports them.
 
@@ -17,7 +18,8 @@ llama.cpp's tools, common/common.h). The per-buffer-type figures come from llama
 (src/llama-ext.h), a C++ function: a small shim compiled here with g++ against the vendored headers returns them
 through ctypes, and the output buffer's size (a private member of llama_context, src/llama-context.h, which the
 API does not report) the same way. The fixture keeps each file's metadata and tensor table (names, ggml shapes,
-types, bytes) so that the tests write the same header again without llama.cpp.
+types, bytes; a metadata array of one value a layer, such as lfm2's head_count_kv, whole) so that the tests write the
+same header again without llama.cpp.
 
 llama-cpp-python 0.3.36 (its sdist vendors ggml-org/llama.cpp at 0c1e57098, release b11312, CHANGELOG.md),
 built for the CPU in a virtual environment of its own, with gguf 0.19.0 (the project's):
@@ -443,8 +445,8 @@ def main() -> int:
         "llama_cpp_python_version": llama_cpp.__version__,
         "gguf_version": "0.19.0",
         "source": "scripts/llama_cpp_reference.py: llama.cpp (CPU build) loads each file and creates each context; "
-                  "buffers from llama_get_memory_breakdown (exact bytes per buffer type: model, context = KV cache, "
-                  "compute), the output buffer's size from llama_context::buf_output (agreeing with its log line)",
+                  "buffers from llama_get_memory_breakdown (exact bytes per buffer type: model, context = KV cache and "
+                  "recurrent state, compute), the output buffer's size from llama_context::buf_output (agreeing with its log line)",
         "command": "/work/llamacpp-venv/bin/python scripts/llama_cpp_reference.py --llama-src <sdist>/vendor/llama.cpp "
                    "> tests/fixtures/llama_cpp_reference.json",
         "model_params": {"n_gpu_layers": 0, "load_mode": "mmap (and none for a few cases: load_mode)",
