@@ -92,10 +92,11 @@ def test_torchtune_recipe(client):
     assert any(w.startswith(f"{f}:36: tokenizer.max_seq_len") for w in d["warnings"]), d["warnings"]
 
 
-def test_llama_factory_recipe_needs_the_models_config(client):
+def test_llama_factory_recipe_reads_its_model_from_the_catalog_or_needs_its_config(client):
     d = read(client, "llama_factory/qwen3_lora_sft.yaml")
     assert d["format"] == "llama_factory" and d["profile"] == "hf"
-    assert d["model"] == "Qwen/Qwen3-4B-Instruct-2507" and d["catalog_model"] is None  # line 3, not in the catalog
+    assert d["model"] == "Qwen/Qwen3-4B-Instruct-2507"  # line 3
+    assert d["catalog_model"] == "Qwen/Qwen3-4B-Instruct-2507"  # in the catalog (catalog/sources)
     s, o = d["settings"], d["origins"]
     f = "qwen3_lora_sft.yaml"
     assert s["method"] == "lora" and o["method"]["text"] == f"{f}:9 finetuning_type"
@@ -106,17 +107,9 @@ def test_llama_factory_recipe_needs_the_models_config(client):
     assert o["gradient_checkpointing"]["kind"] == "framework default"
     assert o["gradient_checkpointing"]["framework"] == "LLaMA-Factory"
 
-    # the model is not in the catalog: a 400 naming it and the fix
+    # the recipe estimates from the catalog's config, with the recipe's settings
     body = {"recipe": [part("llama_factory/qwen3_lora_sft.yaml")]}
-    r = client.post("/api/estimate", json=body)
-    assert r.status_code == 400
-    msg = r.json()["error"]
-    assert "'Qwen/Qwen3-4B-Instruct-2507' is not in the model catalog" in msg and "config.json" in msg
-    # with its config.json uploaded (Qwen/Qwen3-4B's config.json, the same architecture) the recipe estimates
-    cfg = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "vocab_size": 151936, "hidden_size": 2560,
-           "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
-           "head_dim": 128, "tie_word_embeddings": True, "max_position_embeddings": 40960}
-    est = client.post("/api/estimate", json={**body, "config_text": json.dumps(cfg)})
+    est = client.post("/api/estimate", json=body)
     assert est.status_code == 200, est.text
     e = est.json()
     assert (e["settings"]["method"], e["settings"]["lora_rank"], e["settings"]["seq_len"]) == ("lora", 8, 2048)
@@ -124,6 +117,24 @@ def test_llama_factory_recipe_needs_the_models_config(client):
     # or a catalog model chosen for it
     chosen = client.post("/api/estimate", json={**body, "model": LLAMA})
     assert chosen.status_code == 200 and chosen.json()["settings"]["lora_rank"] == 8
+
+    # a recipe whose model is not in the catalog (axolotl's llama-3/lora-1b.yml, base_model
+    # NousResearch/Llama-3.2-1B on line 2): a 400 naming it and the fix
+    body = {"recipe": [part("axolotl/llama-3-lora-1b.yml")]}
+    r = client.post("/api/estimate", json=body)
+    assert r.status_code == 400
+    msg = r.json()["error"]
+    assert "'NousResearch/Llama-3.2-1B' is not in the model catalog" in msg and "config.json" in msg
+    # with its config.json uploaded (meta-llama/Llama-3.2-1B's dimensions, the model NousResearch re-uploads)
+    # the recipe estimates: adapter lora (line 13), lora_r 16 (line 21), sequence_len 2048 (line 16)
+    cfg = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 128256, "hidden_size": 2048,
+           "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
+           "head_dim": 64, "tie_word_embeddings": True, "max_position_embeddings": 131072}
+    est = client.post("/api/estimate", json={**body, "config_text": json.dumps(cfg)})
+    assert est.status_code == 200, est.text
+    e = est.json()
+    assert (e["settings"]["method"], e["settings"]["lora_rank"], e["settings"]["seq_len"]) == ("lora", 16, 2048)
+    assert e["recipe"]["origins"]["seq_len"]["text"] == "llama-3-lora-1b.yml:16 sequence_len"
 
 
 def test_axolotl_recipe_and_its_deepspeed_part(client):
