@@ -139,8 +139,7 @@ def test_offloading_needs_checkpointing():
 
 
 def test_settings_the_profile_reads():
-    """loss, loss_chunks, activation_offloading and optimizer_in_bwd change the estimate; compile is a
-    documented no-op and warns that it is not modelled."""
+    """loss, loss_chunks, activation_offloading, optimizer_in_bwd and compile change the estimate."""
     base = dict(method="full", batch_size=2, seq_len=256, gradient_checkpointing="true", optimizer="adamw_torch")
     peak = estimate(LLAMA, profile="torchtune", **base).figures["tensor_peak"]
     for extra in ({"loss": "chunked"}, {"loss": "chunked", "loss_chunks": 2}):
@@ -153,6 +152,9 @@ def test_settings_the_profile_reads():
     lora = dict(base, method="lora", loss="chunked")
     assert (estimate(LLAMA, profile="torchtune", activation_offloading=True, **lora).figures["tensor_peak"]
             < estimate(LLAMA, profile="torchtune", **lora).figures["tensor_peak"])
-    e = estimate(LLAMA, profile="torchtune", compile=True, **base)
-    assert e.figures["tensor_peak"] == peak
-    assert any("compile" in w and "not modelled" in w for w in e.warnings)
+    # compile: the compiled chunked loss keeps the bf16 chunks, not their float32 log-probabilities (the logits
+    # make this peak; tests/unit/profiles/test_torchtune_compile.py)
+    chunked = dict(base, loss="chunked")
+    e = estimate(LLAMA, profile="torchtune", compile=True, **chunked)
+    assert e.figures["tensor_peak"] < estimate(LLAMA, profile="torchtune", **chunked).figures["tensor_peak"]
+    assert not [w for w in e.warnings if "compile" in w]

@@ -14,6 +14,12 @@ the step runs as ``_loss_step`` does (loss times the token count, ``scale_grads`
 activation checkpointing is ``training.set_activation_checkpointing`` on every
 ``TransformerSelfAttentionLayer`` and ``optimizer_in_bwd`` registers one optimizer per parameter,
 stepped in a post-accumulate-grad hook (``training.register_optim_in_bwd_hooks``).
+``compile`` does what the recipes do with ``compile: True``: ``training.compile_model`` (each
+``TransformerSelfAttentionLayer`` compiled on its own, before activation checkpointing wraps it) and
+``training.compile_loss`` (``CEWithChunkedOutputLoss``'s per-chunk upcast and cross-entropy compiled
+in place; any other loss compiled whole, which the full fine-tuning recipe then drops: it calls
+``training.compile_loss(self._loss_fn)`` without keeping the result, recipes/full_finetune_single_device.py:293-294,
+so its standard loss runs eager, while the LoRA recipe keeps it, recipes/lora_finetune_single_device.py:297-298).
 
 What does not run on a CPU: torchtune's ``OffloadActivations`` needs CUDA streams and pinned memory,
 so activation offloading is emulated by a port of its pack/unpack policy (``_CpuOffloadActivations``:
@@ -228,8 +234,12 @@ def _default_targets() -> tuple:
 
 def check(settings, *, device: str, fake: bool) -> None:
     """Refuse what torchtune's single-device recipes do not run (before torchtune is imported)."""
-    if settings.compile:
-        raise SettingsError("measure compiles the hf stack's step only: drop --compile")
+    if settings.compile and fake:
+        raise SettingsError("a compiled step is measured with real tensors (inductor's buffers are real "
+                            "allocations): drop --fake")
+    if settings.compile and settings.activation_offloading:
+        raise SettingsError("compile with activation offloading: the CPU port of OffloadActivations sees the "
+                            "compiled layers' saved tensors differently from CUDA's streams; drop one of them")
     if settings.attention != "sdpa":
         raise SettingsError(f"--attention {settings.attention}: --stack torchtune runs torchtune's own attention "
                             "(torch's scaled_dot_product_attention; its Gemma 2 computes the soft-capped scores "
@@ -437,6 +447,15 @@ def prepare(cfg: dict, settings, *, dtype, device: str, fake: bool, wrap=None) -
         set_trainable_params(model, get_adapter_params(model))
     if fake:
         _to_fake(model, mode)
+    if settings.compile:
+        # recipes/*_single_device.py _setup_model: training.compile_model(model) before checkpointing. The
+        # compiled steps measured before in this process are forgotten first (torch._dynamo.reset: their
+        # graphs and what those hold), so that each measurement counts its own model's memory only.
+        import gc
+
+        torch._dynamo.reset()
+        gc.collect()
+        training.compile_model(model, verbose=False)
     with mode:
         if settings.gradient_checkpointing == "true":
             training.set_activation_checkpointing(model, auto_wrap_policy={modules.TransformerSelfAttentionLayer})
@@ -452,6 +471,14 @@ def prepare(cfg: dict, settings, *, dtype, device: str, fake: bool, wrap=None) -
             model.set_num_output_chunks(loss_mod.num_output_chunks)
         else:
             loss_mod = torch.nn.CrossEntropyLoss(ignore_index=IGNORE_INDEX)
+        if settings.compile:
+            # the full recipe drops what compile_loss returns (its standard loss stays eager; the chunked
+            # loss is compiled in place), the LoRA recipe keeps it
+            compiled_loss = training.compile_loss(loss_mod, verbose=False)
+            if method != "full":
+                loss_mod = compiled_loss
+            notes.append("compile: torchtune's compile_model and compile_loss (inductor)"
+                         + ("; the full recipe keeps its standard loss eager" if method == "full" and settings.loss != "chunked" else ""))
         model.train()
         if wrap is not None:
             model = wrap(model)

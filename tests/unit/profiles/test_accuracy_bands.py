@@ -321,5 +321,5 @@ def test_a_compiled_step_the_profile_does_not_model_has_no_band():
     assert b.reason.startswith("torch.compile is not modelled for these settings")
     assert any(w.startswith("compile: torch.compile with gradient checkpointing is not modelled") for w in e.warnings)
     # a profile that does not model compile at all keeps its eager band (its own warning says compile is ignored)
-    t = vramwise.estimate(SMALL, profile="torchtune", method="lora", compile=True)
-    assert t.error_band == vramwise.estimate(SMALL, profile="torchtune", method="lora").error_band
+    t = vramwise.estimate(SMALL, profile="litgpt", method="lora", compile=True)
+    assert t.error_band == vramwise.estimate(SMALL, profile="litgpt", method="lora").error_band
