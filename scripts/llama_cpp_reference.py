@@ -199,6 +199,11 @@ GRID = [
 ]
 # the full grid on the F16 files; a few settings on the others
 SHORT_GRID = [0, 3, 6, 12]
+# more settings for one file: an MLA model takes its K and V caches of one type only (the grid's mixed pairs are
+# refused), so its latent K cache is also recorded in q4_0, bf16 and f32
+MORE = {"deepseek2-mla-F16": [{"cache_type_k": "q4_0", "cache_type_v": "q4_0", "flash_attn": "on"},
+                              {"cache_type_k": "bf16", "cache_type_v": "bf16", "flash_attn": "on"},
+                              {"cache_type_k": "f32", "cache_type_v": "f32", "flash_attn": "off"}]}
 
 SHIM = r"""
 #include <array>
@@ -430,7 +435,7 @@ def main() -> int:
                     quantize(master, path, QUANTS[quant])
                 key = path.stem
                 files[key] = describe(path, arch, quant, spec)
-                grid = GRID if quant == "F16" else [GRID[i] for i in SHORT_GRID]
+                grid = (GRID if quant == "F16" else [GRID[i] for i in SHORT_GRID]) + MORE.get(key, [])
                 results, model_log = record(shim, path, grid)
                 files[key]["llama_cpp_load"] = {"mmap": model_log}
                 if key in UNMAPPED:

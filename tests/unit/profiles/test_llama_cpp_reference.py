@@ -271,3 +271,19 @@ def test_a_recurrent_model_keeps_its_state_and_no_kv_cache(written):
         by_slots[case["settings"]["n_parallel"]] = case["buffers"]["CPU"]["context"]
     # llama.cpp's own buffer: 420,864 bytes a sequence slot, at n_ctx 1,024 to 1,048,576 alike
     assert by_slots == {1: 420_864, 2: 841_728, 3: 1_262_592, 4: 1_683_456}
+
+
+def test_the_latent_cache_in_each_type_llama_cpp_took(written):
+    # deepseek2-mla: 3 layers, kv_lora_rank 192 + qk_rope_head_dim 64 = 256 values a cell in the K cache alone (no V
+    # tensor under MLA, src/llama-kv-cache.cpp:163, 231-234), 4,096 cells. By hand, a row of 256 values: f16 512 bytes,
+    # bf16 512, f32 1,024, q8_0 8 blocks of 34 = 272, q4_0 8 x 18 = 144; x 3 x 4,096
+    row = {"f16": 512, "bf16": 512, "f32": 1024, "q8_0": 272, "q4_0": 144}
+    seen = set()
+    for case in (c for c in CASES if c["file"] == "deepseek2-mla-F16" and c["settings"]["n_ctx"] == 4096
+                 and c["settings"]["n_parallel"] == 1):
+        t = case["settings"]["cache_type_k"]
+        assert case["settings"]["cache_type_v"] == t  # llama.cpp refused the others
+        assert case["buffers"]["CPU"]["context"] == 3 * 4096 * row[t]
+        assert profile(written["deepseek2-mla-F16"], case["settings"]).figures["kv_cache"] == 3 * 4096 * row[t]
+        seen.add(t)
+    assert seen == set(row)
