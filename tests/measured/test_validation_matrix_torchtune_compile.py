@@ -82,3 +82,16 @@ def test_every_cell_is_modelled_as_compiled():
     for cell in MATRIX.cells():
         e = estimate(MATRIX.configs[cell[0]], profile="torchtune", **MATRIX.settings(cell))
         assert not [w for w in e.warnings if w.startswith("compile:")], cell
+
+
+def test_what_a_compiled_step_cannot_measure_is_refused():
+    """Fake tensors (inductor's buffers are real) and activation offloading (its CPU port's host copies are
+    allocations the compiled step's allocator reports count) are refused before anything is built."""
+    from vramwise import SettingsError, measure
+
+    cfg = MATRIX.configs["layers"]
+    base = dict(method="full", batch_size=1, seq_len=16, optimizer=OPTIMIZER, compile=True)
+    with pytest.raises(SettingsError, match="real tensors"):
+        measure(cfg, stack="torchtune", fake=True, gradient_checkpointing="none", **base)
+    with pytest.raises(SettingsError, match="activation offloading"):
+        measure(cfg, stack="torchtune", gradient_checkpointing="true", activation_offloading=True, **base)
