@@ -30,7 +30,7 @@ The CPU buffer's alignment is 32 bytes (ggml/src/ggml-impl.h:44 TENSOR_ALIGNMENT
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["Tensor", "CPU_ALIGNMENT", "INPLACE_OPS", "graph_extent", "graph_offsets", "reserved_bytes"]
 
@@ -45,9 +45,9 @@ INPLACE_OPS = frozenset({
 CPU_ALIGNMENT = 32
 
 
-@dataclass(frozen=True)
-class Tensor:
-    """One tensor of a graph: a leaf (``node`` False) or a node, in the graph's order.
+class Tensor(NamedTuple):
+    """One tensor of a graph: a leaf (``node`` False) or a node, in the graph's order (a named tuple: a graph of
+    thousands of tensors is built for every estimate).
 
     ``srcs`` and ``view_of`` are indices of earlier rows of the same graph; ``inplace`` whether the node's op
     is one ``ggml_op_can_inplace`` accepts; ``layout`` what ``ggml_are_same_layout`` compares (type, shape,

@@ -18,6 +18,7 @@ from vramwise.rules.expr.language import _FIELD, Expression, LayerValues, compil
 from vramwise.rules.graph import dependency_order
 from vramwise.models.model import AGGREGATE_NAMES
 from vramwise.rules.expr.codegen import Program, dynamic_ids, stored_program
+from vramwise.profiles.graphs import MODEL_TYPE, compile_graph
 from vramwise.profiles.settings import DERIVED_FROM, METHODS, RELEASE_SETTINGS, SETTING_NAMES, release_key
 from vramwise.rules.datafiles import DataFile, json_path
 
@@ -242,6 +243,7 @@ class Profile:
         env.update(spec.aggregates)
         env.update(lora.formula_names())
         env[N_GPUS] = 1
+        env[MODEL_TYPE] = spec.model_type
         for name in self.model_inputs:
             env[name] = spec.facts[name]
         env.update(self.constants)
@@ -439,7 +441,7 @@ def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | 
             problems.append(f"{where}: $: name {name!r} is already defined at {declared[name]}")
         declared[name] = where
 
-    reserved = SETTING_NAMES | AGGREGATE_NAMES | {N_GPUS, LAYER_INDICES} | set(model_inputs) | set(layer_inputs)
+    reserved = SETTING_NAMES | AGGREGATE_NAMES | {N_GPUS, LAYER_INDICES, MODEL_TYPE} | set(model_inputs) | set(layer_inputs)
     for df in files:
         stem = df.path.rsplit("/", 1)[-1].removesuffix(".yaml")
         if df.data["component"] != stem:
@@ -476,8 +478,14 @@ def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | 
     if problems:
         raise FileFormatError(problems)
 
+    graph_files = [df for df in files if "graph" in df.data]
+    for df in graph_files:
+        declare(df.data["graph"]["id"], df.where(("graph", "id")))
+    if problems:
+        raise FileFormatError(problems)
     layer_ids = {f["id"] for _, _, f in raw_formulas if f.get("scope", "model") == "layer"}
     model_ids = {f["id"] for _, _, f in raw_formulas if f.get("scope", "model") != "layer"}
+    model_ids |= {df.data["graph"]["id"] for df in graph_files}
     base = SETTING_NAMES | AGGREGATE_NAMES | set(model_inputs) | set(constants) | {t.name for t in tables} | {d.name for d in dated}
     compiled: dict[str, Formula] = {}
     for df, k, f in raw_formulas:
@@ -497,6 +505,9 @@ def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | 
             id=f["id"], scope=scope, expr=expr, unit=f["unit"], description=f["description"],
             source=f["source"], component=df.data["component"],
         )
+    for df in graph_files:  # a graph's value: the buffer ggml-alloc reserves for it (vramwise.profiles.graphs)
+        gid, gexpr, info = compile_graph(df, frozenset(base | model_ids | {MODEL_TYPE}), "num_layers")
+        compiled[gid] = Formula(id=gid, scope="model", expr=gexpr, component=df.data["component"], **info)
     # Dependency order (stable: file order where free); cycles are load errors.
     def formula_cycle(trail: tuple) -> FileFormatError:
         return FileFormatError(f"{compiled[trail[-1]].expr.where}: $: formula cycle: {' -> '.join(trail)}")

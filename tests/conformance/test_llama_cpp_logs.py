@@ -379,7 +379,12 @@ def test_compute_buffer_against_the_logs_within_the_stated_band(header):
     #   mistral 7B, 2,048 cells:    CUDA0 164.00 (128 scores + 4 mask + 4 x 8 hidden) 0.00; CUDA_Host 12.01 (4 + 8) -0.01
     #   mistral 7B, 32,768 cells:   CUDA0 2144.00 (2048 + 64 + 32) 0.00; CUDA_Host 72.01 (64 + 8) -0.01
     #   llama 3.2 3B, 2,048 cells:  CUDA0 256.50 (logits 250.50 + 6 hidden) 0.00; CUDA_Host 10.01 (4 + 6) -0.01
-    #   llama 3 8B, CPU, 8,192:     CPU 560.01 (512 + 16 + 32) -0.01
+    #   llama 3 8B, CPU, 8,192:     CPU 572.01 against 560.01 (+12.00): on the CPU alone the llama graph is simulated
+    #     (compute.yaml graph), and the pinned commit's graph holds inputs never freed before the layers end that
+    #     make exactly the difference: inp_embd 4,096 x 512 x 4 = 8 MiB (src/llama-graph.cpp:2389-2391) and the rows
+    #     K and V are written to (set_rows; V transposed without flash attention, 512 x 1,024 x 8 = 4 MiB, K 512 x 8
+    #     bytes), which an April 2025 build, copying K and V into views of the cache, did not have (the largest
+    #     tensors' estimate, 512 + 16 + 32, matched that build's log)
     #   qwen3 8B, CPU, 4,096:       CPU 304.75 (logits 296.75 + 8) 0.00
     #   llama 3.1 8B, 81,920 cells, 10 sequences: CUDA0 5312.00 against 5395.00 (+83.00, +1.6 %) and CUDA_Host 168.01
     #     against 170.625 (+1.6 %): the pinned commit reserves the ubatch rounded up to the sequences, 520 tokens
@@ -389,7 +394,9 @@ def test_compute_buffer_against_the_logs_within_the_stated_band(header):
     #     against 69.00 (-48.1 %)
     one_device = {r["id"]: compute_errors(header, r) for r in COMPUTE_RUNS if not r["settings"].get("tensor_split")}
     exact = [e for e in one_device.values() if all(abs(d) <= 0.01 + HALF_CENT for d in e.values())]
-    assert len(exact) == 5 and len(one_device) == 6
+    assert len(exact) == 4 and len(one_device) == 6
+    cpu = one_device.pop("ollama-10250-llama3-8b-cpu-4seq")
+    assert abs(cpu["CPU"] - (4096 * 512 * 4 + 512 * 1024 * 8 + 512 * 8) / MIB) <= 0.01 + HALF_CENT
     (rounded,) = [(rid, e) for rid, e in one_device.items() if e not in exact]
     run = next(r for r in RUNS if r["id"] == rounded[0])
     assert run["settings"]["n_parallel"] == 10
@@ -406,4 +413,4 @@ def test_compute_buffer_against_the_logs_within_the_stated_band(header):
     from vramwise.surfaces.views import report_lines
 
     line = next(t for t in report_lines(estimate(header, two), str) if t.startswith("compute"))
-    assert "within 0.01 MiB of 5 published one-device logs" in line and "94 % and 93 % above it" in line
+    assert "within 0.01 MiB of 4 published one-device logs" in line and "94 % and 93 % above it" in line

@@ -200,7 +200,7 @@ def test_cli_prints_per_device(qwen2, capsys):
     assert "n_gpu_layers 2" in out
     assert "1 layers offloaded" in out
     assert "GPU: weights" in out and "host: weights" in out and "output buffer" in out
-    assert "compute buffer: an estimate from the graph's largest tensors" in out
+    assert "compute buffer: on the CPU alone, for llama, qwen2, gemma2 and qwen3moe, ggml-alloc's placement simulated" in out
     assert main(["estimate", qwen2, "--profile", "llama.cpp", "--method", "qlora"]) != 0
     assert "does not model qlora" in capsys.readouterr().err
 
@@ -246,9 +246,20 @@ def test_compute_buffer_without_flash_attention(qwen2):
 
 def test_compute_buffer_on_the_cpu_alone(qwen2):
     f = llama(qwen2, n_ctx=4096, flash_attn="off", n_gpu_layers=0).figures
-    # n_gpu_layers 0: the host runs the layers and the output, the one-device buffer 44,040,192 (as above); no GPU's
-    assert (f["gpu_compute_buffer"], f["host_compute_buffer"]) == (0, 44_040_192)
-    assert f["host_total"] == EMBEDDING + 2 * LAYER + OUTPUT + 2 * 4096 * F16_CELL + 290 * 4 + 44_040_192
+    # n_gpu_layers 0: the host runs the layers and the output, the one device's buffer as ggml-alloc places the
+    # graph's tensors (compute.yaml graph, the qwen2 template), by hand from ggml-alloc.c (best fit, frees after the
+    # last consumer, in-place ops). The inputs first, in leaf order: tokens 2,048, inp_embd 524,288, positions
+    # 2,048, K rows 4,096, V rows (V transposed without flash attention: 512 x 128 of i64) 524,288, the float32 mask
+    # 8,388,608, out_ids 2,048: 9,447,424 bytes, never freed before the layers end. Layer 0: embd (the residual)
+    # at 9,447,424, the norm at 9,971,712 (attn_norm in its place), Q at 10,496,000 (its bias added in place), Q
+    # after RoPE at 11,020,288 (a new tensor: its parent is a reshape); Q's 524,288 freed. V 262,144 and K 262,144
+    # fill that hole; attn_norm freed; K after RoPE in the norm's hole; the cache writes free K and V, so that
+    # 9,971,712 to 11,020,288 is free. The scores (4 heads x 4,096 x 512 x 4 = 33,554,432, softmaxed in place)
+    # fit no hole: at the end, 11,544,576. Nothing later reaches higher (the next layer reuses the same places,
+    # the logits are 290 x 512 x 4): 11,544,576 + 33,554,432 = 45,099,008 (the fixture's qwen3moe, of the same
+    # widths, has llama.cpp's own buffer at this figure: tests/fixtures/llama_cpp_reference.json). No GPU's.
+    assert (f["gpu_compute_buffer"], f["host_compute_buffer"]) == (0, 45_099_008)
+    assert f["host_total"] == EMBEDDING + 2 * LAYER + OUTPUT + 2 * 4096 * F16_CELL + 290 * 4 + 45_099_008
 
 
 def test_compute_buffer_when_only_the_output_is_offloaded(qwen2):

@@ -17,6 +17,7 @@ import yaml
 
 import vramwise
 from vramwise import ExpressionError, FileFormatError
+from vramwise.profiles.graphs import GraphExpression
 
 FAMILIES = Path(str(resources.files("vramwise.families")))
 FORMULAS = Path(str(resources.files("vramwise.formulas")))
@@ -277,6 +278,11 @@ def test_every_formula_is_traced_to_its_own_line(registry):
     for prof in profiles:
         for f in prof.formulas:
             lines = texts.setdefault(f.expr.file, (REPO / f.expr.file).read_text(encoding="utf-8").splitlines())
+            if isinstance(f.expr, GraphExpression):  # a file's graph section: traced to its id, under `graph:`
+                assert lines[f.expr.line - 1].strip() == f"id: {f.id}", (f.expr.where, f.id)
+                assert lines[f.expr.line - 2].rstrip() == "graph:", (f.expr.where, f.id)
+                checked += 1
+                continue
             entry = next(line for line in reversed(lines[: f.expr.line]) if line.lstrip().startswith("- id:"))
             assert entry.split("- id:", 1)[1].strip() == f.id, (f.expr.where, f.id, entry)
             assert "expr" in lines[f.expr.line - 1] or "cases" in lines[f.expr.line - 1], (f.expr.where, f.id)

@@ -1,0 +1,114 @@
+"""llama.cpp's CPU compute buffer from its graph: the llama.cpp profile's graph templates (formulas/llama.cpp/compute.yaml
+``graph``), their tensors placed as ggml-alloc places them (vramwise.profiles.ggml_alloc), against the buffers llama.cpp
+itself reserved in the reference fixture (tests/fixtures/llama_cpp_reference.json: llama_get_memory_breakdown's
+compute bytes, an independent source, exact). The files are written again from the fixture's headers as
+test_llama_cpp_reference.py writes them."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("gguf", reason="the gguf package writes the GGUF files these tests read")
+
+import vramwise  # noqa: E402
+from vramwise import FileFormatError  # noqa: E402
+
+from test_llama_cpp_reference import CASES, FILES, case_id, profile, write_header  # noqa: E402
+
+#: The architectures a template serves (compute.yaml graph.templates: llama, qwen2, gemma2, qwen3moe); the
+#: fixture's others (deepseek2's latent attention, lfm2's short convolutions, mamba2's scan) keep the estimate
+#: from the graph's largest tensors and its band.
+SIMULATED = {"llama", "qwen2", "gemma2", "qwen3moe"}
+SIMULATED_CASES = [c for c in CASES if FILES[c["file"]]["architecture"] in SIMULATED]
+OTHER_CASES = [c for c in CASES if FILES[c["file"]]["architecture"] not in SIMULATED]
+FORMULAS = Path(str(resources.files("vramwise.formulas")))
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("llama_cpp_graph")
+    paths = {}
+    for key, desc in FILES.items():
+        paths[key] = folder / f"{key}.gguf"
+        write_header(paths[key], desc)
+    return paths
+
+
+def test_the_fixture_has_every_simulated_architecture_at_each_flash_attention_setting():
+    seen = {(FILES[c["file"]]["architecture"], c["settings"]["flash_attn"]) for c in SIMULATED_CASES}
+    assert seen == {(a, fa) for a in SIMULATED for fa in ("auto", "on", "off")}
+    assert len(SIMULATED_CASES) == 95  # llama 29, qwen2 20 (and the F32 qwen2-odd 4), gemma2 21, qwen3moe 21
+
+
+@pytest.mark.parametrize("case", SIMULATED_CASES, ids=case_id)
+def test_the_cpu_compute_buffer_is_llama_cpps_to_the_byte(written, case):
+    # n_gpu_layers 0: llama.cpp on the CPU alone, one compute buffer (the CPU's), the largest of the prompt-processing
+    # and generation graphs as ggml-alloc placed them
+    got = case["buffers"]["CPU"]["compute"]
+    assert sum(b["compute"] for b in case["buffers"].values()) == got
+    assert profile(written[case["file"]], case["settings"]).figures["host_compute_buffer"] == got
+
+
+@pytest.mark.parametrize("case", OTHER_CASES[:3], ids=case_id)
+def test_an_architecture_no_template_serves_keeps_the_estimate(written, case):
+    # no template: the graph's value is 0 and host_compute_bytes is the formula's max(attention peak, output peak,
+    # inputs), the largest-tensors estimate (compute.yaml), under llama.cpp's buffer as the band says
+    e = profile(written[case["file"]], case["settings"])
+    trace = {f.id: f.value for f in e.trace}
+    assert trace["cb_graph_bytes"] == 0
+    assert e.figures["host_compute_buffer"] == max(trace["cb_attention_bytes"], trace["cb_output_bytes"],
+                                                   trace["cb_inputs_bytes"])
+    assert e.figures["host_compute_buffer"] < case["buffers"]["CPU"]["compute"]
+
+
+def test_an_eighty_layer_graph_is_placed_quickly(written):
+    # the two graphs of a Llama-3-70B-sized model (80 layers, 8,192 wide, 64 heads of 128, 8 KV heads, FFN 28,672,
+    # 128,256 tokens) built and placed: each layer's tensors are worked out once and placed 80 times
+    entry = next(f for f in profile(written["llama-gqa-F16"], CASES[0]["settings"]).trace if f.id == "cb_graph_bytes")
+    expr = vramwise.Registry().profile("llama.cpp").formula("cb_graph_bytes").expr
+    env = dict(entry.inputs, num_layers=80, hidden_size=8192, num_attention_heads=64, head_dim=128, cb_kv_dim=1024,
+               intermediate_size=28672, stored_vocab_tokens=128256)
+    assert expr.evaluate(entry.inputs) == entry.value  # what the trace records is all the graph reads
+    start = time.perf_counter()
+    value = expr.evaluate(env)
+    took = time.perf_counter() - start
+    # at least the logits and the final normed hidden state, both graph outputs: (128,256 + 8,192) x 512 x 4 bytes
+    assert value >= (128256 + 8192) * 512 * 4
+    assert took < 0.25  # about 20 ms on the development machine; generous for a loaded one
+
+
+def _copy(tmp_path: Path, old: str, new: str) -> tuple[Path, Path]:
+    dst = tmp_path / "formulas"
+    shutil.copytree(FORMULAS / "llama.cpp", dst / "llama.cpp", ignore=shutil.ignore_patterns("__*"))
+    if (FORMULAS / "shared").is_dir():
+        shutil.copytree(FORMULAS / "shared", dst / "shared", ignore=shutil.ignore_patterns("__*"))
+    p = dst / "llama.cpp" / "compute.yaml"
+    text = p.read_text(encoding="utf-8")
+    assert old in text
+    p.write_text(text.replace(old, new, 1), encoding="utf-8")  # the first template's (llama's)
+    return dst, p
+
+
+def _line(path: Path, needle: str) -> int:
+    return next(i for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if needle in line)
+
+
+def test_a_tensor_read_before_it_is_written_is_refused_at_its_place(tmp_path):
+    needle = "        - {t: attn_norm, op: MUL, type: f32, shape: [hidden_size, n_tokens], src: [norm]}\n"
+    forms, p = _copy(tmp_path, needle, needle.replace("src: [norm]", "src: [nrom]"))
+    with pytest.raises(FileFormatError, match=rf"compute\.yaml:{_line(p, 'src: [nrom]')}:\d+: "
+                                              r"\$\.graph\.templates\[0\]\.layer\[1\]\.src: 'nrom' is no earlier tensor"):
+        vramwise.Registry(formulas_dir=forms).profile("llama.cpp")
+
+
+def test_an_unknown_name_in_a_shape_is_refused_at_its_place(tmp_path):
+    needle = "        - {t: inp_pos, type: i32, shape: [n_tokens]}\n"
+    forms, p = _copy(tmp_path, needle, needle.replace("[n_tokens]", "[n_tokenz]"))
+    with pytest.raises(FileFormatError, match=rf"compute\.yaml:{_line(p, '[n_tokenz]')}:\d+: "
+                                              r"\$\.graph\.templates\[0\]\.inputs\[3\]\.shape\[0\]: unknown name `n_tokenz`"):
+        vramwise.Registry(formulas_dir=forms).profile("llama.cpp")
