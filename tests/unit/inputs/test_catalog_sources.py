@@ -155,7 +155,11 @@ def test_counts_equal_keras_hubs_published_sizes(hub_id, params):
                                     "codellama/CodeLlama-7b-hf", "Qwen/Qwen2.5-Coder-1.5B", "Qwen/Qwen2.5-Math-1.5B",
                                     "Qwen/Qwen3-0.6B-Base", "google/gemma-2b-it", "codellama/CodeLlama-70b-hf",
                                     "mistralai/mathstral-7B-v0.1", "microsoft/Phi-4-mini-reasoning",
-                                    "Qwen/Qwen3-30B-A3B-Base", "EleutherAI/pythia-1.4b", "tiiuae/falcon-40b-instruct"])
+                                    "Qwen/Qwen3-30B-A3B-Base", "EleutherAI/pythia-1.4b", "tiiuae/falcon-40b-instruct",
+                                    "allenai/OLMo-1B-hf", "allenai/OLMo-2-0325-32B", "BSC-LT/salamandra-2b",
+                                    "stabilityai/stablelm-3b-4e1t", "mistralai/Ministral-8B-Instruct-2410",
+                                    "openai-community/gpt2", "bigcode/starcoder2-7b", "CohereForAI/aya-23-8B",
+                                    "unsloth/Qwen2.5-7B-Instruct"])
 def test_counts_equal_transformers_model_on_the_meta_device(hub_id):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
