@@ -104,6 +104,9 @@ KERAS_HUB_PARAMS = {
     # gemma3_presets.py gemma3_instruct_27b_text is 27,009,002,240 with a 262144-token vocabulary; the hub's text
     # config leaves vocab_size to Gemma3TextConfig's default 262208: 64 more embedding rows of 5376
     "google/gemma-3-27b-it": 27_009_002_240 + 64 * 5376,
+    # gemma3_instruct_4b_text and gemma3_instruct_12b_text, with the same 64 rows (hidden 2560 and 3840)
+    "google/gemma-3-4b-it": 3_880_099_328 + 64 * 2560,
+    "google/gemma-3-12b-it": 11_765_788_416 + 64 * 3840,
 }
 
 
