@@ -53,6 +53,11 @@ def test_fixture_against_cluster_config(path):
     s = r.settings
     if kind == "NO":
         assert s["strategy"] == "none" and s["world_size"] == 1
+    elif cfg.num_processes == -1:
+        # accelerate's ClusterConfig default (config_args.py: num_processes -1, "if we use SLURM and the user manually
+        # passes it in"): the count is the launch line's, so vramwise keeps one GPU and says how to give it
+        assert s["world_size"] == 1
+        assert any("the recipe does not say how many; set world_size" in w for w in r.warnings), r.warnings
     else:
         assert s["world_size"] == cfg.num_processes
         assert s["gpus_per_node"] == cfg.num_processes // cfg.num_machines
