@@ -5,10 +5,13 @@ process, the peak read from the allocator's own reports (real tensors: inductor'
 
 Cells: a llama of vocabulary 1,000 with 4 layers of width 256 at batch 2 x 512, where the layers' saved tensors
 make the peak (full fine-tuning and LoRA on every projection; full fine-tuning with checkpointing, with an MLP 768
-and 1,536 wide), and a llama of vocabulary 16,000 with 2 layers at batch 2 x 256, where the logits make it (full
-and LoRA x standard and chunked loss, 8 chunks). The estimate's tensor peak must be within 5 % of the measured
-peak in every cell (the largest measured: +3.8 %, a chunked full step whose head backward is kept at its eager
-figure), 2 % in the median.
+and 1,536 wide, and with the chunked loss and activation offloading); gemma (multi-query, GELU, tied), phi3 (multi-head, fused projections split) and qwen2 (q/k/v
+biases, bf16 rotary tables) built the same way, full and LoRA; and a llama of vocabulary 16,000 with 2 layers at
+batch 2 x 256, where the logits make it (full and LoRA x standard and chunked loss, 8 chunks; full with the
+chunked loss, checkpointing and offloading). Activation offloading runs the CPU port of OffloadActivations with
+the host keeping shapes only (its copies would be CPU allocations, which the allocator's reports count). The estimate's tensor peak must be within 4 % of the measured
+peak in every cell (the largest measured: -2.9 %, LoRA with the chunked loss, whose forward rises 1.8 MB above
+what is modelled), 1 % in the median.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ pytest.importorskip("torchao")
 
 from helpers import matrix_checks  # noqa: E402
 
-from validation_matrices import OPTIMIZER, Matrix  # noqa: E402
+from validation_matrices import OPTIMIZER, TORCHTUNE, Matrix  # noqa: E402
 
 SEVEN = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -31,8 +34,8 @@ SEVEN = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_p
 class TorchtuneCompileMatrix(Matrix):
     name = "torchtune_compile"
     profile = stack = "torchtune"
-    cell_limit = 0.05
-    median_limit = 0.02
+    cell_limit = 0.04
+    median_limit = 0.01
     layers = {"model_type": "llama", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 768,
               "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
               "tie_word_embeddings": False, "max_position_embeddings": 2048}
@@ -40,25 +43,33 @@ class TorchtuneCompileMatrix(Matrix):
         "layers": layers,
         "layers_wide_mlp": dict(layers, intermediate_size=1536),
         "logits": dict(layers, vocab_size=16000, num_hidden_layers=2),
+        # the eager matrix's family configs (benchmarks/validation_matrices.py TORCHTUNE) at vocabulary 1,000, 4 layers
+        **{name: dict(TORCHTUNE.configs[name], vocab_size=1000, num_hidden_layers=4) for name in ("gemma", "phi3", "qwen2")},
     }
 
     def cells(self):
-        """(config name, method, loss, checkpointing)."""
+        """(config name, method, loss, checkpointing: none, true or offload, checkpointing with activation offloading)."""
         yield "layers", "full", "standard", "none"
         yield "layers", "lora", "standard", "none"
         yield "layers", "full", "standard", "true"
         yield "layers_wide_mlp", "full", "standard", "true"
+        yield "layers", "full", "chunked", "offload"
+        yield "logits", "full", "chunked", "offload"
+        for name in ("gemma", "phi3", "qwen2"):
+            for method in ("full", "lora"):
+                yield name, method, "standard", "none"
         for method in ("full", "lora"):
             for loss in ("standard", "chunked"):
                 yield "logits", method, loss, "none"
 
     def cell_id(self, cell):
         name, method, loss, ck = cell
-        return f"{name}-{method}-{loss}" + ("-checkpointing" if ck == "true" else "") + "-compile"
+        return f"{name}-{method}-{loss}" + {"none": "", "true": "-checkpointing", "offload": "-offloading"}[ck] + "-compile"
 
     def settings(self, cell):
         name, method, loss, ck = cell
-        kw = dict(method=method, batch_size=2, seq_len=256 if name == "logits" else 512, gradient_checkpointing=ck,
+        kw = dict(method=method, batch_size=2, seq_len=256 if name == "logits" else 512,
+                  gradient_checkpointing="none" if ck == "none" else "true", activation_offloading=ck == "offload",
                   optimizer=OPTIMIZER, loss=loss, compile=True)
         if loss == "chunked":
             kw["loss_chunks"] = 8
@@ -84,14 +95,10 @@ def test_every_cell_is_modelled_as_compiled():
         assert not [w for w in e.warnings if w.startswith("compile:")], cell
 
 
-def test_what_a_compiled_step_cannot_measure_is_refused():
-    """Fake tensors (inductor's buffers are real) and activation offloading (its CPU port's host copies are
-    allocations the compiled step's allocator reports count) are refused before anything is built."""
+def test_a_compiled_step_is_not_measured_with_fake_tensors():
+    """Inductor's buffers are real allocations: fake tensors are refused before anything is built."""
     from vramwise import SettingsError, measure
 
-    cfg = MATRIX.configs["layers"]
-    base = dict(method="full", batch_size=1, seq_len=16, optimizer=OPTIMIZER, compile=True)
     with pytest.raises(SettingsError, match="real tensors"):
-        measure(cfg, stack="torchtune", fake=True, gradient_checkpointing="none", **base)
-    with pytest.raises(SettingsError, match="activation offloading"):
-        measure(cfg, stack="torchtune", gradient_checkpointing="true", activation_offloading=True, **base)
+        measure(MATRIX.configs["layers"], stack="torchtune", fake=True, method="full", batch_size=1, seq_len=16,
+                optimizer=OPTIMIZER, gradient_checkpointing="none", compile=True)

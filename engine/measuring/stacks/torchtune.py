@@ -247,10 +247,6 @@ def check(settings, *, device: str, fake: bool) -> None:
         raise SettingsError("torchtune 0.6 has no fused linear cross-entropy: loss standard or chunked")
     if settings.optimizer not in OPTIMIZERS:
         raise SettingsError(f"--stack torchtune builds {', '.join(OPTIMIZERS)}; got {settings.optimizer!r}")
-    if settings.compile and settings.activation_offloading:
-        raise SettingsError("compile with activation offloading cannot be measured on the CPU: a compiled step is "
-                            "read from the allocator's own reports, which count the offloaded copies' host memory "
-                            "as the device's; drop one of them")
     if settings.activation_offloading and settings.gradient_checkpointing != "true":
         raise SettingsError("torchtune's recipes allow activation offloading only with activation checkpointing "
                             "(enable_activation_checkpointing: True)")
@@ -299,11 +295,14 @@ class _InBackward:
         pass
 
 
-def _cpu_offload_ctx(model):
+def _cpu_offload_ctx(model, keep_values: bool = True):
     """``training.get_act_offloading_ctx_manager(model, True)`` with ``OffloadActivations`` ported to the
     CPU (its constructor asks for CUDA streams): the same pack/unpack policy and stashes, copies
     synchronous. A tensor "on the host" is a copy made outside the storage tracker's sight; one
-    brought back is a tracked clone of it."""
+    brought back is a tracked clone of it. Without ``keep_values`` (a compiled step, whose memory is
+    read from the allocator's own reports, which would count a host copy on the CPU) the host keeps
+    only the tensor's shape on the meta device and the tensor brought back is a new, uninitialised
+    one: the same allocations on the device, the gradients' values meaningless."""
     import torch
     from torch.autograd.graph import saved_tensors_hooks
     from torch.utils._python_dispatch import _disable_current_modes
@@ -330,7 +329,7 @@ def _cpu_offload_ctx(model):
                     for k in [k for k in self.fwd_stash if k <= tid - self.max_fwd_stash_size]:
                         del self.fwd_stash[k]
                     with _disable_current_modes():  # the host copy: not device memory
-                        host = activation.detach().clone()
+                        host = activation.detach().clone() if keep_values else torch.empty_like(activation, device="meta")
                     self.tracker[tid] = (host, True)
                     self.fwd_stash[tid] = activation
                 else:
@@ -350,7 +349,8 @@ def _cpu_offload_ctx(model):
                     value = self.fwd_stash[tid]
                     brought_back = False
                 else:
-                    value = value.clone()  # host -> device: a new device tensor
+                    # host -> device: a new device tensor
+                    value = value.clone() if keep_values else torch.empty_like(value, device="cpu")
                     self.bwd_tensor_stash[tid] = value
                     brought_back = True
 
@@ -461,10 +461,12 @@ def prepare(cfg: dict, settings, *, dtype, device: str, fake: bool, wrap=None) -
         if settings.gradient_checkpointing == "true":
             training.set_activation_checkpointing(model, auto_wrap_policy={modules.TransformerSelfAttentionLayer})
         if settings.activation_offloading:
-            act_ctx = _cpu_offload_ctx(model)
+            act_ctx = _cpu_offload_ctx(model, keep_values=not settings.compile)
             notes.append("activation offloading: torchtune's OffloadActivations needs CUDA streams and pinned memory; "
                          "emulated by a CPU port of its pack/unpack policy (1 KiB threshold, forward stash of 5, "
-                         "tensors brought back per autograd node), copies synchronous")
+                         "tensors brought back per autograd node), copies synchronous"
+                         + ("; compiled, the host keeps shapes only (the values brought back are uninitialised)"
+                            if settings.compile else ""))
         else:
             act_ctx = contextlib.nullcontext()
         if settings.loss == "chunked":

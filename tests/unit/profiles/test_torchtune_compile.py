@@ -83,6 +83,10 @@ def test_the_compiled_chunked_loss_keeps_the_bf16_chunks():
         assert value(e, "logits_backward_bytes") == T * V * 2
         # forward: no chunk upcast; measured to rise by the chunks' bf16 size again under LoRA
         assert value(e, "logits_forward_transient_bytes") == (T * V * 2 if method == "lora" else 0)
+        # the head's first out-of-place sum comes after two chunks' head backward: 2 chunks of
+        # 2 x ceil(16 / 8) = 4 rows, 4 x 1000 x 2 bytes each, are gone (eager: none)
+        assert value(e, "compiled_head_grads_consumed") == 2 * (2 * 2) * V * 2
+    assert value(tt(False, method="full", loss="chunked", loss_chunks=8), "compiled_head_grads_consumed") == 0
 
 
 def test_checkpointing_recomputes_a_compiled_layer_and_its_forward_returns_it_whole():
@@ -93,6 +97,11 @@ def test_checkpointing_recomputes_a_compiled_layer_and_its_forward_returns_it_wh
     assert value(e, "recompute_bytes") == T * 2000
     assert value(e, "compiled_checkpoint_forward_bytes") == T * 2000
     assert not [w for w in e.warnings if "compile" in w]
+    # with offloading the layers' inputs leave the device as eager (one brought back at a time): the compiled
+    # layer's 32 x 2,000 bytes are still recomputed and returned whole by each compiled forward
+    off = tt(True, gradient_checkpointing="true", activation_offloading=True)
+    assert value(off, "compiled") is True
+    assert value(off, "compiled_checkpoint_forward_bytes") == T * 2000
 
 
 def test_what_is_not_modelled_is_estimated_eager_with_a_warning():
@@ -101,7 +110,8 @@ def test_what_is_not_modelled_is_estimated_eager_with_a_warning():
         (dict(lora, gradient_checkpointing="true"), "activation checkpointing is not modelled"),
         (dict(method="qlora", lora_rank=8, target_modules=SEVEN), "estimated as its eager run"),
         (dict(lora, lora_dropout=0.05), "estimated as its eager run"),
-        (dict(method="full", gradient_checkpointing="true", activation_offloading=True), "estimated as its eager run"),
+        (dict(lora, gradient_checkpointing="true", activation_offloading=True), "activation checkpointing is not modelled"),
+        (dict(method="full", loss="linear_chunked"), "estimated as its eager run"),
     ]
     for kw, said in cases:
         e, eager = tt(True, **kw), tt(False, **kw)
