@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["Tensor", "CPU_ALIGNMENT", "INPLACE_OPS", "graph_extent", "graph_offsets", "reserved_bytes"]
+__all__ = ["Tensor", "CPU_ALIGNMENT", "INPLACE_OPS", "graph_extent", "graph_offsets", "graph_states", "reserved_bytes"]
 
 #: The ops whose node may take its parent's place (ggml-alloc.c:22-50 ggml_op_can_inplace), by ggml_op_name.
 INPLACE_OPS = frozenset({
@@ -133,7 +133,19 @@ def graph_offsets(graph: tuple, align: int = CPU_ALIGNMENT) -> tuple:
     return _simulate(graph, align)[0]
 
 
-def _simulate(graph: tuple, align: int) -> tuple[tuple, int]:
+def graph_states(graph: tuple, marks: tuple, align: int = CPU_ALIGNMENT) -> tuple[int, tuple]:
+    """The extent of ``graph`` and the allocator's state before each row of ``marks`` (ascending node rows, the
+    first of each repeated section, the rows before ``marks[0]`` its prefix): the free blocks, the extent so
+    far, and each tensor still allocated, viewed or awaited by a consumer, with its place, its consumers and
+    views to come. A tensor of the prefix is named by its row and its consumers are left out (a prefix tensor
+    read by every section is freed at the end only, however many sections there are); any other by its row's
+    distance back from the mark. Two marks with equal states are where the allocator stands in the same place:
+    what follows the one, if the same rows follow, it does the same after the other."""
+    _, extent, states = _simulate(graph, align, marks)
+    return extent, states
+
+
+def _simulate(graph: tuple, align: int, marks: tuple = ()) -> tuple[tuple, int, tuple]:
     n = len(graph)
     children = [0] * n
     views = [0] * n
@@ -181,9 +193,18 @@ def _simulate(graph: tuple, align: int) -> tuple[tuple, int]:
             children[p] += 1
             if graph[p].is_input:
                 allocate(p)
+    states = []
+    pending = list(reversed(marks))
+    prefix = marks[0] if marks else 0
     for i, t in enumerate(graph):
         if not t.node:
             continue
+        if pending and pending[-1] == i:
+            pending.pop()
+            live = tuple((("prefix", x) if x < prefix else i - x, own[x], offset[x] if own[x] else None,
+                          None if x < prefix else children[x], views[x])
+                         for x in range(i) if own[x] or children[x] or views[x])
+            states.append((tuple(map(tuple, blocks.free)), blocks.max_size, live))
         for p in t.srcs:
             allocate(p)
         allocate(i)
@@ -197,7 +218,7 @@ def _simulate(graph: tuple, align: int) -> tuple[tuple, int]:
                         free(v)
                 elif own[p]:
                     free(p)
-    return tuple(offset), blocks.max_size
+    return tuple(offset), blocks.max_size, tuple(states)
 
 
 def reserved_bytes(graphs, align: int = CPU_ALIGNMENT) -> int:

@@ -9,8 +9,8 @@ in the graph's order: ``inputs`` (the input leafs), ``head``, ``layer`` (once pe
 (``view``), whether it is a graph output, lives in another buffer (``external``: a write into the KV cache) or
 exists only where a condition holds (``when``). Weights and the cache are allocated elsewhere and are left out.
 
-The value is :func:`vramwise.profiles.ggml_alloc.reserved_bytes` of the graphs so built: no code here knows a
-model; a model type no template serves gives 0.
+The value is the largest extent of the graphs so built (:mod:`vramwise.profiles.ggml_alloc`): no code here knows
+a model; a model type no template serves gives 0.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from vramwise.errors import EvaluationError, FileFormatError
-from vramwise.profiles.ggml_alloc import INPLACE_OPS, Tensor, reserved_bytes
+from vramwise.profiles.ggml_alloc import INPLACE_OPS, Tensor, graph_extent, graph_states
 from vramwise.rules.datafiles import DataFile
 from vramwise.rules.expr.language import Expression, compile_expression
 
@@ -34,6 +34,8 @@ LAYER_INDEX = "il"
 #: Bytes of one element of the types a compute graph's tensors have (ggml.c type_traits: type_size / blck_size).
 ELEMENT_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4, "i64": 8, "i8": 1}
 SECTIONS = ("inputs", "head", "layer", "tail")
+#: The layers of the short graph a deep one is placed with, where that is the same (GraphExpression._extent).
+SHORT = 8
 
 
 @dataclass(frozen=True)
@@ -70,23 +72,53 @@ class GraphExpression(Expression):
         if template is None:
             return 0
         try:
-            graphs = [_build(template, env, tuple(e.evaluate(env) for e in r), int(env[self.layers]))
-                      for r in self.reserves]
+            return max(self._extent(template, env, tuple(e.evaluate(env) for e in r), int(env[self.layers]))
+                       for r in self.reserves)
         except EvaluationError:
             raise
         except Exception as exc:  # noqa: BLE001 - a graph that cannot be built is reported with its place
             raise self.failure(exc, env) from None
-        return reserved_bytes(graphs)
+
+    def _extent(self, template: _Template, env: Mapping[str, Any], bound: tuple, n_layers: int) -> int:
+        """The extent of one reserve's graph of ``n_layers`` layers. A deep graph is placed with fewer layers
+        where that is provably the same: in the graph of ``SHORT`` (or one more) layers, the allocator's state
+        before layer i + p equals its state before layer i (graph_states), and the deep graph's layers are the
+        short one's with layers i to i + p - 1 repeated. Each repetition starts where the last one started, does
+        what it did, and ends where it ended, raising the extent no further (the extent is part of the state);
+        what follows starts where the short graph's layer i + p did. The prefix's inputs, read by every layer,
+        are freed after the last one in both graphs."""
+        if n_layers > SHORT + 1:
+            short = SHORT + (n_layers - SHORT) % 2  # the same parity: a period of 2 layers fits the difference
+            rows, marks, keys = _build(template, env, bound, short, self.layers)
+            extent, states = graph_states(rows, marks)
+            deep = _layer_keys(template, env, bound, n_layers, self.layers)
+            for p in (1, 2):
+                for i in range(short - p):
+                    if (n_layers - short) % p == 0 and states[i] == states[i + p] and \
+                            deep == keys[:i + p] + keys[i:i + p] * ((n_layers - short) // p) + keys[i + p:]:
+                        return extent
+        return graph_extent(_build(template, env, bound, n_layers, self.layers)[0])
 
     def names_read(self, env: Mapping[str, Any]) -> frozenset:
         return self.names
 
 
-def _build(template: _Template, env: Mapping[str, Any], bound: tuple, n_layers: int) -> tuple:
-    """The graph's rows: the inputs (leafs), then the head, each layer and the tail (nodes). A layer's tensors
-    are worked out once for each value of what its expressions read of ``il`` (the last layer, a sliding one) and
-    placed again for every layer that has it."""
-    scope = ChainMap(dict(zip(RESERVE_NAMES, bound), **{LAYER_INDEX: 0}), env)
+def _layer_keys(template: _Template, env: Mapping[str, Any], bound: tuple, n_layers: int, layers: str) -> list:
+    """Each layer's key: the values of what the layer's expressions read of ``il``, for ``n_layers`` layers."""
+    scope = ChainMap(dict(zip(RESERVE_NAMES, bound), **{LAYER_INDEX: 0, layers: n_layers}), env)
+    keys = []
+    for il in range(n_layers):
+        scope.maps[0][LAYER_INDEX] = il
+        keys.append(tuple(e.evaluate(scope) for e in template.layer_il))
+    return keys
+
+
+def _build(template: _Template, env: Mapping[str, Any], bound: tuple, n_layers: int, layers: str) -> tuple:
+    """The graph's rows: the inputs (leafs), then the head, each layer and the tail (nodes), of ``n_layers``
+    layers; with the row each layer starts at and each layer's key. A layer's tensors are worked out once for
+    each value of what its expressions read of ``il`` (the last layer, a sliding one) and placed again for every
+    layer that has it."""
+    scope = ChainMap(dict(zip(RESERVE_NAMES, bound), **{LAYER_INDEX: 0, layers: n_layers}), env)
     rows: list[Tensor] = []
     index: dict[str, int] = {}
     root: dict[int, int] = {}  # a view's row -> the row it looks into
@@ -127,15 +159,18 @@ def _build(template: _Template, env: Mapping[str, Any], bound: tuple, n_layers: 
     place(plan(head), False)
     plans: dict[tuple, list] = {}
     layer_vars = scope.maps[0]
+    marks, keys = [], []
     for il in range(n_layers):
         layer_vars[LAYER_INDEX] = il
         key = tuple(e.evaluate(scope) for e in template.layer_il)
         entries = plans.get(key)
         if entries is None:
             entries = plans[key] = plan(layer)
+        marks.append(len(rows))
+        keys.append(key)
         place(entries, False)
     place(plan(tail), False)
-    return tuple(rows)
+    return tuple(rows), tuple(marks), keys
 
 
 def compile_graph(df: DataFile, allowed: frozenset, layers: str) -> tuple[str, GraphExpression, dict]:

@@ -7,7 +7,8 @@ CPU buffer's). A block is written [offset, end); "inf" is the open end of the bu
 
 from __future__ import annotations
 
-from vramwise.profiles.ggml_alloc import CPU_ALIGNMENT, INPLACE_OPS, Tensor, graph_extent, graph_offsets, reserved_bytes
+from vramwise.profiles.ggml_alloc import (CPU_ALIGNMENT, INPLACE_OPS, Tensor, graph_extent, graph_offsets, graph_states,
+                                          reserved_bytes)
 
 F32 = "f32"
 
@@ -116,3 +117,30 @@ def test_the_buffer_is_the_largest_of_the_graphs_reserved():
     large = (leaf(256), node(256, 0, is_output=True))  # 512
     assert reserved_bytes([small, large, small]) == 512
     assert reserved_bytes([]) == 0
+
+
+def _layers(n):
+    # an input X (64 bytes), then n layers Y_k = op(Y_k-1, X) (Y_0 = op(X)), 64 bytes each, then an output Z = op(Y_n-1)
+    g = [leaf(64), node(64, 0)]
+    for _ in range(1, n):
+        g.append(node(64, len(g) - 1, 0))
+    g.append(node(64, len(g) - 1, is_output=True))
+    return tuple(g)
+
+
+def test_the_allocator_state_before_each_layer_repeats_with_a_period():
+    # five layers (rows 1 to 5), X read by all of them. Leafs: X [0, 64).
+    # before Y_0: free [64, inf); extent 64. Y_0 -> [64, 128).
+    # before Y_1: free [128, inf); extent 128; Y_0 live. Y_1 -> [128, 192); Y_0 freed: [64, 128) a block.
+    # before Y_2: free [64, 128) [192, inf); extent 192; Y_1 at 128, one consumer to come.
+    # Y_2 -> 64 (best fit); Y_1 freed: [128, 192) joins the open end: [128, inf).
+    # before Y_3: free [128, inf); extent 192; Y_2 at 64. Y_3 -> 128; Y_2 freed: [64, 128) a block.
+    # before Y_4: free [64, 128) [192, inf); extent 192; Y_3 at 128: the state before Y_2 again (X named by its
+    # row, its consumers to come left out: 3 before Y_2, 1 before Y_4).
+    extent, states = graph_states(_layers(5), (1, 2, 3, 4, 5))
+    assert extent == 192
+    assert states[2] == states[4] and states[1] != states[3]  # before Y_1 the extent was still 128
+    big = (1 << 62) - 192
+    assert states[2] == (((64, 64), (192, big)), 192, ((("prefix", 0), True, 0, None, 0), (1, True, 128, 1, 0)))
+    # so two more layers repeat layers 2 and 3 and change nothing: the deeper graph's extent is the same
+    assert graph_extent(_layers(7)) == graph_extent(_layers(5)) == 192
