@@ -102,3 +102,16 @@ def test_a_compiled_step_is_not_measured_with_fake_tensors():
     with pytest.raises(SettingsError, match="real tensors"):
         measure(MATRIX.configs["layers"], stack="torchtune", fake=True, method="full", batch_size=1, seq_len=16,
                 optimizer=OPTIMIZER, gradient_checkpointing="none", compile=True)
+
+
+def test_lora_with_checkpointing_keeps_eager_layers_and_a_compiled_loss():
+    """LoRA with checkpointing: the compiled layers are not modelled (a warning; the layers are estimated
+    eager), the compiled chunked loss is. Where the logits make the peak (vocabulary 16,000) the estimate is
+    within 4 % of the compiled step (measured -3.3 %: LoRA's chunked forward rises 1.8 MB above the model)."""
+    cell = ("logits", "lora", "chunked", "true")
+    r = MATRIX.run_cell(cell)
+    assert abs(r["error"]) <= 0.04, r
+    from vramwise import estimate
+
+    e = estimate(MATRIX.configs["logits"], profile="torchtune", **MATRIX.settings(cell))
+    assert [w for w in e.warnings if w.startswith("compile:") and "layers are estimated as eager" in w]
