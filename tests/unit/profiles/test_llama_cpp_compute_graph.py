@@ -7,7 +7,6 @@ test_llama_cpp_reference.py writes them."""
 from __future__ import annotations
 
 import shutil
-import time
 from importlib import resources
 from pathlib import Path
 
@@ -66,20 +65,16 @@ def test_an_architecture_no_template_serves_keeps_the_estimate(written, case):
     assert e.figures["host_compute_buffer"] < case["buffers"]["CPU"]["compute"]
 
 
-def test_an_eighty_layer_graph_is_placed_quickly(written):
+def test_an_eighty_layer_graph_reads_only_what_the_trace_records_and_holds_its_outputs(written):
     # the two graphs of a Llama-3-70B-sized model (80 layers, 8,192 wide, 64 heads of 128, 8 KV heads, FFN 28,672,
-    # 128,256 tokens) built and placed: each layer's tensors are worked out once and placed 80 times
+    # 128,256 tokens) built and placed; how fast is benchmarks/bench_llama_cpp_graph.py's to say, not a test's
     entry = next(f for f in profile(written["llama-gqa-F16"], CASES[0]["settings"]).trace if f.id == "cb_graph_bytes")
     expr = vramwise.Registry().profile("llama.cpp").formula("cb_graph_bytes").expr
     env = dict(entry.inputs, num_layers=80, hidden_size=8192, num_attention_heads=64, head_dim=128, cb_kv_dim=1024,
                intermediate_size=28672, stored_vocab_tokens=128256)
     assert expr.evaluate(entry.inputs) == entry.value  # what the trace records is all the graph reads
-    start = time.perf_counter()
-    value = expr.evaluate(env)
-    took = time.perf_counter() - start
     # at least the logits and the final normed hidden state, both graph outputs: (128,256 + 8,192) x 512 x 4 bytes
-    assert value >= (128256 + 8192) * 512 * 4
-    assert took < 0.25  # about 4 ms on the development machine; generous for a loaded one
+    assert expr.evaluate(env) >= (128256 + 8192) * 512 * 4
 
 
 @pytest.mark.parametrize("key, settings", [
