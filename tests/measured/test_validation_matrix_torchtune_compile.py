@@ -95,13 +95,17 @@ def test_every_cell_is_modelled_as_compiled():
         assert not [w for w in e.warnings if w.startswith("compile:")], cell
 
 
-def test_a_compiled_step_is_not_measured_with_fake_tensors():
-    """Inductor's buffers are real allocations: fake tensors are refused before anything is built."""
+def test_what_a_compiled_step_cannot_measure_is_refused():
+    """Inductor's buffers are real allocations: fake tensors are refused; QLoRA's NF4 weights are not counted by
+    the allocator-report tracker: refused. Both before anything is built."""
     from vramwise import SettingsError, measure
 
+    base = dict(stack="torchtune", batch_size=1, seq_len=16, optimizer=OPTIMIZER, gradient_checkpointing="none",
+                compile=True)
     with pytest.raises(SettingsError, match="real tensors"):
-        measure(MATRIX.configs["layers"], stack="torchtune", fake=True, method="full", batch_size=1, seq_len=16,
-                optimizer=OPTIMIZER, gradient_checkpointing="none", compile=True)
+        measure(MATRIX.configs["layers"], fake=True, method="full", **base)
+    with pytest.raises(SettingsError, match="QLoRA"):
+        measure(MATRIX.configs["layers"], method="qlora", lora_rank=8, **base)
 
 
 def test_lora_with_checkpointing_keeps_eager_layers_and_a_compiled_loss():

@@ -237,6 +237,10 @@ def check(settings, *, device: str, fake: bool) -> None:
     if settings.compile and fake:
         raise SettingsError("a compiled step is measured with real tensors (inductor's buffers are real "
                             "allocations): drop --fake")
+    if settings.compile and settings.method == "qlora":
+        raise SettingsError("a compiled QLoRA step cannot be measured: a compiled step is read from the allocator's "
+                            "own reports, whose tracker counts plain tensors, not torchao's NF4 weights; "
+                            "drop --compile or measure lora")
     if settings.attention != "sdpa":
         raise SettingsError(f"--attention {settings.attention}: --stack torchtune runs torchtune's own attention "
                             "(torch's scaled_dot_product_attention; its Gemma 2 computes the soft-capped scores "
