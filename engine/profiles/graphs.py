@@ -5,8 +5,8 @@ another (``reserves``: each binds ``n_tokens``, ``n_outputs`` and ``n_seqs`` to 
 model-level names), and templates, each serving the model types it lists. A template writes the graph's tensors
 in the graph's order: ``inputs`` (the input leafs), ``head``, ``layer`` (once per layer, ``il`` its index) and
 ``tail``; each tensor its op, element type and shape (expressions over the profile's names, the reserve's and
-``il``), the earlier tensors it reads (``src``, by name: the latest tensor of that name), the tensor it views
-(``view``), whether it is a graph output, lives in another buffer (``external``: a write into the KV cache) or
+``il``), the earlier tensors it reads (``src``, by name: the latest tensor of that name; a layer's tensor may
+name one its layer writes further on, the previous layer's, where it exists), the tensor it views (``view``), whether it is a graph output, lives in another buffer (``external``: a write into the KV cache) or
 exists only where a condition holds (``when``). Weights and the cache are allocated elsewhere and are left out.
 
 The value is the largest extent of the graphs so built (:mod:`vramwise.profiles.ggml_alloc`): no code here knows
@@ -142,6 +142,10 @@ def _build(template: _Template, env: Mapping[str, Any], bound: tuple, n_layers: 
 
     def place(entries, leaf: bool) -> None:
         for name, src, view, external, nbytes, layout, inplace, output in entries:
+            missing = [s for s in (*src, *([view] if view else ())) if s not in index]
+            if missing:  # a layer's read of the layer before it, in the first layer
+                raise ValueError(f"tensor {name!r} of layer {scope.maps[0][LAYER_INDEX]} reads {missing[0]!r}, which no "
+                                 f"earlier tensor of the graph is")
             srcs = tuple(index[s] for s in src)
             k = len(rows)
             if view is not None:
@@ -192,12 +196,14 @@ def compile_graph(df: DataFile, allowed: frozenset, layers: str) -> tuple[str, G
         defined: set[str] = set()
         for section in SECTIONS:
             nodes = []
+            # a layer may read what the layer before it wrote (the graph's order need not follow the code's layers)
+            later = {n["t"] for n in t.get(section) or ()} if section == "layer" else set()
             for j, n in enumerate(t.get(section) or ()):
                 parts = base + ("templates", k, section, j)
                 for s in n.get("src", ()):
-                    if s not in defined:
+                    if s not in defined and s not in later:
                         problems.append(df.problem(parts + ("src",), f"{s!r} is no earlier tensor of the template"))
-                if n.get("view") is not None and n["view"] not in defined:
+                if n.get("view") is not None and n["view"] not in defined and n["view"] not in later:
                     problems.append(df.problem(parts + ("view",), f"{n['view']!r} is no earlier tensor of the template"))
                 plain = n.get("view") is None and not n.get("external", False)
                 if plain and (n.get("type") not in ELEMENT_BYTES or not n.get("shape")):

@@ -19,10 +19,10 @@ from vramwise import FileFormatError  # noqa: E402
 
 from test_llama_cpp_reference import CASES, FILES, case_id, profile, write_header  # noqa: E402
 
-#: The architectures a template serves (compute.yaml graph.templates: llama, qwen2, gemma2, qwen3moe); the
-#: fixture's others (deepseek2's latent attention, lfm2's short convolutions, mamba2's scan) keep the estimate
-#: from the graph's largest tensors and its band.
-SIMULATED = {"llama", "qwen2", "gemma2", "qwen3moe"}
+#: The architectures a template serves (compute.yaml graph.templates: llama, qwen2, gemma2, qwen3moe, mamba2); the
+#: fixture's others (deepseek2's latent attention, lfm2's short convolutions) keep the estimate from the graph's
+#: largest tensors and its band.
+SIMULATED = {"llama", "qwen2", "gemma2", "qwen3moe", "mamba2"}
 SIMULATED_CASES = [c for c in CASES if FILES[c["file"]]["architecture"] in SIMULATED]
 OTHER_CASES = [c for c in CASES if FILES[c["file"]]["architecture"] not in SIMULATED]
 FORMULAS = Path(str(resources.files("vramwise.formulas")))
@@ -41,7 +41,8 @@ def written(tmp_path_factory):
 def test_the_fixture_has_every_simulated_architecture_at_each_flash_attention_setting():
     seen = {(FILES[c["file"]]["architecture"], c["settings"]["flash_attn"]) for c in SIMULATED_CASES}
     assert seen == {(a, fa) for a in SIMULATED for fa in ("auto", "on", "off")}
-    assert len(SIMULATED_CASES) == 95  # llama 29, qwen2 20 (and the F32 qwen2-odd 4), gemma2 21, qwen3moe 21
+    # llama 29, qwen2 20 (and the F32 qwen2-odd 4), gemma2 21, qwen3moe 21, mamba2 20
+    assert len(SIMULATED_CASES) == 115
 
 
 @pytest.mark.parametrize("case", SIMULATED_CASES, ids=case_id)
@@ -81,6 +82,7 @@ def test_an_eighty_layer_graph_reads_only_what_the_trace_records_and_holds_its_o
     ("llama-gqa-F16", {}), ("llama-gqa-F16", {"flash_attn": "off", "n_parallel": 4, "n_ctx": 4100}),
     ("qwen2-tied-F16", {"cache_type_k": "q8_0", "cache_type_v": "q8_0", "flash_attn": "on"}),
     ("gemma2-swa-F16", {}), ("gemma2-swa-F16", {"flash_attn": "off"}), ("qwen3moe-F16", {"n_ubatch": 128}),
+    ("mamba2-ssm-F16", {}), ("mamba2-ssm-F16", {"n_parallel": 3, "n_ctx": 3000}),
 ])
 def test_a_deep_graph_placed_with_fewer_layers_is_placed_as_with_all(written, key, settings):
     # a graph of more than 9 layers is placed with 8 or 9 where the allocator's state before a layer repeats and the
