@@ -79,13 +79,15 @@ def test_the_compiled_chunked_loss_keeps_the_bf16_chunks():
         assert value(e, "compiled_loss") is True
         # saved: every chunk's bf16 logits, 32 x 1000 x 2 (eager: float32 log-probabilities, x 4)
         assert value(e, "logits_saved_bytes") == T * V * 2
-        # backward start: every chunk's bf16 gradient, 32 x 1000 x 2
-        assert value(e, "logits_backward_bytes") == T * V * 2
-        # forward: no chunk upcast; measured to rise by the chunks' bf16 size again under LoRA
-        assert value(e, "logits_forward_transient_bytes") == (T * V * 2 if method == "lora" else 0)
-        # the head's first out-of-place sum comes after two chunks' head backward: 2 chunks of
-        # 2 x ceil(16 / 8) = 4 rows, 4 x 1000 x 2 bytes each, are gone (eager: none)
-        assert value(e, "compiled_head_grads_consumed") == 2 * (2 * 2) * V * 2
+        # backward start: the first chunk's bf16 gradient, 2 x ceil(16 / 8) = 4 rows x 1000 x 2 (each chunk's saved
+        # logits go as its gradient comes)
+        assert value(e, "logits_backward_bytes") == 4 * V * 2
+        # forward: no chunk upcast; a frozen head (LoRA) copies its weight expanded to the batch: 2 x 1000 x 64 x 2
+        assert value(e, "logits_forward_transient_bytes") == (B * V * H * 2 if method == "lora" else 0)
+        assert value(e, "compiled_frozen_head_copy_bytes") == (B * V * H * 2 if method == "lora" else 0)
+        # a trained head's first out-of-place sum comes after two chunks' head backward: 2 chunks of 4 rows,
+        # 4 x 1000 x 2 bytes each, are gone (eager: none; a frozen head makes no sum)
+        assert value(e, "compiled_head_grads_consumed") == (2 * 4 * V * 2 if method == "full" else 0)
     assert value(tt(False, method="full", loss="chunked", loss_chunks=8), "compiled_head_grads_consumed") == 0
 
 
