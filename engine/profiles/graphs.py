@@ -8,6 +8,9 @@ in the graph's order: ``inputs`` (the input leafs), ``head``, ``layer`` (once pe
 ``il``), the earlier tensors it reads (``src``, by name: the latest tensor of that name; a layer's tensor may
 name one its layer writes further on, the previous layer's, where it exists), the tensor it views (``view``), whether it is a graph output, lives in another buffer (``external``: a write into the KV cache) or
 exists only where a condition holds (``when``). Weights and the cache are allocated elsewhere and are left out.
+A template's expressions may read the profile's layer inputs too, each as the list of its values layer by layer
+(``at(conv_state_width, il) > 0``: whether layer il keeps a convolution state), so that one template serves a
+model whose layers differ (the profile gives them as :data:`LAYER_VALUES`).
 
 The value is the largest extent of the graphs so built (:mod:`vramwise.profiles.ggml_alloc`): no code here knows
 a model; a model type no template serves gives 0.
@@ -24,10 +27,12 @@ from vramwise.profiles.ggml_alloc import INPLACE_OPS, Tensor, graph_extent, grap
 from vramwise.rules.datafiles import DataFile
 from vramwise.rules.expr.language import Expression, compile_expression
 
-__all__ = ["GraphExpression", "compile_graph", "MODEL_TYPE", "RESERVE_NAMES", "ELEMENT_BYTES"]
+__all__ = ["GraphExpression", "compile_graph", "MODEL_TYPE", "LAYER_VALUES", "RESERVE_NAMES", "ELEMENT_BYTES"]
 
 #: The name of the resolved model's type in a profile's model-level names (what selects a template).
 MODEL_TYPE = "model_type"
+#: The model-level name of the layer inputs a graph reads, layer by layer: ((name, (value of layer 0, ...)), ...).
+LAYER_VALUES = "layer_values"
 #: What each reserve binds, and the layer index, for a template's expressions.
 RESERVE_NAMES = ("n_tokens", "n_outputs", "n_seqs")
 LAYER_INDEX = "il"
@@ -66,11 +71,14 @@ class GraphExpression(Expression):
     reserves: tuple = ()  # of (n_tokens, n_outputs, n_seqs) Expressions
     templates: tuple = ()  # of _Template
     layers: str = ""  # the name of the layer count
+    layer_inputs: tuple = ()  # the profile's layer inputs the templates read (as LAYER_VALUES gives them)
 
     def evaluate(self, env: Mapping[str, Any]) -> Any:
         template = next((t for t in self.templates if env.get(MODEL_TYPE) in t.model_types), None)
         if template is None:
             return 0
+        if self.layer_inputs:  # each layer input read as its list of per-layer values
+            env = ChainMap(dict(env[LAYER_VALUES]), env)
         try:
             return max(self._extent(template, env, tuple(e.evaluate(env) for e in r), int(env[self.layers]))
                        for r in self.reserves)
@@ -177,8 +185,10 @@ def _build(template: _Template, env: Mapping[str, Any], bound: tuple, n_layers: 
     return tuple(rows), tuple(marks), keys
 
 
-def compile_graph(df: DataFile, allowed: frozenset, layers: str) -> tuple[str, GraphExpression, dict]:
-    """The ``graph`` section of ``df`` compiled: its id, its expression, and its unit, description and source."""
+def compile_graph(df: DataFile, allowed: frozenset, layers: str,
+                  layer_inputs: frozenset = frozenset()) -> tuple[str, GraphExpression, dict]:
+    """The ``graph`` section of ``df`` compiled: its id, its expression, and its unit, description and source.
+    ``layer_inputs``: the profile's layer inputs, which a template's tensors may read as per-layer lists."""
     g = df.data["graph"]
     base = ("graph",)
     names: set[str] = {MODEL_TYPE, layers}
@@ -188,7 +198,8 @@ def compile_graph(df: DataFile, allowed: frozenset, layers: str) -> tuple[str, G
                       for n in RESERVE_NAMES)
         names.update(*(e.names for e in exprs))
         reserves.append(exprs)
-    local = allowed | set(RESERVE_NAMES) | {LAYER_INDEX}
+    local = allowed | set(RESERVE_NAMES) | {LAYER_INDEX} | set(layer_inputs)
+    per_layer: set[str] = set()
     templates = []
     problems: list[str] = []
     for k, t in enumerate(g["templates"]):
@@ -218,7 +229,8 @@ def compile_graph(df: DataFile, allowed: frozenset, layers: str) -> tuple[str, G
                 when = (compile_expression(n["when"], allowed=local, df=df, parts=parts + ("when",), what="condition")
                         if "when" in n else None)
                 read = set().union(*(e.names for e in shape), *([when.names] if when else []))
-                names.update(read - set(RESERVE_NAMES) - {LAYER_INDEX})
+                names.update(read - set(RESERVE_NAMES) - {LAYER_INDEX} - set(layer_inputs))
+                per_layer.update(read & set(layer_inputs))
                 nodes.append(_Node(n["t"], n.get("op", "NONE"), n.get("type", "f32"), shape, tuple(n.get("src", ())),
                                    n.get("view"), bool(n.get("external", False)), bool(n.get("output", False)), when))
                 defined.add(n["t"])
@@ -228,10 +240,12 @@ def compile_graph(df: DataFile, allowed: frozenset, layers: str) -> tuple[str, G
         templates.append(_Template(t["name"], tuple(t["model_types"]), tuple(sections), tuple(layer_il.values())))
     if problems:
         raise FileFormatError(problems)
+    if per_layer:
+        names.add(LAYER_VALUES)
     n_nodes = sum(len(s) for t in templates for s in t.sections)
     expr = GraphExpression(
         text=f"ggml-alloc over the graphs of {', '.join(t.name for t in templates)} ({n_nodes} tensors written, "
              f"{len(reserves)} reserves)",
         names=frozenset(names), where=df.where(base), reserves=tuple(reserves), templates=tuple(templates),
-        layers=layers)
+        layers=layers, layer_inputs=tuple(sorted(per_layer)))
     return g["id"], expr, {"unit": g["unit"], "description": g["description"], "source": g["source"]}

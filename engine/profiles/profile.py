@@ -18,7 +18,7 @@ from vramwise.rules.expr.language import _FIELD, Expression, LayerValues, compil
 from vramwise.rules.graph import dependency_order
 from vramwise.models.model import AGGREGATE_NAMES
 from vramwise.rules.expr.codegen import Program, dynamic_ids, stored_program
-from vramwise.profiles.graphs import MODEL_TYPE, compile_graph
+from vramwise.profiles.graphs import LAYER_VALUES, MODEL_TYPE, compile_graph
 from vramwise.profiles.settings import DERIVED_FROM, METHODS, RELEASE_SETTINGS, SETTING_NAMES, release_key
 from vramwise.rules.datafiles import DataFile, json_path
 
@@ -160,6 +160,7 @@ class Profile:
     rank_groups: tuple = ()  # ((role, count id, total id, {component: id}), ...): ranks that hold different amounts
     other_profile: tuple | None = None  # (profile, ratio): the other stack's profile whose figure is noted beyond ratio
     absent: tuple = ()  # ((component, phase or None, why), ...): why a component is 0 in the table of the peak phase
+    graph_layer_inputs: tuple = ()  # the layer inputs a graph template reads layer by layer (LAYER_VALUES)
     _programs: dict = field(default_factory=dict, repr=False, compare=False)  # type signature -> Program
     _families_checked: dict = field(default_factory=dict, repr=False, compare=False)  # id -> Family
 
@@ -251,6 +252,15 @@ class Profile:
         layer_envs = [{**lc.attributes, LAYER_INDICES: lc.indices} for lc in classes]
         for name in self.layer_inputs:
             env[name] = LayerValues((lc.count, lc.attributes[name]) for lc in classes)
+        if self.graph_layer_inputs:  # what a graph template reads of each layer, layer by layer
+            per_layer = []
+            for name in self.graph_layer_inputs:
+                values = [None] * spec.num_layers
+                for lc in classes:
+                    for i in lc.indices:
+                        values[i] = lc.attributes[name]
+                per_layer.append((name, tuple(values)))
+            env[LAYER_VALUES] = tuple(per_layer)
         for t in self.tables:
             key = env[t.key]
             if key in t.entries:
@@ -441,7 +451,7 @@ def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | 
             problems.append(f"{where}: $: name {name!r} is already defined at {declared[name]}")
         declared[name] = where
 
-    reserved = SETTING_NAMES | AGGREGATE_NAMES | {N_GPUS, LAYER_INDICES, MODEL_TYPE} | set(model_inputs) | set(layer_inputs)
+    reserved = SETTING_NAMES | AGGREGATE_NAMES | {N_GPUS, LAYER_INDICES, MODEL_TYPE, LAYER_VALUES} | set(model_inputs) | set(layer_inputs)
     for df in files:
         stem = df.path.rsplit("/", 1)[-1].removesuffix(".yaml")
         if df.data["component"] != stem:
@@ -505,8 +515,11 @@ def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | 
             id=f["id"], scope=scope, expr=expr, unit=f["unit"], description=f["description"],
             source=f["source"], component=df.data["component"],
         )
+    graph_layer_inputs: set[str] = set()
     for df in graph_files:  # a graph's value: the buffer ggml-alloc reserves for it (vramwise.profiles.graphs)
-        gid, gexpr, info = compile_graph(df, frozenset(base | model_ids | {MODEL_TYPE}), "num_layers")
+        gid, gexpr, info = compile_graph(df, frozenset(base | model_ids | {MODEL_TYPE}), "num_layers",
+                                         frozenset(layer_inputs))
+        graph_layer_inputs.update(gexpr.layer_inputs)
         compiled[gid] = Formula(id=gid, scope="model", expr=gexpr, component=df.data["component"], **info)
     # Dependency order (stable: file order where free); cycles are load errors.
     def formula_cycle(trail: tuple) -> FileFormatError:
@@ -591,7 +604,7 @@ def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | 
         compiled=m.get("compiled"), constants=constants, constant_info=constant_info,
         serving=m.get("serving"),
         tables=tuple(tables), dated=tuple(dated), formulas=tuple(order), dynamic=dynamic, warning_rules=tuple(warning_rules),
-        settings_read=_settings_read(read, m),
+        settings_read=_settings_read(read, m), graph_layer_inputs=tuple(sorted(graph_layer_inputs)),
         strategy=overlay.name if overlay is not None else None,
         host=overlay.outputs["host"] if overlay is not None else None,
         rank_groups=tuple((g["role"], g["count"], g["total"], dict(g.get("components", {}))) for g in overlay.ranks)

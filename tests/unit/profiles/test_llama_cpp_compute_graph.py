@@ -7,6 +7,7 @@ test_llama_cpp_reference.py writes them."""
 from __future__ import annotations
 
 import shutil
+from collections import ChainMap
 from importlib import resources
 from pathlib import Path
 
@@ -19,10 +20,9 @@ from vramwise import FileFormatError  # noqa: E402
 
 from test_llama_cpp_reference import CASES, FILES, case_id, profile, write_header  # noqa: E402
 
-#: The architectures a template serves (compute.yaml graph.templates: llama, qwen2, gemma2, qwen3moe, mamba2); the
-#: fixture's others (deepseek2's latent attention, lfm2's short convolutions) keep the estimate from the graph's
-#: largest tensors and its band.
-SIMULATED = {"llama", "qwen2", "gemma2", "qwen3moe", "mamba2"}
+#: The architectures a template serves (compute.yaml graph.templates: llama, qwen2, gemma2, qwen3moe, mamba2, lfm2);
+#: the fixture's other (deepseek2's latent attention) keeps the estimate from the graph's largest tensors and its band.
+SIMULATED = {"llama", "qwen2", "gemma2", "qwen3moe", "mamba2", "lfm2"}
 SIMULATED_CASES = [c for c in CASES if FILES[c["file"]]["architecture"] in SIMULATED]
 OTHER_CASES = [c for c in CASES if FILES[c["file"]]["architecture"] not in SIMULATED]
 FORMULAS = Path(str(resources.files("vramwise.formulas")))
@@ -41,8 +41,8 @@ def written(tmp_path_factory):
 def test_the_fixture_has_every_simulated_architecture_at_each_flash_attention_setting():
     seen = {(FILES[c["file"]]["architecture"], c["settings"]["flash_attn"]) for c in SIMULATED_CASES}
     assert seen == {(a, fa) for a in SIMULATED for fa in ("auto", "on", "off")}
-    # llama 29, qwen2 20 (and the F32 qwen2-odd 4), gemma2 21, qwen3moe 21, mamba2 20
-    assert len(SIMULATED_CASES) == 115
+    # llama 29, qwen2 20 (and the F32 qwen2-odd 4), gemma2 21, qwen3moe 21, mamba2 20, lfm2 20
+    assert len(SIMULATED_CASES) == 135
 
 
 @pytest.mark.parametrize("case", SIMULATED_CASES, ids=case_id)
@@ -83,21 +83,25 @@ def test_an_eighty_layer_graph_reads_only_what_the_trace_records_and_holds_its_o
     ("qwen2-tied-F16", {"cache_type_k": "q8_0", "cache_type_v": "q8_0", "flash_attn": "on"}),
     ("gemma2-swa-F16", {}), ("gemma2-swa-F16", {"flash_attn": "off"}), ("qwen3moe-F16", {"n_ubatch": 128}),
     ("mamba2-ssm-F16", {}), ("mamba2-ssm-F16", {"n_parallel": 3, "n_ctx": 3000}),
+    ("lfm2-hybrid-F16", {}), ("lfm2-hybrid-F16", {"flash_attn": "off", "cache_type_k": "q4_0", "cache_type_v": "f32"}),
 ])
 def test_a_deep_graph_placed_with_fewer_layers_is_placed_as_with_all(written, key, settings):
     # a graph of more than 9 layers is placed with 8 or 9 where the allocator's state before a layer repeats and the
     # deep graph's layers repeat those between (GraphExpression._extent): the extent is that of every layer placed
     from vramwise.profiles.ggml_alloc import graph_extent
-    from vramwise.profiles.graphs import _build
+    from vramwise.profiles.graphs import LAYER_VALUES, _build
 
     entry = next(f for f in profile(written[key], {**CASES[0]["settings"], **settings}).trace
                  if f.id == "cb_graph_bytes")
     expr = vramwise.Registry().profile("llama.cpp").formula("cb_graph_bytes").expr
-    env = entry.inputs
-    (template,) = [t for t in expr.templates if env["model_type"] in t.model_types]
-    for r in expr.reserves:
-        bound = tuple(e.evaluate(env) for e in r)
-        for layers in (10, 11, 12, 33, 80):
+    (template,) = [t for t in expr.templates if entry.inputs["model_type"] in t.model_types]
+    for layers in (10, 11, 12, 33, 80):
+        env = dict(entry.inputs)
+        if LAYER_VALUES in env:  # the model's layers repeated to the depth (lfm2: convolution, attention, ...)
+            env = ChainMap({name: tuple(values[i % len(values)] for i in range(layers))
+                            for name, values in env[LAYER_VALUES]}, env)
+        for r in expr.reserves:
+            bound = tuple(e.evaluate(env) for e in r)
             every = graph_extent(_build(template, env, bound, layers, "num_layers")[0])
             assert expr._extent(template, env, bound, layers) == every
 
