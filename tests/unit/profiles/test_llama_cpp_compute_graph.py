@@ -20,11 +20,10 @@ from vramwise import FileFormatError  # noqa: E402
 
 from test_llama_cpp_reference import CASES, FILES, case_id, profile, write_header  # noqa: E402
 
-#: The architectures a template serves (compute.yaml graph.templates: llama, qwen2, gemma2, qwen3moe, mamba2, lfm2);
-#: the fixture's other (deepseek2's latent attention) keeps the estimate from the graph's largest tensors and its band.
-SIMULATED = {"llama", "qwen2", "gemma2", "qwen3moe", "mamba2", "lfm2"}
+#: The architectures a template serves (compute.yaml graph.templates): every one the fixture recorded, latent
+#: attention (deepseek2), short convolutions beside attention (lfm2) and a recurrent scan alone (mamba2) included.
+SIMULATED = {"llama", "qwen2", "gemma2", "qwen3moe", "deepseek2", "lfm2", "mamba2"}
 SIMULATED_CASES = [c for c in CASES if FILES[c["file"]]["architecture"] in SIMULATED]
-OTHER_CASES = [c for c in CASES if FILES[c["file"]]["architecture"] not in SIMULATED]
 FORMULAS = Path(str(resources.files("vramwise.formulas")))
 
 
@@ -41,8 +40,10 @@ def written(tmp_path_factory):
 def test_the_fixture_has_every_simulated_architecture_at_each_flash_attention_setting():
     seen = {(FILES[c["file"]]["architecture"], c["settings"]["flash_attn"]) for c in SIMULATED_CASES}
     assert seen == {(a, fa) for a in SIMULATED for fa in ("auto", "on", "off")}
-    # llama 29, qwen2 20 (and the F32 qwen2-odd 4), gemma2 21, qwen3moe 21, mamba2 20, lfm2 20
-    assert len(SIMULATED_CASES) == 135
+    # every context llama.cpp created: llama 29, qwen2 20 (and the F32 qwen2-odd 4), gemma2 21, qwen3moe 21,
+    # deepseek2 20, lfm2 20, mamba2 20 (the refused ones have no buffer)
+    assert SIMULATED_CASES == CASES
+    assert len(SIMULATED_CASES) == 155
 
 
 @pytest.mark.parametrize("case", SIMULATED_CASES, ids=case_id)
@@ -54,11 +55,14 @@ def test_the_cpu_compute_buffer_is_llama_cpps_to_the_byte(written, case):
     assert profile(written[case["file"]], case["settings"]).figures["host_compute_buffer"] == got
 
 
-@pytest.mark.parametrize("case", OTHER_CASES[:3], ids=case_id)
-def test_an_architecture_no_template_serves_keeps_the_estimate(written, case):
-    # no template: the graph's value is 0 and host_compute_bytes is the formula's max(attention peak, output peak,
-    # inputs), the largest-tensors estimate (compute.yaml), under llama.cpp's buffer as the band says
-    e = profile(written[case["file"]], case["settings"])
+def test_a_model_type_no_template_serves_keeps_the_estimate(tmp_path, written):
+    # the llama template made to serve another model type: a llama file has no template, the graph's value is 0 and
+    # host_compute_bytes is the formula's max(attention peak, output peak, inputs), the largest-tensors estimate
+    # (compute.yaml), under llama.cpp's buffer as the band says
+    forms, _ = _copy(tmp_path, "      model_types: [llama]\n", "      model_types: [no_such_model_type]\n")
+    case = CASES[0]
+    e = vramwise.estimate(str(written[case["file"]]), profile="llama.cpp", n_gpu_layers=0,
+                          registry=vramwise.Registry(formulas_dir=forms), **case["settings"])
     trace = {f.id: f.value for f in e.trace}
     assert trace["cb_graph_bytes"] == 0
     assert e.figures["host_compute_buffer"] == max(trace["cb_attention_bytes"], trace["cb_output_bytes"],
@@ -84,6 +88,7 @@ def test_an_eighty_layer_graph_reads_only_what_the_trace_records_and_holds_its_o
     ("gemma2-swa-F16", {}), ("gemma2-swa-F16", {"flash_attn": "off"}), ("qwen3moe-F16", {"n_ubatch": 128}),
     ("mamba2-ssm-F16", {}), ("mamba2-ssm-F16", {"n_parallel": 3, "n_ctx": 3000}),
     ("lfm2-hybrid-F16", {}), ("lfm2-hybrid-F16", {"flash_attn": "off", "cache_type_k": "q4_0", "cache_type_v": "f32"}),
+    ("deepseek2-mla-F16", {}), ("deepseek2-mla-F16", {"flash_attn": "off"}),
 ])
 def test_a_deep_graph_placed_with_fewer_layers_is_placed_as_with_all(written, key, settings):
     # a graph of more than 9 layers is placed with 8 or 9 where the allocator's state before a layer repeats and the
