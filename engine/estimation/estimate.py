@@ -662,6 +662,11 @@ def _stage(reg: Registry, spec: ModelSpec, prof: Profile, static: dict) -> Stage
         if not lora.matched:
             warnings.append("no LoRA target matches a module of this model: the adapter is empty")
     settings = {k: v for k, v in static.items() if k != "_key"}
+    if static["model_draft"] is not None or static["mmproj"] is not None:  # what is loaded beside the model
+        from vramwise.estimation.companions import companion_values
+
+        settings.update(companion_values(reg, spec, prof, static, warnings,
+                                         lambda s, given: _stage(reg, s, prof, _static_settings(reg, prof.name, given))))
     stage = Stage(spec, prof, settings, lora, warnings, reg)
     reg.stages.put(key, stage)
     return stage

@@ -33,7 +33,7 @@ from typing import Any, Mapping
 from vramwise.errors import ConfigError, EvaluationError, MissingDependencyError
 
 __all__ = ["GGUFTensor", "GGUFPlacement", "GGUFModel", "read_gguf", "read_gguf_bytes", "gguf_config", "gguf_files",
-           "is_gguf", "TABLE_PATH", "MISSING", "known_architectures"]
+           "read_projector", "PROJECTOR_ARCHITECTURE", "is_gguf", "TABLE_PATH", "MISSING", "known_architectures"]
 
 #: Display path of the bundled tables.
 TABLE_PATH = "formulas/gguf.yaml"
@@ -447,6 +447,24 @@ def _model(files: tuple, headers: list, gguf) -> GGUFModel:
                      file_type=_file_type_name(metadata.get("general.file_type"), gguf),
                      metadata=MappingProxyType(metadata), array_lengths=MappingProxyType(lengths),
                      tensors=tuple(tensors), header_bytes=headers[0][3])
+
+
+#: general.architecture of a multimodal projector file (llama.cpp's tools/mtmd/clip.cpp loads it; no model).
+PROJECTOR_ARCHITECTURE = "clip"
+
+
+def read_projector(path: Any, setting: str = "mmproj") -> GGUFModel:
+    """The header of a multimodal projector's GGUF file (``--mmproj``: general.architecture ``clip``), read as a
+    model's is; a file of another architecture is one ConfigError naming ``setting``. A projector is never a model:
+    :func:`gguf_config` refuses it as an architecture without a table."""
+    p = Path(os.fspath(path)).expanduser()
+    if p.is_dir():
+        raise ConfigError(f"{setting} {path}: give the projector's .gguf file (mmproj-*.gguf), not a folder")
+    model = read_gguf(p)
+    if model.architecture != PROJECTOR_ARCHITECTURE:
+        raise ConfigError(f"{setting} {path}: general.architecture is {model.architecture!r}, not a projector's "
+                          f"({PROJECTOR_ARCHITECTURE!r}, as llama.cpp's convert writes an mmproj file)")
+    return model
 
 
 def read_gguf_bytes(data: bytes, *, size: int, name: str) -> GGUFModel | None:

@@ -295,8 +295,16 @@ def _n_gpu_layers(name: str, value: Any) -> int | None:
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value.strip())
     if type(value) is not int or value > LIMITS[name]:
-        raise SettingsError(f"n_gpu_layers must be a number of layers (0 to {LIMITS[name]:,}) or all, got {_short(value)}")
+        raise SettingsError(f"{name} must be a number of layers (0 to {LIMITS[name]:,}) or all, got {_short(value)}")
     return value
+
+
+def _gguf_path(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or len(value) > 4096:
+        raise SettingsError(f"{name} must be the path of a .gguf file, got {_short(value)}")
+    return value.strip()
 
 
 def _nonnegative_int(name: str, value: Any) -> int:
@@ -546,13 +554,32 @@ SETTINGS: tuple = (
             cli_type="int", applies_to=_SERVING),
     Setting("n_batch", 2048, "llama.cpp: logical batch size", positive_int, cli_type="int", applies_to=_SERVING),
     Setting("n_ubatch", 512, "llama.cpp: physical batch size", positive_int, cli_type="int", applies_to=_SERVING),
+    # llama-server's companions of the model (formulas/llama.cpp/companions.yaml; common/arg.cpp, common/common.h)
+    Setting("model_draft", None, "llama.cpp: a draft model's GGUF file for speculative decoding (llama-server "
+            "--model-draft): its weights, KV cache and output buffer beside the model's", _gguf_path,
+            applies_to=_SERVING),
+    Setting("n_gpu_layers_draft", None, "llama.cpp: the draft model's layers in VRAM, counted as n_gpu_layers "
+            "(default: all)", _n_gpu_layers, cli_type="int", applies_to=_SERVING),
+    Setting("cache_type_k_draft", "f16", "llama.cpp: the draft model's KV-cache type of K",
+            _choice(LLAMA_CACHE_TYPES, default="f16"), choices=LLAMA_CACHE_TYPES, applies_to=_SERVING),
+    Setting("cache_type_v_draft", "f16", "llama.cpp: the draft model's KV-cache type of V",
+            _choice(LLAMA_CACHE_TYPES, default="f16"), choices=LLAMA_CACHE_TYPES, applies_to=_SERVING),
+    Setting("mmproj", None, "llama.cpp: a multimodal projector's GGUF file (llama-server --mmproj): its weights",
+            _gguf_path, applies_to=_SERVING),
+    Setting("mmproj_offload", True, "llama.cpp: the projector on the first GPU (false: llama-server "
+            "--no-mmproj-offload, on the host)", _flag, cli_type="bool", applies_to=_SERVING),
 )
 
-#: Names derived from the settings for formula files (normalise_static sets them); none at present: a value
-#: that changes by release is dated by the release setting in its formula file (``dated:``).
-DERIVED_NAMES: tuple = ()
+#: Names derived from the settings for formula files (normalise_static sets them, 0 until the estimate reads the
+#: files the settings name): what the llama.cpp profile's companions hold, the draft model (model_draft, evaluated
+#: by the profile's own formulas: vramwise.estimation.companions) per device, and the projector's weights (mmproj).
+#: A value that changes by release is dated by the release setting in its formula file (``dated:``).
+DRAFT_NAMES: tuple = (tuple(f"draft_gpu{i}_bytes" for i in range(8))
+                      + ("draft_host_bytes", "draft_gpu_weights_bytes", "draft_host_weights_bytes",
+                         "draft_gpu_kv_bytes", "draft_host_kv_bytes", "draft_output_bytes"))
+DERIVED_NAMES: tuple = DRAFT_NAMES + ("mmproj_weights_bytes",)
 #: The setting each derived name comes from (a formula reading the name reads the setting).
-DERIVED_FROM: dict = {}
+DERIVED_FROM: dict = {**{n: "model_draft" for n in DRAFT_NAMES}, "mmproj_weights_bytes": "mmproj"}
 #: Names that settings give to formula files.
 SETTING_NAMES = frozenset(s.name for s in SETTINGS) | frozenset(DERIVED_NAMES)
 #: The settings validated on every call; the others are normalised once per combination.
@@ -687,6 +714,8 @@ def normalise_static(values: dict) -> dict:
         if not s.per_call:
             out[s.name] = s.parse(s.name, values.get(s.name, s.default))
     method = out["method"]
+    for name in DERIVED_NAMES:  # set from the files the settings name by the estimate (vramwise.estimation.companions)
+        out[name] = 0
     for name, rule in derive_rules():  # formulas/settings.yaml: a setting left unset takes its rule's value
         if out[name] is None:
             out[name] = rule.evaluate(out)

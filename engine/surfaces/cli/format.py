@@ -139,7 +139,8 @@ def settings_line(s, serving: bool = False, stored: str | None = None, own: tupl
         return serving_settings_line(s)
     m = s.method
     if own and m == "inference":
-        shown = [f"{name} {_word(getattr(s, name))}" for name in own]
+        shown = [f"{name} {_word(getattr(s, name))}" for name in own
+                 if name not in _COMPANION or getattr(s, _COMPANION[name]) is not None]
         return ", ".join([m, f"{stored} weights as stored" if stored else "weights as stored", *shown])
     parts = [m, f"batch {s.batch_size}", f"seq {s.seq_len}"]
     if applies("lora_rank", m):
@@ -163,6 +164,11 @@ def settings_line(s, serving: bool = False, stored: str | None = None, own: tupl
     if applies("strategy", m) and s.strategy != "none":
         parts.append(f"{s.strategy} on {gpus_word(s.world_size)}" + (f", offload {s.offload}" if s.offload != "none" else ""))
     return ", ".join(parts)
+
+
+#: A companion's settings (a draft model's, a projector's) -> the setting that loads it: shown only when it is given.
+_COMPANION = {"model_draft": "model_draft", "n_gpu_layers_draft": "model_draft", "cache_type_k_draft": "model_draft",
+              "cache_type_v_draft": "model_draft", "mmproj": "mmproj", "mmproj_offload": "mmproj"}
 
 
 def _word(value) -> str:

@@ -9,6 +9,22 @@ from vramwise.surfaces.cli.format import family_line, gib, summary, write_wrappe
 __all__ = ["print_local_fit", "preset_lines"]
 
 
+def _companions_text(fig, gpus: int) -> str:
+    """What the totals hold of a draft model and a projector, per device (empty without them)."""
+    parts = []
+    if fig.get("draft_weights"):
+        on_gpus = [fig[f"draft_gpu{g}"] for g in range(8)]
+        shown = (f"GPU {gib(sum(on_gpus))} GiB" if gpus == 1 else
+                 ", ".join(f"GPU {g} {gib(on_gpus[g])} GiB" for g in range(gpus)))
+        parts.append(f"the draft model's weights, KV cache and output buffer ({shown}, host "
+                     f"{gib(fig['draft_host'])} GiB; its compute buffer not counted)")
+    if fig.get("mmproj_weights"):
+        where = "GPU 0" if fig["gpu_mmproj"] else "the host"
+        parts.append(f"the projector's weights ({gib(fig['mmproj_weights'])} GiB on {where}; its compute buffer not "
+                     "counted)")
+    return f"these totals hold {' and '.join(parts)}" if parts else ""
+
+
 def _layers_text(f, k: int) -> str:
     if k <= 0:
         return "0 (nothing fits on the GPU: the model runs from the host)"
@@ -60,6 +76,9 @@ def print_local_fit(f, label: str, out, gpu_lines: list) -> None:
                        + (f"GPU {gib(fig['gpu_total'])} GiB" if f.gpus == 1 else  # over several GPUs, each must fit
                           ", ".join(f"GPU {g} {gib(t)} GiB" for g, t in enumerate(f.per_gpu)))
                        + f", host {gib(fig['host_total'])} GiB: {f.verdict.head()}")
+    companions = _companions_text(fig, f.gpus)
+    if companions:
+        write_wrapped(out, companions)
     out.write("\n")
     if f.max_n_ctx is None:
         out.write("largest n_ctx: none (one token of context does not fit beside the weights on the GPU)\n")

@@ -183,6 +183,20 @@ class _Given(argparse.Action):
         namespace.given_flags = given
 
 
+class _GivenOff(_Given):
+    """A bool setting's negative flag in llama.cpp's spelling (--no-mmproj-offload): False, and given."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        super().__call__(parser, namespace, False, option_string)
+
+
+#: Settings whose negative flag llama.cpp spells as --no-NAME (common/arg.cpp:2601-2602 --no-mmproj-offload at 0c1e5709).
+_NEGATIVE_FLAGS = ("mmproj_offload",)
+
+
 def set_pair(text: str) -> tuple:
     """``--set KEY=VALUE``: a setting (or model, profile, an extra such as gradient_accumulation_steps) and its value."""
     key, sep, value = text.partition("=")
@@ -239,6 +253,9 @@ def _training_args(p: argparse.ArgumentParser, *, skip: tuple = (), lists: tuple
         elif s.cli_type == "bool":
             kwargs["metavar"] = "{true,false}"
         p.add_argument(s.flag, **kwargs)
+        if s.name in _NEGATIVE_FLAGS:
+            p.add_argument("--no-" + s.flag[2:], dest=s.name, default=s.default, action=_GivenOff,
+                           help=f"{s.flag} false, as llama.cpp spells it")
     p.add_argument("--profile", default=DEFAULT_PROFILE, action=_Given,
                    help="memory profile: unsloth (Unsloth's calibrated model) or hf (plain transformers + PEFT, phase by phase) "
                         f"(default: {DEFAULT_PROFILE})")
