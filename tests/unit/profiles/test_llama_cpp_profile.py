@@ -200,7 +200,8 @@ def test_cli_prints_per_device(qwen2, capsys):
     assert "n_gpu_layers 2" in out
     assert "1 layers offloaded" in out
     assert "GPU: weights" in out and "host: weights" in out and "output buffer" in out
-    assert "compute buffer: on the CPU alone, for llama, qwen2, gemma2 and qwen3moe, ggml-alloc's placement simulated" in out
+    assert ("compute buffer: on the CPU alone, for llama, qwen2, gemma2, qwen3moe, deepseek2, lfm2 and mamba2, "
+            "ggml-alloc's placement simulated") in out
     assert main(["estimate", qwen2, "--profile", "llama.cpp", "--method", "qlora"]) != 0
     assert "does not model qlora" in capsys.readouterr().err
 

@@ -118,7 +118,7 @@ def test_the_header_written_again_reads_as_recorded(written, key):
 
 
 # the architectures of the compute buffer's stated band (test_compute_buffer_within_the_band_the_profile_states)
-BAND_ARCHITECTURES = {"llama", "qwen2", "gemma2", "qwen3moe"}
+BAND_ARCHITECTURES = {"llama", "qwen2", "gemma2", "qwen3moe", "deepseek2", "lfm2", "mamba2"}
 
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)
@@ -190,39 +190,29 @@ def test_no_refusal_is_flagged_where_llama_cpp_created_the_context(written):
 
 def test_compute_buffer_within_the_band_the_profile_states(written):
     # llama.cpp's CPU compute buffer (llama_get_memory_breakdown, exact bytes) against the profile's figure
-    # (formulas/llama.cpp/compute.yaml: with n_gpu_layers 0 the host runs the layers and the output; for the
-    # architectures of BAND_ARCHITECTURES a graph template's tensors placed as ggml-alloc places them, equal to the
-    # byte in all 95 contexts, test_llama_cpp_compute_graph.py case by case; before the simulation, the largest
-    # tensors' estimate was 0.7 % to 29.7 % under). The profile takes flash attention auto as on (compute.yaml
+    # (formulas/llama.cpp/compute.yaml: with n_gpu_layers 0 the host runs the layers and the output; for every
+    # architecture of the fixture a graph template's tensors placed as ggml-alloc places them, equal to the byte in
+    # all 155 contexts, test_llama_cpp_compute_graph.py case by case). Before the simulation, the largest tensors'
+    # estimate was 0.7 % to 29.7 % under for llama, qwen2, gemma2 and qwen3moe, 5.7 % to 23.4 % under for deepseek2
+    # (the latent attention's absorbed products), 1.2 % to 3.1 % under for lfm2 and from 5.7 % under to 58 times
+    # over for mamba2 (KQ masks it does not have). The profile takes flash attention auto as on (compute.yaml
     # cb_flash): so did llama.cpp in every recorded context.
-    #
-    # The other architectures keep the estimate from the graph's largest tensors: a deepseek2
-    # graph (the latent attention's absorbed k_b / v_b products over the cache, src/models/deepseek2.cpp) holds tensors
-    # those terms do not count, its estimate 5.7 % to 23.4 % under llama.cpp's at the recording; an lfm2 graph (the
-    # short convolutions and their state, src/models/lfm2.cpp) is not the one they describe either, though its
-    # estimate was 1.2 % to 3.1 % under; nor a mamba2 graph (the scan and its state, src/models/mamba2.cpp). They are
-    # printed with -s, not asserted.
     assert all(c["flash_attn_resolved"] == ("off" if c["settings"]["flash_attn"] == "off" else "on") for c in CASES)
-    errors, outside = {}, {}
+    assert {FILES[c["file"]]["architecture"] for c in CASES} == BAND_ARCHITECTURES
+    errors = {}
     for case in CASES:
-        if FILES[case["file"]]["architecture"] not in BAND_ARCHITECTURES:
-            got = case["buffers"]["CPU"]["compute"]
-            est = profile(written[case["file"]], case["settings"]).figures["host_compute_buffer"]
-            outside[case_id(case)] = round((est - got) / got * 100, 1)
-            continue
         got = case["buffers"]["CPU"]["compute"]
         assert sum(b["compute"] for b in case["buffers"].values()) == got  # the one compute buffer, the CPU's
         est = profile(written[case["file"]], case["settings"]).figures["host_compute_buffer"]
         errors[case_id(case)] = (est - got) / got
-    # what the report line states: llama.cpp's own to the byte in the 95 contexts
-    assert set(errors.values()) == {0} and len(errors) == 95
-    print("outside the band (%):", outside)
+    # what the report line states: llama.cpp's own to the byte in the 155 contexts
+    assert set(errors.values()) == {0} and len(errors) == 155
     from vramwise.surfaces.views import report_lines
 
     line = next(t for t in report_lines(profile(written[CASES[0]["file"]], CASES[0]["settings"]), str)
                 if t.startswith("compute buffer"))
-    assert "on the CPU alone, for llama, qwen2, gemma2 and qwen3moe, ggml-alloc's placement simulated: llama.cpp's own " \
-           "buffers to the byte (95 recorded contexts)" in line
+    assert "on the CPU alone, for llama, qwen2, gemma2, qwen3moe, deepseek2, lfm2 and mamba2, ggml-alloc's placement " \
+           "simulated: llama.cpp's own buffers to the byte (155 recorded contexts)" in line
 
 
 def test_the_hybrid_keeps_a_recurrent_state_beside_the_attention_layers_kv_cache(written):
