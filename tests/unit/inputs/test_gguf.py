@@ -27,7 +27,8 @@ from vramwise.estimation.registry import Registry  # noqa: E402
 from vramwise.inputs import gguf as vg  # noqa: E402
 from vramwise.rules.datafiles import load_data_file  # noqa: E402
 
-from gguf_files import LAYER_BYTES, ROOT_BYTES, TOTAL_BYTES, deepseek2_metadata, write_qwen2  # noqa: E402  (tests/gguf_files.py)
+from gguf_files import (LAYER_BYTES, ROOT_BYTES, TOTAL_BYTES, deepseek2_metadata, write_llama_moe,  # noqa: E402
+                        write_qwen2)  # (tests/gguf_files.py)
 
 T = gguf.GGMLQuantizationType
 
@@ -401,6 +402,40 @@ def test_mistral_written_as_llama_counts_as_its_config_json(tmp_path):
     # embedding and the head of 320 x 256
     assert from_gguf.params_total == mistral.params_total == (
         2 * (2 * 256 * 256 + 2 * 64 * 256 + 3 * 896 * 256 + 2 * 256) + 256 + 2 * 320 * 256)
+
+
+def test_a_llama_file_with_experts_is_mixtral(tmp_path):
+    """llama.cpp's converter writes Mixtral as llama (convert_hf_to_gguf.py MixtralModel extends LlamaModel), its
+    experts in expert_count, expert_used_count and the stacked ffn_*_exps, feed_forward_length one expert's width;
+    llama.cpp's llama architecture routes them (src/models/llama.cpp:69-82, :182-215). The mixtral family reads it,
+    as a Mixtral config.json of the same sizes, and its weights are the file's tensors."""
+    tensors = write_llama_moe(tmp_path / "moe.gguf")
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"model_type": "mixtral", "vocab_size": 320, "hidden_size": 256, "intermediate_size": 384, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4, "num_experts_per_tok": 2,
+         "max_position_embeddings": 32768, "tie_word_embeddings": False}))
+    reg = Registry()
+    from_gguf, mixtral = reg.model(str(tmp_path / "moe.gguf")), reg.model(str(tmp_path / "config.json"))
+    assert (from_gguf.family, from_gguf.model_type) == ("mixtral", "mixtral")
+    assert dict(from_gguf.facts) == dict(mixtral.facts)
+    # per layer: q, o 256 x 256; k, v 128 x 256; the router 4 x 256; 4 experts' gate, up and down 384 x 256; two norms
+    # of 256; then the final norm, the embedding and the head of 320 x 256: the elements of the tensors written
+    by_hand = 2 * (2 * 256 * 256 + 2 * 128 * 256 + 4 * 256 + 4 * 3 * 384 * 256 + 2 * 256) + 256 + 2 * 320 * 256
+    assert by_hand == sum(a.size for a in tensors.values()) == 2919680
+    assert from_gguf.params_total == mixtral.params_total == by_hand
+    # llama.cpp's weights: the tensors' bytes as stored (F16 matrices, F32 norms), numpy's own count
+    e = vramwise.estimate(str(tmp_path / "moe.gguf"), profile="llama.cpp", n_gpu_layers=0)
+    assert e.weights == from_gguf.inventory.checkpoint_bytes == sum(a.nbytes for a in tensors.values())
+    # a llama file without experts stays llama's
+    assert reg.model(str(write_plain_llama(tmp_path))).family == "llama"
+
+
+def write_plain_llama(tmp_path):
+    path = tmp_path / "dense.gguf"
+    _write(path, "llama", {"{arch}.block_count": (U32, 1), "{arch}.embedding_length": (U32, 256),
+                           "{arch}.feed_forward_length": (U32, 512), "{arch}.attention.head_count": (U32, 4)},
+           {"token_embd.weight": np.zeros((320, 256), np.float16)})
+    return path
 
 
 @pytest.mark.parametrize("arch, kv, message", [
