@@ -52,6 +52,18 @@ extern "C" void vw_dump_graph(llama_context * ctx, unsigned n_tokens, unsigned n
 }
 """
 
+#: Files beside the reference fixture's, dumped the same way: a llama file with experts (convert_hf_to_gguf.py writes
+#: Mixtral as llama; the profile reads it as the mixtral family), checked by test_llama_cpp_compute_graph.py
+EXTRA = [("llama", dict(
+    name="llama-moe", vocab=8192, tied=False,
+    meta={"block_count": 2, "context_length": 4096, "embedding_length": 256, "feed_forward_length": 384,
+          "attention.head_count": 4, "attention.head_count_kv": 2, "attention.layer_norm_rms_epsilon": 1e-5,
+          "rope.freq_base": 10000.0, "expert_count": 4, "expert_used_count": 2},
+    layer={"attn_norm.weight": [256], "attn_q.weight": [256, 256], "attn_k.weight": [256, 128],
+           "attn_v.weight": [256, 128], "attn_output.weight": [256, 256], "ffn_norm.weight": [256],
+           "ffn_gate_inp.weight": [256, 4], "ffn_gate_exps.weight": [256, 384, 4], "ffn_up_exps.weight": [256, 384, 4],
+           "ffn_down_exps.weight": [384, 256, 4]}))]
+
 SETTINGS = dict(n_ctx=4096, n_parallel=1, kv_unified=False, cache_type_k="f16", cache_type_v="f16", flash_attn="auto",
                 n_batch=2048, n_ubatch=512)
 
@@ -77,7 +89,7 @@ def dump(args) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import llama_cpp_reference as ref
 
-    specs = {s["name"]: (arch, s) for arch, s in [*ref.ARCHS.items(), ref.ODD]}
+    specs = {s["name"]: (arch, s) for arch, s in [*ref.ARCHS.items(), ref.ODD, *EXTRA]}
     arch, spec = specs[args.model]
     s = {**SETTINGS, **{k: v for k, v in (a.split("=", 1) for a in args.settings)}}
     for k in ("n_ctx", "n_batch", "n_ubatch", "n_parallel"):
@@ -186,7 +198,8 @@ def main() -> int:
     d = sub.add_parser("dump", help="in llama-cpp-python's environment: the reserved graphs and the buffer")
     d.add_argument("--llama-src", type=Path, required=True, help="the sdist's vendor/llama.cpp (headers for the shim)")
     d.add_argument("out", help="the folder to write model.gguf and graphs.json to")
-    d.add_argument("model", help="a model of scripts/llama_cpp_reference.py (llama-gqa, qwen2-tied, gemma2-swa, ...)")
+    d.add_argument("model", help="a model of scripts/llama_cpp_reference.py (llama-gqa, qwen2-tied, gemma2-swa, ...) "
+                                 "or of EXTRA (llama-moe)")
     d.add_argument("quant", help="F32, F16, Q8_0, Q4_0 or Q4_K_M")
     d.add_argument("settings", nargs="*", help="name=value: " + ", ".join(SETTINGS))
     c = sub.add_parser("compare", help="in the project's environment: the dumped graphs against the templates")

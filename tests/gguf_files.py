@@ -192,23 +192,23 @@ def write_lfm2(path, head_count_kv=(0, 2, 0, 2), hidden: int = 256, l_cache: int
     w.close()
 
 
-def write_llama_moe(path) -> dict:
+def write_llama_moe(path, vocab: int = 320) -> dict:
     """A two-layer Mixtral-style file as llama.cpp's converter writes one (convert_hf_to_gguf.py MixtralModel, a
     LlamaModel: architecture llama, expert_count 4, expert_used_count 2, feed_forward_length one expert's 384; per
     layer the router ffn_gate_inp and the experts stacked in ffn_gate_exps, ffn_up_exps and ffn_down_exps), hidden 256,
-    4 heads of 64, 2 KV heads, vocabulary 320, untied, F16 matrices and F32 norms. Returns the tensors written."""
+    4 heads of 64, 2 KV heads, ``vocab`` tokens, untied, F16 matrices and F32 norms. Returns the tensors written."""
     w = gguf.GGUFWriter(path, "llama")
     w.add_block_count(2)
     w.add_embedding_length(256)
     w.add_feed_forward_length(384)
     w.add_head_count(4)
     w.add_head_count_kv(2)
-    w.add_context_length(32768)
+    w.add_context_length(4096)
     w.add_expert_count(4)
     w.add_expert_used_count(2)
     f16, f32 = np.float16, np.float32
-    tensors = {"token_embd.weight": np.zeros((320, 256), f16), "output_norm.weight": np.zeros(256, f32),
-               "output.weight": np.zeros((320, 256), f16)}
+    tensors = {"token_embd.weight": np.zeros((vocab, 256), f16), "output_norm.weight": np.zeros(256, f32),
+               "output.weight": np.zeros((vocab, 256), f16)}
     for i in range(2):  # numpy order: the ggml row length last
         p = f"blk.{i}."
         tensors.update({p + "attn_norm.weight": np.zeros(256, f32), p + "attn_q.weight": np.zeros((256, 256), f16),

@@ -413,7 +413,7 @@ def test_a_llama_file_with_experts_is_mixtral(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(
         {"model_type": "mixtral", "vocab_size": 320, "hidden_size": 256, "intermediate_size": 384, "num_hidden_layers": 2,
          "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4, "num_experts_per_tok": 2,
-         "max_position_embeddings": 32768, "tie_word_embeddings": False}))
+         "max_position_embeddings": 4096, "tie_word_embeddings": False}))
     reg = Registry()
     from_gguf, mixtral = reg.model(str(tmp_path / "moe.gguf")), reg.model(str(tmp_path / "config.json"))
     assert (from_gguf.family, from_gguf.model_type) == ("mixtral", "mixtral")

@@ -55,6 +55,22 @@ def test_the_cpu_compute_buffer_is_llama_cpps_to_the_byte(written, case):
     assert profile(written[case["file"]], case["settings"]).figures["host_compute_buffer"] == got
 
 
+@pytest.mark.parametrize("settings, buffer", [
+    ({}, 17827840), ({"flash_attn": "off"}, 45099008), ({"n_ctx": 3000, "n_parallel": 3}, 17828896),
+    ({"cache_type_k": "q8_0", "cache_type_v": "q8_0", "flash_attn": "on"}, 18352128),
+])
+def test_a_llama_file_with_experts_is_llama_cpps_to_the_byte(tmp_path, settings, buffer):
+    # a Mixtral-style llama file (the mixtral family, formulas/gguf.yaml; the llama_moe template): llama.cpp's CPU
+    # compute buffer for a file of this header (scripts/llama_cpp_graphs.py dump llama-moe F16, llama-cpp-python 0.3.36
+    # at llama.cpp 0c1e5709, llama_get_memory_breakdown; its graphs compared tensor by tensor with the template's)
+    from gguf_files import write_llama_moe
+
+    write_llama_moe(tmp_path / "moe.gguf", vocab=8192)
+    e = profile(tmp_path / "moe.gguf", {**CASES[0]["settings"], **settings})
+    assert e.model.model_type == "mixtral"
+    assert e.figures["host_compute_buffer"] == buffer
+
+
 def test_a_model_type_no_template_serves_keeps_the_estimate(tmp_path, written):
     # the llama template made to serve another model type: a llama file has no template, the graph's value is 0 and
     # host_compute_bytes is the formula's max(attention peak, output peak, inputs), the largest-tensors estimate
