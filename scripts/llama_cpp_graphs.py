@@ -103,15 +103,7 @@ def dump(args) -> int:
         work = Path(tmp)
         lib = ref.build_shim(args.llama_src, work, ref.SHIM + DUMP, "graphs")
         lib.vw_dump_graph.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_char_p]
-        path = work / f"{args.model}-F32.gguf"
-        ref.write_f32(arch, spec, path, 0)
-        if args.quant != "F32":
-            quantized = work / f"{args.model}-{args.quant}.gguf"
-            ref.quantize(path, quantized, ref.QUANTS[args.quant])
-            path = quantized
-        mparams = llama_cpp.llama_model_default_params()
-        mparams.n_gpu_layers = 0
-        model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
+        path, model = ref.load_on_cpu(arch, spec, args.model, args.quant, work)
         c = llama_cpp.llama_context_default_params()
         c.n_ctx, c.n_batch, c.n_ubatch, c.n_seq_max = s["n_ctx"], s["n_batch"], s["n_ubatch"], s["n_parallel"]
         c.kv_unified, c.swa_full = s["kv_unified"], False  # as scripts/llama_cpp_reference.py

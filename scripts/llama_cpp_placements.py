@@ -112,15 +112,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         lib = build(args.llama_src, work)
-        path = work / f"{args.model}-F32.gguf"
-        ref.write_f32(arch, spec, path, 0)
-        if args.quant != "F32":
-            quantized = work / f"{args.model}-{args.quant}.gguf"
-            ref.quantize(path, quantized, ref.QUANTS[args.quant])
-            path = quantized
-        mparams = llama_cpp.llama_model_default_params()
-        mparams.n_gpu_layers = 0
-        model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
+        _, model = ref.load_on_cpu(arch, spec, args.model, args.quant, work)
         c = llama_cpp.llama_context_default_params()
         c.n_ctx, c.n_batch, c.n_ubatch, c.n_seq_max = n_ctx, int(s["n_batch"]), n_ubatch, 1
         c.kv_unified, c.swa_full = False, False  # as scripts/llama_cpp_reference.py (llama.cpp's tools)

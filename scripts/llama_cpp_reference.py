@@ -321,6 +321,21 @@ def quantize(src: Path, dst: Path, ftype: int) -> None:
         raise RuntimeError(f"llama_model_quantize({src.name}, {ftype}) returned {rc}")
 
 
+def load_on_cpu(arch: str, spec: dict, name: str, quant: str, work: Path) -> tuple[Path, object]:
+    """One of the files above written in F32 (seed 0) into ``work`` as ``NAME-F32.gguf``, quantized by llama.cpp to
+    ``quant`` unless it is F32, and loaded with every layer on the CPU: (the file, the llama_model). The tools beside
+    this script (llama_cpp_placements.py, llama_cpp_graphs.py) inspect one file loaded this way."""
+    path = work / f"{name}-F32.gguf"
+    write_f32(arch, spec, path, 0)
+    if quant != "F32":
+        quantized = work / f"{name}-{quant}.gguf"
+        quantize(path, quantized, QUANTS[quant])
+        path = quantized
+    mparams = llama_cpp.llama_model_default_params()
+    mparams.n_gpu_layers = 0
+    return path, llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
+
+
 def describe(path: Path, arch: str, quant: str, spec: dict) -> dict:
     """The file's header as the tests need it: metadata (the tokenizer's arrays as their lengths), tensor table."""
     r = gguf.GGUFReader(str(path))
