@@ -16,6 +16,17 @@ def quantized(rows: int, cols: int, kind) -> "np.ndarray":
     return np.zeros((rows, cols // block * size), np.uint8)
 
 
+def finish(w: "gguf.GGUFWriter", tensors: dict | None = None) -> None:
+    """Add ``tensors`` (name: array, in order) to the writer, then write the header, the key/values and the tensors,
+    and close the file, as every writer here ends."""
+    for name, array in (tensors or {}).items():
+        w.add_tensor(name, array)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def _qwen2_header(path, architecture: str, split_max_tensors: int, layers: int, file_type) -> "gguf.GGUFWriter":
     """A writer holding the small Qwen2's metadata (hidden 256, 4 heads, 2 KV heads, MLP 512, 290 tokens)."""
     w = gguf.GGUFWriter(path, architecture, split_max_tensors=split_max_tensors)
@@ -53,10 +64,7 @@ def write_qwen2(path, split_max_tensors: int = 0) -> None:
         w.add_tensor(p + "ffn_gate.weight", quantized(512, 256, T.Q4_K), raw_dtype=T.Q4_K)
         w.add_tensor(p + "ffn_up.weight", quantized(512, 256, T.Q4_K), raw_dtype=T.Q4_K)
         w.add_tensor(p + "ffn_down.weight", quantized(256, 512, T.Q4_K), raw_dtype=T.Q4_K)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
 
 
 # Each tensor's bytes by hand: F32 4 bytes a value, F16 2; Q8_0 blocks of 32 values in 34 bytes (32 int8 and an f16
@@ -113,10 +121,7 @@ def write_qwen2_as(path, quant: str, split_max_tensors: int = 0, architecture: s
                                  ("ffn_down", 256, 512)):
             data, raw = matrix(rows, cols)
             w.add_tensor(p + name + ".weight", data, raw_dtype=raw)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
 
 
 def deepseek2_metadata(*, hidden: int = 256, heads: int = 4, kv_lora_rank: int = 64, rope: int = 32,
@@ -149,10 +154,7 @@ def write_deepseek2(path, **dims) -> None:
         w.add_key_value(key.replace("{arch}", "deepseek2"), value, kind)
     w.add_tensor("token_embd.weight", np.zeros((500, hidden), np.float16))
     w.add_tensor("output.weight", np.zeros((500, hidden), np.float16))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
 
 
 def write_lfm2(path, head_count_kv=(0, 2, 0, 2), hidden: int = 256, l_cache: int = 3) -> None:
@@ -186,10 +188,7 @@ def write_lfm2(path, head_count_kv=(0, 2, 0, 2), hidden: int = 256, l_cache: int
                 w.add_tensor(f"blk.{i}.{name}.weight", np.zeros(shape, f16))
             w.add_tensor(f"blk.{i}.attn_q_norm.weight", np.zeros(64, np.float32))
             w.add_tensor(f"blk.{i}.attn_k_norm.weight", np.zeros(64, np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
 
 
 def write_llama_moe(path, vocab: int = 320) -> dict:
@@ -218,10 +217,5 @@ def write_llama_moe(path, vocab: int = 320) -> dict:
                         p + "ffn_gate_exps.weight": np.zeros((4, 384, 256), f16),
                         p + "ffn_up_exps.weight": np.zeros((4, 384, 256), f16),
                         p + "ffn_down_exps.weight": np.zeros((4, 256, 384), f16)})
-    for name, array in tensors.items():
-        w.add_tensor(name, array)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w, tensors)
     return tensors

@@ -27,7 +27,7 @@ from vramwise.estimation.registry import Registry  # noqa: E402
 from vramwise.inputs import gguf as vg  # noqa: E402
 from vramwise.rules.datafiles import load_data_file  # noqa: E402
 
-from gguf_files import (LAYER_BYTES, ROOT_BYTES, TOTAL_BYTES, deepseek2_metadata, write_llama_moe,  # noqa: E402
+from gguf_files import (LAYER_BYTES, ROOT_BYTES, TOTAL_BYTES, deepseek2_metadata, finish, write_llama_moe,  # noqa: E402
                         write_qwen2)  # (tests/gguf_files.py)
 
 T = gguf.GGMLQuantizationType
@@ -147,12 +147,7 @@ def _write(path, arch: str, kv: dict, tensors: dict) -> None:
         # an array: a value a layer, INT32 items as llama.cpp's converter writes them (GGUFWriter.add_array)
         w.add_key_value(key.replace("{arch}", arch), value, kind,
                         sub_type=gguf.GGUFValueType.INT32 if kind == gguf.GGUFValueType.ARRAY else None)
-    for name, array in tensors.items():
-        w.add_tensor(name, array)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w, tensors)
 
 
 U32, F32 = gguf.GGUFValueType.UINT32, gguf.GGUFValueType.FLOAT32
