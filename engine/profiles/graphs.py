@@ -23,16 +23,13 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from vramwise.errors import EvaluationError, FileFormatError
+from vramwise.profiles.env_names import LAYER_VALUES, MODEL_TYPE
 from vramwise.profiles.ggml_alloc import INPLACE_OPS, Tensor, graph_extent, graph_states
 from vramwise.rules.datafiles import DataFile
 from vramwise.rules.expr.language import Expression, compile_expression
 
 __all__ = ["GraphExpression", "compile_graph", "MODEL_TYPE", "LAYER_VALUES", "RESERVE_NAMES", "ELEMENT_BYTES"]
 
-#: The name of the resolved model's type in a profile's model-level names (what selects a template).
-MODEL_TYPE = "model_type"
-#: The model-level name of the layer inputs a graph reads, layer by layer: ((name, (value of layer 0, ...)), ...).
-LAYER_VALUES = "layer_values"
 #: What each reserve binds, and the layer index, for a template's expressions.
 RESERVE_NAMES = ("n_tokens", "n_outputs", "n_seqs")
 LAYER_INDEX = "il"

@@ -18,7 +18,7 @@ from vramwise.rules.expr.language import _FIELD, Expression, LayerValues, compil
 from vramwise.rules.graph import dependency_order
 from vramwise.models.model import AGGREGATE_NAMES
 from vramwise.rules.expr.codegen import Program, dynamic_ids, stored_program
-from vramwise.profiles.graphs import LAYER_VALUES, MODEL_TYPE, compile_graph
+from vramwise.profiles.env_names import LAYER_VALUES, MODEL_TYPE
 from vramwise.profiles.settings import DERIVED_FROM, METHODS, RELEASE_SETTINGS, SETTING_NAMES, release_key
 from vramwise.rules.datafiles import DataFile, json_path
 
@@ -516,6 +516,8 @@ def build_profile(manifest: DataFile, files: list[DataFile], overlay: Overlay | 
             source=f["source"], component=df.data["component"],
         )
     graph_layer_inputs: set[str] = set()
+    if graph_files:  # only a profile with a graph section (llama.cpp) loads the allocator's simulation
+        from vramwise.profiles.graphs import compile_graph
     for df in graph_files:  # a graph's value: the buffer ggml-alloc reserves for it (vramwise.profiles.graphs)
         gid, gexpr, info = compile_graph(df, frozenset(base | model_ids | {MODEL_TYPE}), "num_layers",
                                          frozenset(layer_inputs))
