@@ -499,8 +499,8 @@ def test_unknown_architecture_names_the_known_ones(tmp_path):
         vramwise.load_model(str(path))
     msg = str(e.value)
     assert "GGUF architecture 'mamba' has no table in formulas/gguf.yaml" in msg
-    assert ("known: command-r, deepseek2, gemma, gemma2, gemma3, granite, lfm2, llama, mamba2, mistral3, olmo2, phi3, "
-            "qwen2, qwen2moe, qwen3, qwen3moe, starcoder2") in msg
+    assert ("known: command-r, deepseek2, gemma, gemma2, gemma3, granite, granitemoe, lfm2, llama, mamba2, mistral3, "
+            "olmo, olmo2, olmoe, phi3, qwen2, qwen2moe, qwen3, qwen3moe, seed_oss, smollm3, stablelm, starcoder2") in msg
 
 
 def test_a_missing_key_names_the_metadata_key(tmp_path):
@@ -550,7 +550,8 @@ def test_tables_file_is_valid():
     df = load_data_file(_table_text(), "formulas/gguf.yaml", "gguf-1.schema.json", validate=True)
     assert set(vg.compile_tables(df)) == {"llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma", "gemma2", "gemma3",
                                           "phi3", "starcoder2", "command-r", "olmo2", "granite", "mistral3", "deepseek2",
-                                          "lfm2", "mamba2"}
+                                          "lfm2", "mamba2", "seed_oss", "smollm3", "olmo", "olmoe", "stablelm",
+                                          "granitemoe"}
 
 
 def test_a_bad_table_fails_with_its_place():

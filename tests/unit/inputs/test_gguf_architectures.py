@@ -1,0 +1,226 @@
+"""More llama.cpp architectures read from GGUF (formulas/gguf.yaml): for each, a small file written as llama.cpp's
+converter writes one (its metadata keys as convert_hf_to_gguf.py's writer for the architecture sets them, every
+tensor llama.cpp's load_tensors creates, with its shape) resolves to the model its equivalent config.json gives,
+its parameters are the elements of the tensors written, and the llama.cpp profile's weights are their bytes.
+
+The tensors are F16 matrices and F32 vectors of zeros (numpy's own byte counts); shapes are written here in ggml
+order, dimension 0 a row's length, as src/models/<arch>.cpp's create_tensor calls give them.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+gguf = pytest.importorskip("gguf", reason="the gguf package (pip install 'vramwise[gguf]', in the test extra) writes "
+                                          "the GGUF files these tests read")
+np = pytest.importorskip("numpy")
+
+import vramwise  # noqa: E402
+from vramwise.errors import ConfigError  # noqa: E402
+from vramwise.estimation.registry import Registry  # noqa: E402
+
+from gguf_files import finish  # noqa: E402  (tests/gguf_files.py)
+
+U32, F32, BOOL = gguf.GGUFValueType.UINT32, gguf.GGUFValueType.FLOAT32, gguf.GGUFValueType.BOOL
+
+
+def t(*dims):
+    """Zeros of a tensor of ggml dims (dimension 0 the row's length): F32 for a vector, F16 for a matrix."""
+    return np.zeros(tuple(reversed(dims)), np.float32 if len(dims) == 1 else np.float16)
+
+
+def attention(p, hidden, q, kv, *, bias=False):
+    """create_tensor_qkv's separate q, k, v (and their biases when given) and attn_output of q x hidden."""
+    out = {p + "attn_q.weight": t(hidden, q), p + "attn_k.weight": t(hidden, kv), p + "attn_v.weight": t(hidden, kv),
+           p + "attn_output.weight": t(q, hidden)}
+    if bias:
+        out.update({p + "attn_q.bias": t(q), p + "attn_k.bias": t(kv), p + "attn_v.bias": t(kv)})
+    return out
+
+
+def mlp(p, hidden, ff):
+    return {p + "ffn_gate.weight": t(hidden, ff), p + "ffn_up.weight": t(hidden, ff), p + "ffn_down.weight": t(ff, hidden)}
+
+
+def experts(p, hidden, ff, n):
+    """The router and the experts stacked, n_ff x n_embd x n_expert (ffn_gate_inp, ffn_*_exps)."""
+    return {p + "ffn_gate_inp.weight": t(hidden, n), p + "ffn_gate_exps.weight": t(hidden, ff, n),
+            p + "ffn_up_exps.weight": t(hidden, ff, n), p + "ffn_down_exps.weight": t(ff, hidden, n)}
+
+
+def head(hidden, vocab, *, tied, norm=True):
+    out = {"token_embd.weight": t(hidden, vocab)}
+    if norm:
+        out["output_norm.weight"] = t(hidden)
+    if not tied:
+        out["output.weight"] = t(hidden, vocab)
+    return out
+
+
+def base_kv(layers, hidden, ff, heads, kv_heads=None, ctx=4096, **more):
+    """TextModel.set_gguf_parameters' keys ({arch}-relative): block_count, context_length, embedding_length,
+    feed_forward_length, head_count, head_count_kv (when the config has it), and ``more`` ((type, value) each)."""
+    kv = {"{arch}.block_count": (U32, layers), "{arch}.context_length": (U32, ctx),
+          "{arch}.embedding_length": (U32, hidden), "{arch}.feed_forward_length": (U32, ff),
+          "{arch}.attention.head_count": (U32, heads)}
+    if kv_heads is not None:
+        kv["{arch}.attention.head_count_kv"] = (U32, kv_heads)
+    kv.update({"{arch}." + k: v for k, v in more.items()})
+    return kv
+
+
+def write(path, arch, kv, tensors):
+    w = gguf.GGUFWriter(path, arch)
+    for key, (kind, value) in kv.items():
+        w.add_key_value(key.replace("{arch}", arch), value, kind)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    finish(w, tensors)
+
+
+def _seed_oss():
+    # Seed-OSS: 2 layers, hidden 256, 4 heads of head_dim 96 (q 384, wider than hidden), 2 KV heads (kv 192), MLP 512,
+    # q/k/v biases, no o bias, the post-attention norm attn_post_norm, untied 400 tokens (src/models/seed-oss.cpp)
+    tensors = head(256, 400, tied=False)
+    for i in range(2):
+        p = f"blk.{i}."
+        tensors.update(attention(p, 256, 384, 192, bias=True))
+        tensors.update({p + "attn_norm.weight": t(256), p + "attn_post_norm.weight": t(256)})
+        tensors.update(mlp(p, 256, 512))
+    kv = base_kv(2, 256, 512, 4, 2, ctx=524288, **{"attention.key_length": (U32, 96),
+                                                   "attention.value_length": (U32, 96),
+                                                   "attention.layer_norm_rms_epsilon": (F32, 1e-6)})
+    config = {"model_type": "seed_oss", "vocab_size": 400, "hidden_size": 256, "intermediate_size": 512,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 96,
+              "attention_bias": True, "attention_out_bias": False, "max_position_embeddings": 524288,
+              "rms_norm_eps": 1e-6, "tie_word_embeddings": False}
+    return "seed_oss", kv, tensors, config
+
+
+def _smollm3():
+    # SmolLM3: 2 layers, hidden 256, 4 heads of 64, 1 KV head, MLP 512, the head tied (no output.weight), 300 tokens
+    tensors = head(256, 300, tied=True)
+    for i in range(2):
+        p = f"blk.{i}."
+        tensors.update(attention(p, 256, 256, 64))
+        tensors.update({p + "attn_norm.weight": t(256), p + "ffn_norm.weight": t(256)})
+        tensors.update(mlp(p, 256, 512))
+    kv = base_kv(2, 256, 512, 4, 1, ctx=65536, **{"rope.freq_base": (F32, 5000000.0),
+                                                  "attention.layer_norm_rms_epsilon": (F32, 1e-6)})
+    config = {"model_type": "smollm3", "vocab_size": 300, "hidden_size": 256, "intermediate_size": 512,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1,
+              "max_position_embeddings": 65536, "rope_theta": 5000000.0, "rms_norm_eps": 1e-6,
+              "tie_word_embeddings": True}
+    return "smollm3", kv, tensors, config
+
+
+def _olmo():
+    # OLMo (1): 2 layers, hidden 256, 4 heads (MHA), MLP 640, no norm tensors at all (OLMo's LayerNorms have no
+    # parameters; src/models/olmo.cpp creates no attn_norm, ffn_norm or output_norm), untied 352 tokens
+    tensors = head(256, 352, tied=False, norm=False)
+    for i in range(2):
+        p = f"blk.{i}."
+        tensors.update(attention(p, 256, 256, 256))
+        tensors.update(mlp(p, 256, 640))
+    kv = base_kv(2, 256, 640, 4, 4, ctx=2048, **{"attention.layer_norm_epsilon": (F32, 1e-5),
+                                                 "attention.clamp_kqv": (F32, 8.0)})
+    config = {"model_type": "olmo", "vocab_size": 352, "hidden_size": 256, "intermediate_size": 640,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "clip_qkv": 8.0,
+              "max_position_embeddings": 2048, "tie_word_embeddings": False}
+    return "olmo", kv, tensors, config
+
+
+def _olmoe():
+    # OLMoE: 2 layers, hidden 256, 4 heads (MHA), q/k norms over the whole width, 8 experts of 128, 2 used, untied
+    # 320 tokens (src/models/olmoe.cpp: output.weight required)
+    tensors = head(256, 320, tied=False)
+    for i in range(2):
+        p = f"blk.{i}."
+        tensors.update(attention(p, 256, 256, 256))
+        tensors.update({p + "attn_norm.weight": t(256), p + "ffn_norm.weight": t(256),
+                        p + "attn_q_norm.weight": t(256), p + "attn_k_norm.weight": t(256)})
+        tensors.update(experts(p, 256, 128, 8))
+    kv = base_kv(2, 256, 128, 4, 4, **{"attention.layer_norm_rms_epsilon": (F32, 1e-5), "expert_count": (U32, 8),
+                                       "expert_used_count": (U32, 2)})
+    config = {"model_type": "olmoe", "vocab_size": 320, "hidden_size": 256, "intermediate_size": 128,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "num_experts": 8,
+              "num_experts_per_tok": 2, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
+              "tie_word_embeddings": False}
+    return "olmoe", kv, tensors, config
+
+
+def _stablelm(parallel: bool):
+    # StableLM 2: 2 layers, hidden 256, 4 heads of 64, 2 KV heads, MLP 512, LayerNorms with biases, q/k/v biases,
+    # untied 288 tokens; parallel (StableLM 2 12B): per-head q/k LayerNorms [64, heads] and no ffn_norm
+    tensors = head(256, 288, tied=False)
+    tensors["output_norm.bias"] = t(256)
+    for i in range(2):
+        p = f"blk.{i}."
+        tensors.update(attention(p, 256, 256, 128, bias=True))
+        tensors.update({p + "attn_norm.weight": t(256), p + "attn_norm.bias": t(256)})
+        if parallel:
+            tensors.update({p + "attn_q_norm.weight": t(64, 4), p + "attn_k_norm.weight": t(64, 2)})
+        else:
+            tensors.update({p + "ffn_norm.weight": t(256), p + "ffn_norm.bias": t(256)})
+        tensors.update(mlp(p, 256, 512))
+    kv = base_kv(2, 256, 512, 4, 2, **{"rope.dimension_count": (U32, 16), "use_parallel_residual": (BOOL, parallel),
+                                       "attention.layer_norm_epsilon": (F32, 1e-5)})
+    config = {"model_type": "stablelm", "vocab_size": 288, "hidden_size": 256, "intermediate_size": 512,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "use_qkv_bias": True,
+              "qk_layernorm": parallel, "use_parallel_residual": parallel, "partial_rotary_factor": 0.25,
+              "layer_norm_eps": 1e-5, "max_position_embeddings": 4096, "tie_word_embeddings": False}
+    return "stablelm", kv, tensors, config
+
+
+def _granitemoe(shared: bool):
+    # GraniteMoE: 2 layers, hidden 256, 4 heads of 64, 2 KV heads, 8 experts of 96 (gate and up split from
+    # input_linear), 2 used, the head tied; shared (GraniteMoeShared): a shared MLP of 192 as ffn_*_shexp
+    tensors = head(256, 336, tied=True)
+    for i in range(2):
+        p = f"blk.{i}."
+        tensors.update(attention(p, 256, 256, 128))
+        tensors.update({p + "attn_norm.weight": t(256), p + "ffn_norm.weight": t(256)})
+        tensors.update(experts(p, 256, 96, 8))
+        if shared:
+            tensors.update({p + "ffn_gate_shexp.weight": t(256, 192), p + "ffn_up_shexp.weight": t(256, 192),
+                            p + "ffn_down_shexp.weight": t(192, 256)})
+    more = {"expert_count": (U32, 8), "expert_used_count": (U32, 2), "attention.layer_norm_rms_epsilon": (F32, 1e-6),
+            "logit_scale": (F32, 6.0), "residual_scale": (F32, 0.22), "embedding_scale": (F32, 12.0),
+            "attention.scale": (F32, 0.015625)}
+    if shared:
+        more["expert_shared_feed_forward_length"] = (U32, 192)
+    kv = base_kv(2, 256, 96, 4, 2, **more)
+    config = {"model_type": "granitemoeshared" if shared else "granitemoe", "vocab_size": 336, "hidden_size": 256,
+              "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "num_local_experts": 8, "num_experts_per_tok": 2, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
+              "tie_word_embeddings": True}
+    if shared:
+        config["shared_intermediate_size"] = 192
+    return "granitemoe", kv, tensors, config
+
+
+CASES = {
+    "seed_oss": _seed_oss, "smollm3": _smollm3, "olmo": _olmo, "olmoe": _olmoe,
+    "stablelm": lambda: _stablelm(False), "stablelm-2-12b-parallel": lambda: _stablelm(True),
+    "granitemoe": lambda: _granitemoe(False), "granitemoeshared": lambda: _granitemoe(True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_converted_file_is_its_config_json(case, tmp_path):
+    arch, kv, tensors, config = CASES[case]()
+    path = tmp_path / f"{case}.gguf"
+    write(path, arch, kv, tensors)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    reg = Registry()
+    from_gguf, by_hand = reg.model(str(path)), reg.model(str(tmp_path / "config.json"))
+    assert from_gguf.model_type == by_hand.model_type == config["model_type"]
+    assert from_gguf.family == by_hand.family
+    assert dict(from_gguf.facts) == dict(by_hand.facts)
+    assert dict(from_gguf.params_by_group) == dict(by_hand.params_by_group)
+    # the model's parameters are the elements of the tensors llama.cpp loads (a tied head: the embedding once)
+    assert from_gguf.params_total == by_hand.params_total == sum(a.size for a in tensors.values())
+    # llama.cpp's weights are the tensors' bytes as stored: F16 matrices and F32 vectors, numpy's own count
+    e = vramwise.estimate(str(path), profile="llama.cpp", n_gpu_layers=0)
+    assert e.weights == sum(a.nbytes for a in tensors.values())
