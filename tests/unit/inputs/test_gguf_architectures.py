@@ -81,12 +81,12 @@ def write(path, arch, kv, tensors):
 
 def _seed_oss():
     # Seed-OSS: 2 layers, hidden 256, 4 heads of head_dim 96 (q 384, wider than hidden), 2 KV heads (kv 192), MLP 512,
-    # q/k/v biases, no o bias, the post-attention norm attn_post_norm, untied 400 tokens (src/models/seed-oss.cpp)
+    # q/k/v biases, no o bias, the post-attention norm post_attention_norm, untied 400 tokens (src/models/seed-oss.cpp)
     tensors = head(256, 400, tied=False)
     for i in range(2):
         p = f"blk.{i}."
         tensors.update(attention(p, 256, 384, 192, bias=True))
-        tensors.update({p + "attn_norm.weight": t(256), p + "attn_post_norm.weight": t(256)})
+        tensors.update({p + "attn_norm.weight": t(256), p + "post_attention_norm.weight": t(256)})
         tensors.update(mlp(p, 256, 512))
     kv = base_kv(2, 256, 512, 4, 2, ctx=524288, **{"attention.key_length": (U32, 96),
                                                    "attention.value_length": (U32, 96),
