@@ -200,10 +200,73 @@ def _granitemoe(shared: bool):
     return "granitemoe", kv, tensors, config
 
 
+def _ernie4_5():
+    # ERNIE 4.5 (0.3B-style): 2 layers, hidden 256, 4 heads of head_dim 128 (q 512), 2 KV heads, MLP 512, no biases,
+    # the head tied, 300 tokens (src/models/ernie4-5.cpp)
+    tensors = head(256, 300, tied=True)
+    for i in range(2):
+        p = f"blk.{i}."
+        tensors.update(attention(p, 256, 512, 256))
+        tensors.update({p + "attn_norm.weight": t(256), p + "ffn_norm.weight": t(256)})
+        tensors.update(mlp(p, 256, 512))
+    kv = base_kv(2, 256, 512, 4, 2, ctx=131072, **{"attention.key_length": (U32, 128),
+                                                   "attention.value_length": (U32, 128),
+                                                   "attention.layer_norm_rms_epsilon": (F32, 1e-5)})
+    config = {"model_type": "ernie4_5", "vocab_size": 300, "hidden_size": 256, "intermediate_size": 512,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 128,
+              "use_bias": False, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5,
+              "tie_word_embeddings": True}
+    return "ernie4_5", kv, tensors, config
+
+
+def _glm4():
+    # GLM-4-0414-style: 2 layers, hidden 256, 4 heads of 64, 2 KV heads, q/k/v biases, MLP 384 with gate and up fused
+    # in ffn_up (2 x 384), four RMSNorms a layer (attn_norm, post_attention_norm, ffn_norm, post_ffw_norm), untied
+    # 416 tokens (src/models/glm4.cpp)
+    tensors = head(256, 416, tied=False)
+    for i in range(2):
+        p = f"blk.{i}."
+        tensors.update(attention(p, 256, 256, 128, bias=True))
+        tensors.update({p + "attn_norm.weight": t(256), p + "post_attention_norm.weight": t(256),
+                        p + "ffn_norm.weight": t(256), p + "post_ffw_norm.weight": t(256),
+                        p + "ffn_up.weight": t(256, 2 * 384), p + "ffn_down.weight": t(384, 256)})
+    kv = base_kv(2, 256, 384, 4, 2, ctx=32768, **{"attention.key_length": (U32, 64),
+                                                  "attention.value_length": (U32, 64),
+                                                  "rope.dimension_count": (U32, 32),
+                                                  "attention.layer_norm_rms_epsilon": (F32, 1e-5)})
+    config = {"model_type": "glm4", "vocab_size": 416, "hidden_size": 256, "intermediate_size": 384,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+              "attention_bias": True, "partial_rotary_factor": 0.5, "max_position_embeddings": 32768,
+              "rms_norm_eps": 1e-5, "tie_word_embeddings": False}
+    return "glm4", kv, tensors, config
+
+
+def _nemotron():
+    # Nemotron (Minitron-style): 2 layers, hidden 256, 4 heads of 64, 2 KV heads, LayerNorm1P with biases, squared-ReLU
+    # MLP of 768 (ffn_up, ffn_down; no gate), no biases, untied 384 tokens (src/models/nemotron.cpp)
+    tensors = head(256, 384, tied=False)
+    tensors["output_norm.bias"] = t(256)
+    for i in range(2):
+        p = f"blk.{i}."
+        tensors.update(attention(p, 256, 256, 128))
+        tensors.update({p + "attn_norm.weight": t(256), p + "attn_norm.bias": t(256), p + "ffn_norm.weight": t(256),
+                        p + "ffn_norm.bias": t(256), p + "ffn_up.weight": t(256, 768),
+                        p + "ffn_down.weight": t(768, 256)})
+    # norm_eps twice: TextModel writes it as layer_norm_rms_epsilon, NemotronModel as layer_norm_epsilon
+    kv = base_kv(2, 256, 768, 4, 2, **{"attention.layer_norm_rms_epsilon": (F32, 1e-5), "vocab_size": (U32, 384),
+                                       "attention.layer_norm_epsilon": (F32, 1e-5), "rope.dimension_count": (U32, 32),
+                                       "rope.scaling.type": (gguf.GGUFValueType.STRING, "none")})
+    config = {"model_type": "nemotron", "vocab_size": 384, "hidden_size": 256, "intermediate_size": 768,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "partial_rotary_factor": 0.5,
+              "norm_eps": 1e-5, "max_position_embeddings": 4096, "tie_word_embeddings": False}
+    return "nemotron", kv, tensors, config
+
+
 CASES = {
     "seed_oss": _seed_oss, "smollm3": _smollm3, "olmo": _olmo, "olmoe": _olmoe,
     "stablelm": lambda: _stablelm(False), "stablelm-2-12b-parallel": lambda: _stablelm(True),
     "granitemoe": lambda: _granitemoe(False), "granitemoeshared": lambda: _granitemoe(True),
+    "ernie4_5": _ernie4_5, "glm4": _glm4, "nemotron": _nemotron,
 }
 
 
