@@ -262,11 +262,92 @@ def _nemotron():
     return "nemotron", kv, tensors, config
 
 
+def _gpt2():
+    # GPT-2: 2 layers, hidden 256, 4 heads, MLP 4 x 256 = 1024, 512 learned positions, LayerNorms and linears with
+    # biases, the fused attn_qkv of 3 x 256, the head tied (no output.weight), 320 tokens (src/models/gpt2.cpp)
+    tensors = {"token_embd.weight": t(256, 320), "position_embd.weight": t(256, 512), "output_norm.weight": t(256),
+               "output_norm.bias": t(256)}
+    for i in range(2):
+        p = f"blk.{i}."
+        tensors.update({p + "attn_norm.weight": t(256), p + "attn_norm.bias": t(256),
+                        p + "attn_qkv.weight": t(256, 768), p + "attn_qkv.bias": t(768),
+                        p + "attn_output.weight": t(256, 256), p + "attn_output.bias": t(256),
+                        p + "ffn_norm.weight": t(256), p + "ffn_norm.bias": t(256),
+                        p + "ffn_up.weight": t(256, 1024), p + "ffn_up.bias": t(1024),
+                        p + "ffn_down.weight": t(1024, 256), p + "ffn_down.bias": t(256)})
+    kv = base_kv(2, 256, 1024, 4, ctx=512, **{"attention.layer_norm_epsilon": (F32, 1e-5)})
+    config = {"model_type": "gpt2", "vocab_size": 320, "n_embd": 256, "n_layer": 2, "n_head": 4, "n_inner": None,
+              "n_positions": 512, "n_ctx": 512, "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True}
+    return "gpt2", kv, tensors, config
+
+
+def _fused_qkv_layernorm_layer(p, hidden, ff, *, ffn_norm=True):
+    """A layer of LayerNorms and linears with biases, the q, k, v fused in attn_qkv (GPT-NeoX, BLOOM)."""
+    out = {p + "attn_norm.weight": t(hidden), p + "attn_norm.bias": t(hidden),
+           p + "attn_qkv.weight": t(hidden, 3 * hidden), p + "attn_qkv.bias": t(3 * hidden),
+           p + "attn_output.weight": t(hidden, hidden), p + "attn_output.bias": t(hidden),
+           p + "ffn_up.weight": t(hidden, ff), p + "ffn_up.bias": t(ff),
+           p + "ffn_down.weight": t(ff, hidden), p + "ffn_down.bias": t(hidden)}
+    if ffn_norm:
+        out.update({p + "ffn_norm.weight": t(hidden), p + "ffn_norm.bias": t(hidden)})
+    return out
+
+
+def _gptneox():
+    # Pythia-style GPT-NeoX: 2 layers, hidden 256, 4 heads, MLP 1024, rotary_pct 0.25 (rope.dimension_count 16),
+    # untied 352 tokens (src/models/gptneox.cpp: output.weight required)
+    tensors = head(256, 352, tied=False)
+    tensors["output_norm.bias"] = t(256)
+    for i in range(2):
+        tensors.update(_fused_qkv_layernorm_layer(f"blk.{i}.", 256, 1024))
+    kv = base_kv(2, 256, 1024, 4, ctx=2048, **{"rope.dimension_count": (U32, 16),
+                                               "use_parallel_residual": (BOOL, True),
+                                               "attention.layer_norm_epsilon": (F32, 1e-5)})
+    config = {"model_type": "gpt_neox", "vocab_size": 352, "hidden_size": 256, "intermediate_size": 1024,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "rotary_pct": 0.25, "use_parallel_residual": True,
+              "layer_norm_eps": 1e-5, "max_position_embeddings": 2048, "tie_word_embeddings": False}
+    return "gptneox", kv, tensors, config
+
+
+def _bloom():
+    # BLOOM: 2 layers, hidden 256, 4 heads, MLP 4 x 256, the embedding's LayerNorm token_embd_norm, the head tied,
+    # 384 tokens (src/models/bloom.cpp)
+    tensors = {"token_embd.weight": t(256, 384), "token_embd_norm.weight": t(256), "token_embd_norm.bias": t(256),
+               "output_norm.weight": t(256), "output_norm.bias": t(256)}
+    for i in range(2):
+        tensors.update(_fused_qkv_layernorm_layer(f"blk.{i}.", 256, 1024))
+    # context_length: BloomModel writes seq_length or, without one, n_embed (256 here)
+    kv = base_kv(2, 256, 1024, 4, 4, ctx=256, **{"attention.layer_norm_epsilon": (F32, 1e-5)})
+    config = {"model_type": "bloom", "vocab_size": 384, "n_embed": 256, "n_layer": 2, "n_head": 4,
+              "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True}
+    return "bloom", kv, tensors, config
+
+
+def _phi2():
+    # Phi-2: 2 layers, hidden 256, 4 heads, MLP 4 x 256, one LayerNorm a layer (parallel attention and MLP), q, k, v,
+    # dense, fc1, fc2 and the head with biases, untied 400 tokens (src/models/phi2.cpp)
+    tensors = head(256, 400, tied=False)
+    tensors.update({"output_norm.bias": t(256), "output.bias": t(400)})
+    for i in range(2):
+        p = f"blk.{i}."
+        tensors.update(attention(p, 256, 256, 256, bias=True))
+        tensors.update({p + "attn_norm.weight": t(256), p + "attn_norm.bias": t(256), p + "attn_output.bias": t(256),
+                        p + "ffn_up.weight": t(256, 1024), p + "ffn_up.bias": t(1024),
+                        p + "ffn_down.weight": t(1024, 256), p + "ffn_down.bias": t(256)})
+    kv = base_kv(2, 256, 1024, 4, 4, ctx=2048, **{"attention.layer_norm_epsilon": (F32, 1e-5),
+                                                  "rope.dimension_count": (U32, 32)})
+    config = {"model_type": "phi", "vocab_size": 400, "hidden_size": 256, "intermediate_size": 1024,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "partial_rotary_factor": 0.5,
+              "layer_norm_eps": 1e-5, "max_position_embeddings": 2048, "tie_word_embeddings": False}
+    return "phi2", kv, tensors, config
+
+
 CASES = {
     "seed_oss": _seed_oss, "smollm3": _smollm3, "olmo": _olmo, "olmoe": _olmoe,
     "stablelm": lambda: _stablelm(False), "stablelm-2-12b-parallel": lambda: _stablelm(True),
     "granitemoe": lambda: _granitemoe(False), "granitemoeshared": lambda: _granitemoe(True),
     "ernie4_5": _ernie4_5, "glm4": _glm4, "nemotron": _nemotron,
+    "gpt2": _gpt2, "gptneox": _gptneox, "bloom": _bloom, "phi2": _phi2,
 }
 
 
