@@ -41,7 +41,8 @@ def attention(p, hidden, q, kv, *, bias=False):
 
 
 def mlp(p, hidden, ff):
-    return {p + "ffn_gate.weight": t(hidden, ff), p + "ffn_up.weight": t(hidden, ff), p + "ffn_down.weight": t(ff, hidden)}
+    return {p + "ffn_gate.weight": t(hidden, ff), p + "ffn_up.weight": t(hidden, ff),
+            p + "ffn_down.weight": t(ff, hidden)}
 
 
 def experts(p, hidden, ff, n):
@@ -342,12 +343,37 @@ def _phi2():
     return "phi2", kv, tensors, config
 
 
+def _falcon(kv_heads: int, norms: int, config: dict):
+    """A two-layer Falcon of hidden 256, 8 heads of 32, MLP 4 x 256, ``kv_heads`` KV heads in the fused attn_qkv
+    (256 + 2 x 32 x kv_heads), ``norms`` LayerNorms before the parallel block (attn_norm, attn_norm_2), no biases, the
+    head tied, 320 tokens (src/models/falcon.cpp); ``config`` the config.json's own keys."""
+    tensors = {"token_embd.weight": t(256, 320), "output_norm.weight": t(256), "output_norm.bias": t(256)}
+    for i in range(2):
+        p = f"blk.{i}."
+        tensors.update({p + "attn_norm.weight": t(256), p + "attn_norm.bias": t(256),
+                        p + "attn_qkv.weight": t(256, 256 + 2 * 32 * kv_heads), p + "attn_output.weight": t(256, 256),
+                        p + "ffn_up.weight": t(256, 1024), p + "ffn_down.weight": t(1024, 256)})
+        if norms == 2:
+            tensors.update({p + "attn_norm_2.weight": t(256), p + "attn_norm_2.bias": t(256)})
+    kv = base_kv(2, 256, 1024, 8, kv_heads, ctx=2048, **{"attention.layer_norm_epsilon": (F32, 1e-5)})
+    return "falcon", kv, tensors, {"model_type": "falcon", "vocab_size": 320, "hidden_size": 256,
+                                   "num_hidden_layers": 2, "num_attention_heads": 8, "layer_norm_epsilon": 1e-5,
+                                   "parallel_attn": True, "bias": False, **config}
+
+
 CASES = {
     "seed_oss": _seed_oss, "smollm3": _smollm3, "olmo": _olmo, "olmoe": _olmoe,
     "stablelm": lambda: _stablelm(False), "stablelm-2-12b-parallel": lambda: _stablelm(True),
     "granitemoe": lambda: _granitemoe(False), "granitemoeshared": lambda: _granitemoe(True),
     "ernie4_5": _ernie4_5, "glm4": _glm4, "nemotron": _nemotron,
     "gpt2": _gpt2, "gptneox": _gptneox, "bloom": _bloom, "phi2": _phi2,
+    # Falcon-7B: one KV head (multi_query), one LayerNorm
+    "falcon-7b": lambda: _falcon(1, 1, {"multi_query": True, "new_decoder_architecture": False}),
+    # Falcon-40B: the new decoder architecture, 2 KV heads, ln_attn and ln_mlp (num_ln_in_parallel_attn unset: 2)
+    "falcon-40b": lambda: _falcon(2, 2, {"new_decoder_architecture": True, "num_kv_heads": 2}),
+    # Falcon2-11B: the new decoder architecture with one LayerNorm
+    "falcon2-11b": lambda: _falcon(2, 1, {"new_decoder_architecture": True, "num_kv_heads": 2,
+                                          "num_ln_in_parallel_attn": 1}),
 }
 
 
