@@ -361,6 +361,30 @@ def _falcon(kv_heads: int, norms: int, config: dict):
                                    "parallel_attn": True, "bias": False, **config}
 
 
+def _mamba(falcon: bool):
+    """Mamba-1: 2 layers, hidden 256, inner 512 (expand 2), state 16, kernel 4, time-step rank 16 (ceil(256 / 16)),
+    the head tied, 320 tokens (src/models/mamba.cpp: ssm_in of 2 x inner, ssm_x of rank + 2 x state, ssm_a and
+    ssm_conv1d F32); ``falcon``: Falcon-Mamba, the same shapes with ssm.dt_b_c_rms true."""
+    f32 = np.float32
+    tensors = head(256, 320, tied=True)
+    for i in range(2):
+        p = f"blk.{i}."
+        tensors.update({p + "attn_norm.weight": t(256), p + "ssm_in.weight": t(256, 1024),
+                        p + "ssm_conv1d.weight": np.zeros((512, 4), f32), p + "ssm_conv1d.bias": t(512),
+                        p + "ssm_x.weight": t(512, 16 + 2 * 16), p + "ssm_dt.weight": t(16, 512),
+                        p + "ssm_dt.bias": t(512), p + "ssm_a": np.zeros((512, 16), f32), p + "ssm_d": t(512),
+                        p + "ssm_out.weight": t(512, 256)})
+    # MambaModel.set_gguf_parameters: context 2**20, feed_forward_length and head_count 0
+    kv = base_kv(2, 256, 0, 0, ctx=2 ** 20, **{"ssm.conv_kernel": (U32, 4), "ssm.inner_size": (U32, 512),
+                                               "ssm.state_size": (U32, 16), "ssm.time_step_rank": (U32, 16),
+                                               "attention.layer_norm_rms_epsilon": (F32, 1e-5),
+                                               "ssm.dt_b_c_rms": (BOOL, falcon)})
+    config = {"model_type": "falcon_mamba" if falcon else "mamba", "vocab_size": 320, "hidden_size": 256,
+              "num_hidden_layers": 2, "intermediate_size": 512, "expand": 2, "state_size": 16, "conv_kernel": 4,
+              "time_step_rank": 16, "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True}
+    return "mamba", kv, tensors, config
+
+
 CASES = {
     "seed_oss": _seed_oss, "smollm3": _smollm3, "olmo": _olmo, "olmoe": _olmoe,
     "stablelm": lambda: _stablelm(False), "stablelm-2-12b-parallel": lambda: _stablelm(True),
@@ -374,6 +398,7 @@ CASES = {
     # Falcon2-11B: the new decoder architecture with one LayerNorm
     "falcon2-11b": lambda: _falcon(2, 1, {"new_decoder_architecture": True, "num_kv_heads": 2,
                                           "num_ln_in_parallel_attn": 1}),
+    "mamba": lambda: _mamba(False), "falcon-mamba": lambda: _mamba(True),
 }
 
 
