@@ -385,6 +385,31 @@ def _mamba(falcon: bool):
     return "mamba", kv, tensors, config
 
 
+def _phimoe():
+    # Phi-3.5-MoE: 2 layers, hidden 256, 4 heads of 64, 2 KV heads, LayerNorms with biases, q/k/v/o biases, 4 experts
+    # of 192, 2 used, the head with a bias, untied 352 tokens, LongRoPE's factors rope_factors_long and
+    # rope_factors_short of head / 2 (src/models/phimoe.cpp)
+    tensors = head(256, 352, tied=False)
+    tensors.update({"output_norm.bias": t(256), "output.bias": t(352), "rope_factors_long.weight": t(32),
+                    "rope_factors_short.weight": t(32)})
+    for i in range(2):
+        p = f"blk.{i}."
+        tensors.update(attention(p, 256, 256, 128, bias=True))
+        tensors.update({p + "attn_output.bias": t(256), p + "attn_norm.weight": t(256), p + "attn_norm.bias": t(256),
+                        p + "ffn_norm.weight": t(256), p + "ffn_norm.bias": t(256)})
+        tensors.update(experts(p, 256, 192, 4))
+    kv = base_kv(2, 256, 192, 4, 2, ctx=131072, **{"rope.scaling.original_context_length": (U32, 4096),
+                                                   "attention.layer_norm_rms_epsilon": (F32, 1e-5),
+                                                   "rope.dimension_count": (U32, 64), "rope.freq_base": (F32, 10000.0),
+                                                   "attention.sliding_window": (U32, 131072),
+                                                   "expert_used_count": (U32, 2), "expert_count": (U32, 4)})
+    config = {"model_type": "phimoe", "vocab_size": 352, "hidden_size": 256, "intermediate_size": 192,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4,
+              "num_experts_per_tok": 2, "attention_bias": True, "lm_head_bias": True, "rms_norm_eps": 1e-5,
+              "rope_theta": 10000.0, "max_position_embeddings": 131072, "tie_word_embeddings": False}
+    return "phimoe", kv, tensors, config
+
+
 CASES = {
     "seed_oss": _seed_oss, "smollm3": _smollm3, "olmo": _olmo, "olmoe": _olmoe,
     "stablelm": lambda: _stablelm(False), "stablelm-2-12b-parallel": lambda: _stablelm(True),
@@ -398,7 +423,7 @@ CASES = {
     # Falcon2-11B: the new decoder architecture with one LayerNorm
     "falcon2-11b": lambda: _falcon(2, 1, {"new_decoder_architecture": True, "num_kv_heads": 2,
                                           "num_ln_in_parallel_attn": 1}),
-    "mamba": lambda: _mamba(False), "falcon-mamba": lambda: _mamba(True),
+    "mamba": lambda: _mamba(False), "falcon-mamba": lambda: _mamba(True), "phimoe": _phimoe,
 }
 
 
@@ -414,8 +439,10 @@ def test_a_converted_file_is_its_config_json(case, tmp_path):
     assert from_gguf.family == by_hand.family
     assert dict(from_gguf.facts) == dict(by_hand.facts)
     assert dict(from_gguf.params_by_group) == dict(by_hand.params_by_group)
-    # the model's parameters are the elements of the tensors llama.cpp loads (a tied head: the embedding once)
-    assert from_gguf.params_total == by_hand.params_total == sum(a.size for a in tensors.values())
+    # the model's parameters are the elements of the tensors llama.cpp loads (a tied head: the embedding once), but
+    # LongRoPE's factors (rope_factors_*), which are the config's numbers, not parameters
+    params = sum(a.size for name, a in tensors.items() if not name.startswith("rope_"))
+    assert from_gguf.params_total == by_hand.params_total == params
     # llama.cpp's weights are the tensors' bytes as stored: F16 matrices and F32 vectors, numpy's own count
     e = vramwise.estimate(str(path), profile="llama.cpp", n_gpu_layers=0)
     assert e.weights == sum(a.nbytes for a in tensors.values())
