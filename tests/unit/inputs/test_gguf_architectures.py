@@ -410,6 +410,27 @@ def _phimoe():
     return "phimoe", kv, tensors, config
 
 
+def _cohere2():
+    # Command R7B: 8 layers (every fourth full, the others a window of 512: llama.cpp's pattern without a
+    # sliding_window_pattern key), hidden 256, 4 heads of 64, 2 KV heads, MLP 512, LayerNorms without biases, the head
+    # always the token embedding, 448 tokens (src/models/cohere2.cpp)
+    tensors = head(256, 448, tied=True)
+    for i in range(8):
+        p = f"blk.{i}."
+        tensors.update(attention(p, 256, 256, 128))
+        tensors[p + "attn_norm.weight"] = t(256)
+        tensors.update(mlp(p, 256, 512))
+    kv = base_kv(8, 256, 512, 4, 2, ctx=8192, **{"logit_scale": (F32, 0.25), "attention.sliding_window": (U32, 512),
+                                                  "vocab_size": (U32, 448), "rope.dimension_count": (U32, 64),
+                                                  "attention.layer_norm_epsilon": (F32, 1e-5),
+                                                  "rope.scaling.type": (gguf.GGUFValueType.STRING, "none")})
+    config = {"model_type": "cohere2", "vocab_size": 448, "hidden_size": 256, "intermediate_size": 512,
+              "num_hidden_layers": 8, "num_attention_heads": 4, "num_key_value_heads": 2, "sliding_window": 512,
+              "sliding_window_pattern": 4, "logit_scale": 0.25, "layer_norm_eps": 1e-5,
+              "max_position_embeddings": 8192, "tie_word_embeddings": True}
+    return "cohere2", kv, tensors, config
+
+
 CASES = {
     "seed_oss": _seed_oss, "smollm3": _smollm3, "olmo": _olmo, "olmoe": _olmoe,
     "stablelm": lambda: _stablelm(False), "stablelm-2-12b-parallel": lambda: _stablelm(True),
@@ -424,6 +445,7 @@ CASES = {
     "falcon2-11b": lambda: _falcon(2, 1, {"new_decoder_architecture": True, "num_kv_heads": 2,
                                           "num_ln_in_parallel_attn": 1}),
     "mamba": lambda: _mamba(False), "falcon-mamba": lambda: _mamba(True), "phimoe": _phimoe,
+    "cohere2": _cohere2,
 }
 
 
@@ -446,3 +468,20 @@ def test_a_converted_file_is_its_config_json(case, tmp_path):
     # llama.cpp's weights are the tensors' bytes as stored: F16 matrices and F32 vectors, numpy's own count
     e = vramwise.estimate(str(path), profile="llama.cpp", n_gpu_layers=0)
     assert e.weights == sum(a.nbytes for a in tensors.values())
+
+
+def test_a_cohere2_file_with_a_window_pattern_is_refused(tmp_path):
+    """A sliding_window_pattern array (one flag a layer) is what llama.cpp's load_swa_pattern would read instead of
+    its every-fourth-layer default; the table refuses it in one line rather than guess the layers."""
+    arch, kv, tensors, _ = _cohere2()
+    kv["{arch}.attention.sliding_window_pattern"] = (gguf.GGUFValueType.ARRAY, [True, True, True, False] * 2)
+    w = gguf.GGUFWriter(tmp_path / "m.gguf", arch)
+    for key, (kind, value) in kv.items():
+        w.add_key_value(key.replace("{arch}", arch), value, kind,
+                        sub_type=gguf.GGUFValueType.BOOL if kind == gguf.GGUFValueType.ARRAY else None)
+    finish(w, tensors)
+    with pytest.raises(ConfigError) as e:
+        vramwise.load_model(str(tmp_path / "m.gguf"))
+    msg = str(e.value)
+    assert "has metadata cohere2.attention.sliding_window_pattern: the file gives each layer's window flag" in msg
+    assert "\n" not in msg
