@@ -299,12 +299,17 @@ def _n_gpu_layers(name: str, value: Any) -> int | None:
     return value
 
 
-def _gguf_path(name: str, value: Any) -> str | None:
+def _optional_text(value: Any, most: int, wanted: str) -> str | None:
+    """None, or a non-empty text of at most ``most`` characters (stripped); else the one line ``wanted`` says."""
     if value is None:
         return None
-    if not isinstance(value, str) or not value.strip() or len(value) > 4096:
-        raise SettingsError(f"{name} must be the path of a .gguf file, got {_short(value)}")
+    if not isinstance(value, str) or not value.strip() or len(value) > most:
+        raise SettingsError(f"{wanted}, got {_short(value)}")
     return value.strip()
+
+
+def _gguf_path(name: str, value: Any) -> str | None:
+    return _optional_text(value, 4096, f"{name} must be the path of a .gguf file")
 
 
 def _nonnegative_int(name: str, value: Any) -> int:
@@ -356,11 +361,7 @@ def _gpu_memory(name: str, value: Any) -> int | None:
 
 
 def _gpu(name: str, value: Any) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip() or len(value) > 100:
-        raise SettingsError(f"gpu must be a GPU name or alias (H100, a100-40gb) or a size (80GB), got {_short(value)}")
-    return value.strip()
+    return _optional_text(value, 100, "gpu must be a GPU name or alias (H100, a100-40gb) or a size (80GB)")
 
 
 def _optimizer(name: str, value: Any) -> str:
