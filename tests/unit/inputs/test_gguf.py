@@ -499,9 +499,9 @@ def test_unknown_architecture_names_the_known_ones(tmp_path):
         vramwise.load_model(str(path))
     msg = str(e.value)
     assert "GGUF architecture 'rwkv7' has no table in formulas/gguf.yaml" in msg
-    assert ("known: bloom, cohere2, command-r, deepseek2, ernie4_5, falcon, gemma, gemma2, gemma3, glm4, gpt2, "
-            "gptneox, granite, granitemoe, lfm2, llama, mamba, mamba2, mistral3, nemotron, olmo, olmo2, olmoe, phi2, "
-            "phi3, phimoe, qwen2, qwen2moe, qwen3, qwen3moe, seed_oss, smollm3, stablelm, starcoder2") in msg
+    assert ("known: bloom, cohere2, command-r, deepseek2, ernie4_5, exaone, falcon, gemma, gemma2, gemma3, glm4, "
+            "gpt2, gptneox, granite, granitemoe, lfm2, llama, mamba, mamba2, mistral3, nemotron, olmo, olmo2, "
+            "olmoe, phi2, phi3, phimoe, qwen2, qwen2moe, qwen3, qwen3moe, seed_oss, smollm3, stablelm, starcoder2") in msg
 
 
 def test_a_missing_key_names_the_metadata_key(tmp_path):
@@ -553,7 +553,7 @@ def test_tables_file_is_valid():
                                           "phi3", "starcoder2", "command-r", "olmo2", "granite", "mistral3", "deepseek2",
                                           "lfm2", "mamba2", "seed_oss", "smollm3", "olmo", "olmoe", "stablelm",
                                           "granitemoe", "ernie4_5", "glm4", "nemotron", "gpt2", "gptneox", "bloom",
-                                          "phi2", "falcon", "mamba", "phimoe", "cohere2"}
+                                          "phi2", "falcon", "mamba", "phimoe", "cohere2", "exaone"}
 
 
 def test_a_bad_table_fails_with_its_place():

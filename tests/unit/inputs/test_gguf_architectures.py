@@ -431,6 +431,25 @@ def _cohere2():
     return "cohere2", kv, tensors, config
 
 
+def _exaone():
+    # EXAONE 3.5: 2 layers, hidden 256, 4 heads of 64, 2 KV heads, MLP 640, untied 512 tokens, llama3 RoPE scaling
+    # as the rope_freqs tensor of head / 2 (conversion/exaone.py generate_extra_tensors; src/models/exaone.cpp)
+    tensors = head(256, 512, tied=False)
+    tensors["rope_freqs.weight"] = t(32)
+    for i in range(2):
+        p = f"blk.{i}."
+        tensors.update(attention(p, 256, 256, 128))
+        tensors.update({p + "attn_norm.weight": t(256), p + "ffn_norm.weight": t(256)})
+        tensors.update(mlp(p, 256, 640))
+    kv = base_kv(2, 256, 640, 4, 2, ctx=32768, **{"rope.freq_base": (F32, 1000000.0),
+                                                  "attention.layer_norm_rms_epsilon": (F32, 1e-5),
+                                                  "rope.dimension_count": (U32, 64)})
+    config = {"model_type": "exaone", "vocab_size": 512, "hidden_size": 256, "intermediate_size": 640,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "rope_theta": 1000000.0,
+              "rms_norm_eps": 1e-5, "max_position_embeddings": 32768, "tie_word_embeddings": False}
+    return "exaone", kv, tensors, config
+
+
 CASES = {
     "seed_oss": _seed_oss, "smollm3": _smollm3, "olmo": _olmo, "olmoe": _olmoe,
     "stablelm": lambda: _stablelm(False), "stablelm-2-12b-parallel": lambda: _stablelm(True),
@@ -445,7 +464,7 @@ CASES = {
     "falcon2-11b": lambda: _falcon(2, 1, {"new_decoder_architecture": True, "num_kv_heads": 2,
                                           "num_ln_in_parallel_attn": 1}),
     "mamba": lambda: _mamba(False), "falcon-mamba": lambda: _mamba(True), "phimoe": _phimoe,
-    "cohere2": _cohere2,
+    "cohere2": _cohere2, "exaone": _exaone,
 }
 
 
@@ -462,7 +481,7 @@ def test_a_converted_file_is_its_config_json(case, tmp_path):
     assert dict(from_gguf.facts) == dict(by_hand.facts)
     assert dict(from_gguf.params_by_group) == dict(by_hand.params_by_group)
     # the model's parameters are the elements of the tensors llama.cpp loads (a tied head: the embedding once), but
-    # LongRoPE's factors (rope_factors_*), which are the config's numbers, not parameters
+    # the RoPE factors (rope_freqs, rope_factors_*), which the converter computes from the config: no parameters
     params = sum(a.size for name, a in tensors.items() if not name.startswith("rope_"))
     assert from_gguf.params_total == by_hand.params_total == params
     # llama.cpp's weights are the tensors' bytes as stored: F16 matrices and F32 vectors, numpy's own count
