@@ -105,11 +105,7 @@ CASES = [
     # (line 33); AdamW fused (56-57); accumulation 8 (line 70); activation checkpointing False (line 84).
     Case("torchtune qwen2_5/32B_lora", (_tt("qwen2_5_32B_lora.yaml"),), None,
          Reading("Qwen/Qwen2.5-32B-Instruct", "lora", 2, None, 8, "adamw_torch_fused", "none", 8, "fsdp", 8, QVO_MLP),
-         model_for_targets="Qwen/Qwen2.5-32B-Instruct",
-         xfail="frameworks/torchtune.yaml's builder map has no qwen2_5_32b_instruct: the catalog's "
-               "Qwen/Qwen2.5-32B-Instruct holds no max_position_embeddings, so the map's architecture check "
-               "(tests/conformance/recipe_formats/test_torchtune.py) cannot match it to the builder's max_seq_len "
-               "32768; the model is read from checkpointer.checkpoint_dir as /tmp/Qwen2.5-32B-Instruct"),
+         model_for_targets="Qwen/Qwen2.5-32B-Instruct"),
     # llama3_2/3B_qlora_single_device.yaml: header line 9 "tune run lora_finetune_single_device" (one process);
     # builder qlora_llama3_2_3b (line 22) = lora_llama3_2_3b with quantize_base=True
     # (llama3_2/_model_builders.py:194); rank 64 (line 25); batch 4 (line 54); max_seq_len null (line 33);

@@ -116,6 +116,8 @@ MAPS = {
         "qwen2_7b": "Qwen/Qwen2-7B-Instruct", "qwen2_5_3b": "Qwen/Qwen2.5-3B-Instruct",
         "qwen2_5_7b_instruct": "Qwen/Qwen2.5-7B-Instruct", "qwen2_5_7b_base": "Qwen/Qwen2.5-7B",
         "qwen2_5_14b_base": "Qwen/Qwen2.5-14B", "qwen2_5_32b_base": "Qwen/Qwen2.5-32B",
+        "qwen2_5_72b_base": "Qwen/Qwen2.5-72B", "qwen2_5_14b_instruct": "Qwen/Qwen2.5-14B-Instruct",
+        "qwen2_5_32b_instruct": "Qwen/Qwen2.5-32B-Instruct", "qwen2_5_72b_instruct": "Qwen/Qwen2.5-72B-Instruct",
         "phi3_mini": "microsoft/Phi-3-mini-4k-instruct", "phi4_14b": "microsoft/phi-4",
         "gemma_2b": "google/gemma-2b", "gemma_7b": "google/gemma-7b", "gemma2_2b": "google/gemma-2-2b-it",
         "gemma2_9b": "google/gemma-2-9b-it"}),
