@@ -77,8 +77,9 @@ def measure(
 
     ``compile=True`` runs the model and its loss through ``torch.compile`` (inductor); on the CPU the
     figures then come from the allocator's own reports (:class:`~vramwise.measuring.tracker.AllocationTracker`),
-    since inductor's buffers bypass the dispatch-mode tracker. The hf stack only, not with fake tensors
-    or a strategy.
+    since inductor's buffers bypass the dispatch-mode tracker. The hf stack compiles the model and loss as one
+    module, torchtune's as its recipes do (``compile_model`` and ``compile_loss``); not with fake tensors or a
+    strategy, nor a torchtune QLoRA step.
 
     ``strategy`` (``ddp``, ``fsdp`` or ``fsdp_shard_grad_op``, on the CPU) runs the step in ``world_size`` processes (2 to 8,
     default 2) joined by torch.distributed's gloo backend, each on its own batch; ``per_rank`` of the
