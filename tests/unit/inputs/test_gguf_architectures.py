@@ -45,6 +45,17 @@ def mlp(p, hidden, ff):
             p + "ffn_down.weight": t(ff, hidden)}
 
 
+def llama_layers(n, hidden, q, kv, ff):
+    """n llama-style layers: attention, attn_norm and ffn_norm, and the gated MLP (src/models/llama.cpp's tensors)."""
+    out = {}
+    for i in range(n):
+        p = f"blk.{i}."
+        out.update(attention(p, hidden, q, kv))
+        out.update({p + "attn_norm.weight": t(hidden), p + "ffn_norm.weight": t(hidden)})
+        out.update(mlp(p, hidden, ff))
+    return out
+
+
 def experts(p, hidden, ff, n):
     """The router and the experts stacked, n_ff x n_embd x n_expert (ffn_gate_inp, ffn_*_exps)."""
     return {p + "ffn_gate_inp.weight": t(hidden, n), p + "ffn_gate_exps.weight": t(hidden, ff, n),
@@ -102,11 +113,7 @@ def _seed_oss():
 def _smollm3():
     # SmolLM3: 2 layers, hidden 256, 4 heads of 64, 1 KV head, MLP 512, the head tied (no output.weight), 300 tokens
     tensors = head(256, 300, tied=True)
-    for i in range(2):
-        p = f"blk.{i}."
-        tensors.update(attention(p, 256, 256, 64))
-        tensors.update({p + "attn_norm.weight": t(256), p + "ffn_norm.weight": t(256)})
-        tensors.update(mlp(p, 256, 512))
+    tensors.update(llama_layers(2, 256, 256, 64, 512))
     kv = base_kv(2, 256, 512, 4, 1, ctx=65536, **{"rope.freq_base": (F32, 5000000.0),
                                                   "attention.layer_norm_rms_epsilon": (F32, 1e-6)})
     config = {"model_type": "smollm3", "vocab_size": 300, "hidden_size": 256, "intermediate_size": 512,
@@ -205,11 +212,7 @@ def _ernie4_5():
     # ERNIE 4.5 (0.3B-style): 2 layers, hidden 256, 4 heads of head_dim 128 (q 512), 2 KV heads, MLP 512, no biases,
     # the head tied, 300 tokens (src/models/ernie4-5.cpp)
     tensors = head(256, 300, tied=True)
-    for i in range(2):
-        p = f"blk.{i}."
-        tensors.update(attention(p, 256, 512, 256))
-        tensors.update({p + "attn_norm.weight": t(256), p + "ffn_norm.weight": t(256)})
-        tensors.update(mlp(p, 256, 512))
+    tensors.update(llama_layers(2, 256, 512, 256, 512))
     kv = base_kv(2, 256, 512, 4, 2, ctx=131072, **{"attention.key_length": (U32, 128),
                                                    "attention.value_length": (U32, 128),
                                                    "attention.layer_norm_rms_epsilon": (F32, 1e-5)})
@@ -436,11 +439,7 @@ def _exaone():
     # as the rope_freqs tensor of head / 2 (conversion/exaone.py generate_extra_tensors; src/models/exaone.cpp)
     tensors = head(256, 512, tied=False)
     tensors["rope_freqs.weight"] = t(32)
-    for i in range(2):
-        p = f"blk.{i}."
-        tensors.update(attention(p, 256, 256, 128))
-        tensors.update({p + "attn_norm.weight": t(256), p + "ffn_norm.weight": t(256)})
-        tensors.update(mlp(p, 256, 640))
+    tensors.update(llama_layers(2, 256, 256, 128, 640))
     kv = base_kv(2, 256, 640, 4, 2, ctx=32768, **{"rope.freq_base": (F32, 1000000.0),
                                                   "attention.layer_norm_rms_epsilon": (F32, 1e-5),
                                                   "rope.dimension_count": (U32, 64)})
