@@ -18,7 +18,7 @@ pytest.importorskip("gguf", reason="the gguf package writes the GGUF files these
 import vramwise  # noqa: E402
 from vramwise import FileFormatError  # noqa: E402
 
-from test_llama_cpp_reference import CASES, FILES, case_id, profile, write_header  # noqa: E402
+from test_llama_cpp_reference import CASES, FILES, case_id, profile, write_files  # noqa: E402
 
 #: The architectures a template serves (compute.yaml graph.templates): every one the fixture recorded, latent
 #: attention (deepseek2), short convolutions beside attention (lfm2) and a recurrent scan alone (mamba2) included.
@@ -29,12 +29,7 @@ FORMULAS = Path(str(resources.files("vramwise.formulas")))
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("llama_cpp_graph")
-    paths = {}
-    for key, desc in FILES.items():
-        paths[key] = folder / f"{key}.gguf"
-        write_header(paths[key], desc)
-    return paths
+    return write_files(tmp_path_factory.mktemp("llama_cpp_graph"))
 
 
 def test_the_fixture_has_every_simulated_architecture_at_each_flash_attention_setting():

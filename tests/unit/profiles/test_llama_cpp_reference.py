@@ -70,14 +70,18 @@ def write_header(path: Path, desc: dict) -> None:
     w.close()
 
 
-@pytest.fixture(scope="module")
-def written(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("llama_cpp_reference")
+def write_files(folder: Path) -> dict:
+    """Every file of the fixture written into ``folder`` (its header and zero tensors): {file key: path}."""
     paths = {}
     for key, desc in FILES.items():
         paths[key] = folder / f"{key}.gguf"
         write_header(paths[key], desc)
     return paths
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    return write_files(tmp_path_factory.mktemp("llama_cpp_reference"))
 
 
 def profile(path: Path, settings: dict):
