@@ -1,5 +1,6 @@
 """The device constants beside the tensors, by hand: the caching allocator's reserve and the CUDA context of
-the training profiles (formulas/shared/overhead.yaml: 15 % over the tensor peak, 0.5 GiB), the studio
+the training profiles (formulas/shared/overhead.yaml: 15 % over the tensor peak, 0.5 GiB), the NCCL communicator's buffers
+on each rank of a data-parallel strategy on two GPUs or more (1.6 GB, formulas/shared/constants.yaml), the studio
 profile's fixed CUDA overhead (docs/unsloth-profile.md#overhead: 1.4 GiB a GPU, none for inference, which
 its headroom covers), and vLLM's memory
 outside torch and CUDA context (formulas/vllm/budget.yaml, from published vLLM 0.17-0.19 start-up logs:
@@ -38,10 +39,30 @@ def test_studio_charges_a_fixed_1_4_gib_for_training_only():
     assert vramwise.estimate(LLAMA, profile="studio", method="inference").overhead == 0
 
 
-def test_each_rank_of_a_strategy_gets_the_same_reserve_and_context():
+def test_each_rank_of_a_strategy_gets_the_same_reserve_and_context_and_nccl_buffers():
+    # device = peak x 1.15 + 0.5 GiB + the NCCL communicator's 1.6 GB (1,600,000,000 bytes) on each rank
     e = vramwise.estimate(LLAMA, profile="hf", method="full", strategy="zero3", world_size=2)
     peak = _values(e)["rank_tensor_peak_bytes"]
-    assert abs(e.min_per_gpu(2) - (peak * 115 / 100 + GIB / 2)) <= 1
+    assert abs(e.min_per_gpu(2) - (peak * 115 / 100 + GIB / 2 + 1_600_000_000)) <= 1
+    assert abs(e.figures["reserved"] - peak * 115 / 100) <= 1
+
+
+@pytest.mark.parametrize("strategy, world_size, nccl", [
+    ("fsdp", 2, 1_600_000_000), ("ddp", 8, 1_600_000_000),  # one communicator a rank, at any count
+    ("fsdp", 1, 0),  # one rank: no peer, no communicator's buffers
+    ("device_map", 2, 0),  # one process over the GPUs: no collective, no NCCL
+])
+def test_nccl_buffers_only_where_ranks_talk(strategy, world_size, nccl):
+    kw = dict(profile="hf", method="qlora", strategy=strategy, world_size=world_size)
+    if strategy == "fsdp" and world_size == 1:
+        kw["offload"] = "parameters"
+    e = vramwise.estimate(LLAMA, **kw)
+    v = _values(e)
+    if strategy == "device_map":
+        assert "rank_nccl_bytes" not in v
+    else:
+        assert v["rank_nccl_bytes"] == nccl
+        assert abs(e.figures["device"] - (e.figures["reserved"] + GIB / 2 + nccl)) <= 1
 
 
 @pytest.mark.parametrize("tp, pp, non_torch, context", [
