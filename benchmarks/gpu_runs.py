@@ -313,6 +313,56 @@ def summarise(results: Iterable) -> dict:
                                                                 key=lambda kv: (-sum(kv[1].values()), kv[0]))}}
 
 
+#: the readings of a run that have a tensor peak beside them in the same source: what the device adds above it
+ALLOCATED_STATISTICS = ("torch_max_allocated", "torch_peak_active")
+ABOVE_STATISTICS = ("torch_max_reserved", "nvidia_smi")
+
+
+def _same_run(run: dict) -> str:
+    """What two readings of one run share: source, model, GPU and settings."""
+    return json.dumps([run["source"]["url"], run["model"], run.get("gpu"), run["settings"]], sort_keys=True)
+
+
+def pairs(runs: list[dict], results: list) -> list[dict]:
+    """Runs whose source gives both a tensor peak (torch's allocated or active peak) and a reading above it
+    (torch's reserved peak, nvidia-smi), both scored: the published gap (reading - peak) and the estimate's
+    (its figure for the reading - its tensor peak), in bytes, by reading and by GPUs (one / several)."""
+    scored = {r.id: r for r in results if isinstance(r, Scored)}
+    peaks = {}
+    for run in runs:
+        if run["statistic"] in ALLOCATED_STATISTICS and run["id"] in scored:
+            peaks[_same_run(run)] = scored[run["id"]]
+    out = []
+    for run in runs:
+        peak = peaks.get(_same_run(run))
+        above = scored.get(run["id"])
+        if run["statistic"] not in ABOVE_STATISTICS or peak is None or above is None:
+            continue
+        count = (run.get("gpu") or {}).get("count", 1)
+        out.append({"id": run["id"], "profile": above.profile, "statistic": run["statistic"], "gpus": count,
+                    "published_peak": peak.published, "published_gap": above.published - peak.published,
+                    "estimated_gap": above.estimated - peak.estimated})
+    return out
+
+
+def summarise_pairs(rows: list[dict]) -> list[dict]:
+    """:func:`pairs` by profile x reading x one / several GPUs: medians of the published gap, of the gap over the
+    published peak, of the estimate's gap, and of the estimate's gap less the published one (GiB)."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["profile"], r["statistic"], "1" if r["gpus"] == 1 else "2+"), []).append(r)
+    out = []
+    for (profile, statistic, gpus), g in sorted(groups.items()):
+        diff = [(r["estimated_gap"] - r["published_gap"]) / 2**30 for r in g]
+        out.append({"profile": profile, "statistic": statistic, "gpus": gpus, "pairs": len(g),
+                    "published_gap_gib": statistics.median(r["published_gap"] / 2**30 for r in g),
+                    "published_gap_share": statistics.median(r["published_gap"] / r["published_peak"] for r in g),
+                    "estimated_gap_gib": statistics.median(r["estimated_gap"] / 2**30 for r in g),
+                    "shortfall_gib": statistics.median(diff),
+                    "shortfall_min_gib": min(diff), "shortfall_max_gib": max(diff)})
+    return out
+
+
 DEVICE_BANDS = ROOT / "accuracy" / "device_bands.yaml"
 
 
@@ -416,6 +466,15 @@ def format_summary(summary: dict) -> str:
     out += _table(["profile", "framework", "method", "statistic", "runs", "agree", "share"],
                   [[g["profile"], g["framework"], g["method"], g["statistic"], g["runs"], g["agree"],
                     _pct(g["share_agree"])] for g in summary["verdicts"]])
+    if summary.get("pairs"):
+        out += ["", "Above the tensors (runs that give a tensor peak and a reading above it; GiB, medians;"
+                " estimate - published: median [least, most])"]
+        out += _table(["profile", "reading", "GPUs", "pairs", "published gap", "of the peak", "estimated gap",
+                       "estimate - published"],
+                      [[g["profile"], g["statistic"], g["gpus"], g["pairs"], f"{g['published_gap_gib']:.2f}",
+                        _pct(g["published_gap_share"]), f"{g['estimated_gap_gib']:.2f}",
+                        f"{g['shortfall_gib']:+.2f} [{g['shortfall_min_gib']:+.2f}, {g['shortfall_max_gib']:+.2f}]"]
+                       for g in summary["pairs"]])
     out += ["", f"Not scored: {len(summary['not_scored'])} runs"]
     for reason, models in summary["not_scored_reasons"].items():
         out.append(f"  {sum(models.values()):>3}  {reason}")
@@ -461,12 +520,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {DEVICE_BANDS.relative_to(ROOT)}")
     elif args.json:
         summary = summarise(results)
+        summary["pairs"] = summarise_pairs(pairs(load_runs(), results))
         summary["scored_runs"] = [asdict(r) for r in results if isinstance(r, Scored)]
         print(json.dumps(summary, indent=1))
     elif args.list:
         print(format_list(results))
     else:
-        print(format_summary(summarise(results)))
+        summary = summarise(results)
+        summary["pairs"] = summarise_pairs(pairs(load_runs(), results))
+        print(format_summary(summary))
     return 0
 
 
