@@ -26,6 +26,10 @@ What is compared:
   sizes: "80 GB" is 80 x 10**9 bytes); ``fits`` / ``oom`` with fit's verdict (agree / disagree). fit runs
   with headroom 0: the boundary and the verdict score the memory model, not a margin kept on top of it.
 
+Above the tensors (the summary's last table, ``pairs``): the runs whose source gives torch's allocated (or active)
+peak and, for the same run, torch's reserved peak or nvidia-smi; the published gap between the two against the
+estimate's gap between the same figures (the allocator's reserve, the CUDA context, NCCL's buffers).
+
 The device bands (``--device-bands``, ``accuracy/device_bands.yaml``, read by ``vramwise.profiles.bands``):
 the scored runs whose statistic is a device total (``DEVICE_STATISTICS``: torch's reserved peak, nvidia-smi, a
 total of unstated reading), pooled by profile x method (every framework of the profile together; a framework's

@@ -100,6 +100,37 @@ def test_summary_arithmetic():
     assert "org/model x1" in text
 
 
+def test_pairs_of_a_tensor_peak_and_a_reading_above_it():
+    s = _scorer()
+    G = 2**30
+    src = {"url": "https://example.org/bench", "quote": "q"}
+    runs = [
+        # one GPU: allocated 10 GiB and nvidia-smi 14 GiB of the same run; a second run of another batch
+        _run(id="a1", source=src, statistic="torch_max_allocated"),
+        _run(id="s1", source=src, statistic="nvidia_smi"),
+        _run(id="a2", source=src, statistic="torch_max_allocated", gpu={"name": "RTX 4090", "count": 2}),
+        _run(id="s2", source=src, statistic="nvidia_smi", gpu={"name": "RTX 4090", "count": 2}),
+        # a reading whose tensor peak is from another source is not a pair
+        _run(id="s3", source={**src, "url": "https://example.org/other"}, statistic="nvidia_smi"),
+    ]
+    scored = [s.Scored("a1", "hf", "hf", "lora", "torch_max_allocated", 10 * G, 11 * G, "tensor_peak", 0.1, None),
+              s.Scored("s1", "hf", "hf", "lora", "nvidia_smi", 14 * G, 13 * G, "device", -1 / 14, None),
+              s.Scored("a2", "hf", "hf", "lora", "torch_max_allocated", 5 * G, 5 * G, "tensor_peak", 0.0, None),
+              s.Scored("s2", "hf", "hf", "lora", "nvidia_smi", 9 * G, 7 * G, "device", -2 / 9, None),
+              s.Scored("s3", "hf", "hf", "lora", "nvidia_smi", 20 * G, 13 * G, "device", -0.35, None)]
+    rows = s.pairs(runs, scored)
+    # s1: published gap 14 - 10 = 4 GiB, estimated 13 - 11 = 2 GiB; s2: 9 - 5 = 4, 7 - 5 = 2
+    assert [(r["id"], r["gpus"], r["published_gap"], r["estimated_gap"]) for r in rows] == [
+        ("s1", 1, 4 * G, 2 * G), ("s2", 2, 4 * G, 2 * G)]
+    one, several = s.summarise_pairs(rows)
+    # one pair a group: the medians are the pair's own; 4 / 10 = 40 % of the peak on one GPU, 4 / 5 = 80 % on two
+    assert (one["gpus"], one["pairs"], one["published_gap_gib"], one["estimated_gap_gib"]) == ("1", 1, 4, 2)
+    assert one["published_gap_share"] == pytest.approx(0.4) and one["shortfall_gib"] == -2
+    assert several["gpus"] == "2+" and several["published_gap_share"] == pytest.approx(0.8)
+    text = s.format_summary({**s.summarise(scored), "pairs": [one, several]})
+    assert "-2.00 [-2.00, -2.00]" in text and "Above the tensors" in text
+
+
 # ---- what a run is estimated with ---------------------------------------------------------------------
 
 def test_settings_of_a_run():
