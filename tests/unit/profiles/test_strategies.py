@@ -346,3 +346,25 @@ def test_a_strategy_file_that_is_not_utf8_is_a_file_error(tmp_path):
     reg = Registry(formulas_dir=formulas)
     with pytest.raises(FileFormatError, match="ddp.yaml:1:1: .*not UTF-8"):
         estimate(TINY, method="full", strategy="ddp", world_size=2, registry=reg, **RUN)
+
+
+@pytest.mark.parametrize("profile", ["hf", "torchtune", "litgpt", "unsloth"])
+def test_no_term_of_any_strategy_is_a_negative_number_of_bytes(profile):
+    # a byte count below zero is a term that subtracts what is not there (torchtune's FSDP with its shards in host
+    # memory took the root's gradient shard off a GPU gradient of 0); every strategy, offload, method and a few
+    # world sizes the profile accepts
+    from vramwise.errors import VramwiseError
+
+    negative = []
+    for strategy in ("ddp", "fsdp", "fsdp_shard_grad_op", "fsdp_hybrid", "zero1", "zero2", "zero3", "device_map"):
+        for offload in ("none", "optimizer", "parameters"):
+            for method in ("full", "lora", "qlora"):
+                for ws in (1, 2, 8):
+                    try:
+                        e = estimate(LLAMA8B, profile=profile, strategy=strategy, offload=offload, method=method,
+                                     world_size=ws, batch_size=2, seq_len=1024)
+                    except VramwiseError:
+                        continue
+                    negative += [(strategy, offload, method, ws, t.id) for t in e.trace
+                                 if t.id.endswith("bytes") and isinstance(t.value, (int, float)) and t.value < 0]
+    assert not negative, negative[:5]
