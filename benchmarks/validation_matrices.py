@@ -73,7 +73,7 @@ class Matrix:
         kw = self.settings(cell)
         m = measure(cfg, stack=self.stack, steps=STEPS, fake=self.fake(cell) if fake is None else fake,
                     **self.measure_settings(cell))
-        e = estimate(cfg, profile=self.profile, **kw)
+        e = estimate(cfg, profile=self.profile, step_device=host_step_device(), **kw)  # the step measure ran here
         est = e.figures["tensor_peak"]
         return {
             "cell": self.cell_id(cell), "measured": m.peak, "measured_phase": m.peak_phase, "estimate": est,
@@ -87,6 +87,14 @@ class Matrix:
         if "layer_types" in cfg:
             cfg["layer_types"] = (["sliding_attention", "full_attention"] * layers)[:layers]
         return cfg
+
+
+def host_step_device() -> str:
+    """The step_device setting of a step measured on this CPU: cpu_onednn where torch's bf16 matrix products go
+    through oneDNN (which copies an expanded batched operand), else cpu (formulas/settings.yaml step_device)."""
+    import torch
+
+    return "cpu_onednn" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "cpu"
 
 
 class HfMatrix(Matrix):

@@ -80,6 +80,9 @@ STACKS = STACK_NAMES
 #: How a mixture-of-experts layer holds its experts: fused 3-D parameters (transformers >= 5), which
 #: bitsandbytes leaves unquantized, or one nn.Linear per expert (transformers 4.x), which it quantizes.
 EXPERTS_LAYOUTS = tuple(_VOCABULARIES["experts_layout"]["names"])
+#: The device a training step runs on: gpu (the GPU an estimate is for), cpu or cpu_onednn (the step measure runs,
+#: on a CPU whose bf16 matrix products are torch's own kernels or oneDNN's).
+STEP_DEVICES = tuple(_VOCABULARIES["step_device"]["names"])
 
 
 def _bundled_strategies() -> dict:
@@ -494,6 +497,11 @@ SETTINGS: tuple = (
             "mixture-of-experts storage: fused (transformers >= 5: 3-D tensors bitsandbytes leaves unquantized) or "
             "per_expert (transformers 4.x: one nn.Linear per expert, quantized); default: the installed transformers'",
             _experts_layout, choices=EXPERTS_LAYOUTS),
+    Setting("step_device", "gpu",
+            "the device the training step runs on: gpu (the GPU the estimate is for), or cpu / cpu_onednn (the step "
+            "vramwise measure runs, on a CPU whose bf16 matrix products are torch's own / oneDNN's; counts the copies "
+            "only such a kernel makes)", _choice(STEP_DEVICES, default="gpu"),
+            choices=STEP_DEVICES, applies_to=_TRAINING),
     Setting("strategy", "none",
             "multi-GPU strategy: ddp, fsdp (full shard), fsdp_shard_grad_op, fsdp_hybrid, zero1, zero2, zero3 or "
             "device_map on the hf profile, the fsdp ones on torchtune, fsdp on litgpt; none is one GPU", _choice(STRATEGIES, default="none"), choices=STRATEGIES,

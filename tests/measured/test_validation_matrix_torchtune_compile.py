@@ -11,7 +11,9 @@ batch 2 x 256, where the logits make it (full and LoRA x standard and chunked lo
 chunked loss, checkpointing and offloading; LoRA with the chunked loss at batch 2 x 512). Activation offloading runs the CPU port of OffloadActivations with
 the host keeping shapes only (its copies would be CPU allocations, which the allocator's reports count). The estimate's tensor peak must be within 4 % of the measured
 peak in every cell (the largest measured: -2.9 %, LoRA with the chunked loss, whose forward rises 1.8 MB above
-what is modelled), 1 % in the median.
+what is modelled), 1 % in the median. The cells are estimated with the host's step_device
+(benchmarks/validation_matrices.py host_step_device): on a CPU whose bf16 products are oneDNN's, LoRA's chunked
+projections copy the frozen head's weight expanded to the batch, which torch's own CPU kernel and a GPU do not.
 """
 
 from __future__ import annotations
