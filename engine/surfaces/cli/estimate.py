@@ -153,7 +153,9 @@ def _peak_line(est: Estimate) -> str | None:
     absent = [c for c in COMPONENTS if not comps[c] and c != "overhead"]
     line = f"the table is what is alive at the peak, in the {phase} phase: {', '.join(alive) or 'nothing'}"
     if comps.get("overhead"):
-        line += " (and the allocator's reserve and CUDA context as overhead)"
+        held = ("the allocator's reserve, CUDA context and NCCL's buffers" if est.figures.get("nccl")
+                else "the allocator's reserve and CUDA context")
+        line += f" (and {held} as overhead)"
     notes = []
     for c in absent:
         why = est.profile_data.absent_reason(c, phase)
@@ -273,6 +275,8 @@ def _strategy_lines(est: Estimate, out) -> None:
         parts.append(f"gathered at the peak {gib(f['in_flight'])} GiB")
     if f.get("buffers"):
         parts.append(f"communication buffers {gib(f['buffers'])} GiB")
+    if f.get("nccl"):
+        parts.append(f"NCCL's buffers {gib(f['nccl'])} GiB (outside torch's allocator)")
     out.write("on each GPU: " + ", ".join(parts) + "\n")
     host = est.host_bytes
     notes = ([f"offload {s.offload}"] if s.offload != "none" else []) + ([info["host_note"]] if info.get("host_note") else [])

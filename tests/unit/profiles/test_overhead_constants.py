@@ -61,7 +61,7 @@ def test_nccl_buffers_only_where_ranks_talk(strategy, world_size, nccl):
     if strategy == "device_map":
         assert "rank_nccl_bytes" not in v
     else:
-        assert v["rank_nccl_bytes"] == nccl
+        assert v["rank_nccl_bytes"] == nccl and e.figures["nccl"] == nccl  # shown apart as a figure too
         assert abs(e.figures["device"] - (e.figures["reserved"] + GIB / 2 + nccl)) <= 1
 
 
