@@ -1,7 +1,7 @@
 """torchtune's QLoRA dequantizes each NF4 projection for its matmul (torchao linear_nf4): eager, the codes go through
 int64 indices and bf16 lookups, 14 bytes per weight at once; compiled, inductor writes the bf16 weight alone, 2 bytes
 per weight (formulas/torchtune/weights.yaml nf4_dequant_bytes). The measurement of both figures on the CPU is
-tests/measured/test_torchtune_nf4_compile.py."""
+tests/measured/test_nf4_dequant_bytes_measured.py."""
 
 from __future__ import annotations
 
