@@ -517,22 +517,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device-bands", action="store_true",
                         help=f"rewrite {DEVICE_BANDS.relative_to(ROOT)} (fit's default headroom) from the scores")
     args = parser.parse_args(argv)
-    results = score_runs(load_runs())
+    runs = load_runs()
+    results = score_runs(runs)
     if args.device_bands:
-        bands = device_bands(device_band_results(load_runs(), results))
+        bands = device_bands(device_band_results(runs, results))
         DEVICE_BANDS.write_text(render_device_bands(bands), encoding="utf-8")
         print(f"wrote {DEVICE_BANDS.relative_to(ROOT)}")
-    elif args.json:
-        summary = summarise(results)
-        summary["pairs"] = summarise_pairs(pairs(load_runs(), results))
-        summary["scored_runs"] = [asdict(r) for r in results if isinstance(r, Scored)]
-        print(json.dumps(summary, indent=1))
-    elif args.list:
+    elif args.list and not args.json:
         print(format_list(results))
     else:
         summary = summarise(results)
-        summary["pairs"] = summarise_pairs(pairs(load_runs(), results))
-        print(format_summary(summary))
+        summary["pairs"] = summarise_pairs(pairs(runs, results))
+        if args.json:
+            summary["scored_runs"] = [asdict(r) for r in results if isinstance(r, Scored)]
+            print(json.dumps(summary, indent=1))
+        else:
+            print(format_summary(summary))
     return 0
 
 
