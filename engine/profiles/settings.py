@@ -83,6 +83,9 @@ EXPERTS_LAYOUTS = tuple(_VOCABULARIES["experts_layout"]["names"])
 #: The device a training step runs on: gpu (the GPU an estimate is for), cpu or cpu_onednn (the step measure runs,
 #: on a CPU whose bf16 matrix products are torch's own kernels or oneDNN's).
 STEP_DEVICES = tuple(_VOCABULARIES["step_device"]["names"])
+#: How transformers' standard loss aligns each position with the next token: labels (4.49 on: the labels are padded)
+#: or logits (4.46 to 4.48: a contiguous float32 copy of the shifted logits).
+LOSS_SHIFTS = tuple(_VOCABULARIES["loss_shift"]["names"])
 
 
 def _bundled_strategies() -> dict:
@@ -502,6 +505,11 @@ SETTINGS: tuple = (
             "vramwise measure runs, on a CPU whose bf16 matrix products are torch's own / oneDNN's; counts the copies "
             "only such a kernel makes)", _choice(STEP_DEVICES, default="gpu"),
             choices=STEP_DEVICES, applies_to=_TRAINING),
+    Setting("loss_shift", "labels",
+            "hf, standard loss: how transformers lines each position up with the next token: labels (4.49 on: the "
+            "labels are padded, no copy) or logits (4.46 to 4.48: the shifted float32 logits are copied contiguous, "
+            "one more float32 logits tensor in the forward)", _choice(LOSS_SHIFTS, default="labels"),
+            choices=LOSS_SHIFTS, applies_to=_TRAINING),
     Setting("strategy", "none",
             "multi-GPU strategy: ddp, fsdp (full shard), fsdp_shard_grad_op, fsdp_hybrid, zero1, zero2, zero3 or "
             "device_map on the hf profile, the fsdp ones on torchtune, fsdp on litgpt; none is one GPU", _choice(STRATEGIES, default="none"), choices=STRATEGIES,
