@@ -83,8 +83,9 @@ EXPERTS_LAYOUTS = tuple(_VOCABULARIES["experts_layout"]["names"])
 #: The device a training step runs on: gpu (the GPU an estimate is for), cpu or cpu_onednn (the step measure runs,
 #: on a CPU whose bf16 matrix products are torch's own kernels or oneDNN's).
 STEP_DEVICES = tuple(_VOCABULARIES["step_device"]["names"])
-#: How transformers' standard loss aligns each position with the next token: labels (4.49 on: the labels are padded)
-#: or logits (4.46 to 4.48: a contiguous float32 copy of the shifted logits).
+#: How transformers' standard loss aligns each position with the next token: labels (4.49 on: the labels are padded),
+#: logits (4.46 to 4.48: a contiguous float32 copy of the shifted logits) or float_logits (4.36 to 4.45: the same copy,
+#: of logits the model returns in float32).
 LOSS_SHIFTS = tuple(_VOCABULARIES["loss_shift"]["names"])
 
 
@@ -507,9 +508,15 @@ SETTINGS: tuple = (
             choices=STEP_DEVICES, applies_to=_TRAINING),
     Setting("loss_shift", "labels",
             "hf, standard loss: how transformers lines each position up with the next token: labels (4.49 on: the "
-            "labels are padded, no copy) or logits (4.46 to 4.48: the shifted float32 logits are copied contiguous, "
-            "one more float32 logits tensor in the forward)", _choice(LOSS_SHIFTS, default="labels"),
+            "labels are padded, no copy), logits (4.46 to 4.48: the shifted float32 logits are copied contiguous, "
+            "one more float32 logits tensor in the forward) or float_logits (4.36 to 4.45, Llama-style models: the "
+            "same copy, of logits the model returns in float32)", _choice(LOSS_SHIFTS, default="labels"),
             choices=LOSS_SHIFTS, applies_to=_TRAINING),
+    Setting("outputs_held", False,
+            "hf: the training loop keeps the model's output, and so its logits, alive through the backward and "
+            "the optimizer step until the next forward returns (a hand-written loop: outputs = model(**batch); "
+            "outputs.loss.backward()); the Trainer returns the loss alone", _flag, cli_type="bool",
+            applies_to=_TRAINING),
     Setting("strategy", "none",
             "multi-GPU strategy: ddp, fsdp (full shard), fsdp_shard_grad_op, fsdp_hybrid, zero1, zero2, zero3 or "
             "device_map on the hf profile, the fsdp ones on torchtune, fsdp on litgpt; none is one GPU", _choice(STRATEGIES, default="none"), choices=STRATEGIES,

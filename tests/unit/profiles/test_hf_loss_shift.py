@@ -77,3 +77,43 @@ def test_a_chunked_loss_has_no_shift_copy():
 def test_an_unknown_value_is_refused_with_the_choices():
     with pytest.raises(SettingsError, match="labels, logits"):
         hf(loss_shift="copy")
+
+
+def test_float_logits_drops_the_bf16_head_output_and_keeps_the_copy():
+    # transformers 4.36 to 4.45 (Llama): logits = lm_head(h).float() in the forward, returned; the loss copies the
+    # shifted slice. At log_softmax: the float32 logits 32 x 1000 x 4 = 128,000 and the copy 30 x 1000 x 4 =
+    # 120,000 (the bf16 head output is gone once rebound)
+    e = hf(loss_shift="float_logits")
+    assert traced(e, "returned_logit_bytes") == 4
+    assert traced(e, "loss_rows") == 30
+    assert traced(e, "logits_forward_transient_bytes") == 128_000 + 120_000
+    assert traced(e, "logits_saved_bytes") == 120_000
+
+
+def test_a_loop_that_holds_the_output_keeps_its_logits_in_every_phase():
+    a, b = hf(), hf(outputs_held=True)
+    # transformers 4.49 on returns the head's bf16 logits: 32 x 1000 x 2 = 64,000 bytes, alive in every phase
+    assert traced(b, "held_logits_bytes") == 64_000
+    for phase in ("forward", "backward", "optimizer"):
+        assert b.phases[phase] - a.phases[phase] == 64_000
+    # the Trainer holds none
+    assert traced(a, "held_logits_bytes") == 0
+
+
+def test_a_held_output_of_float_logits_is_float32():
+    e = hf(outputs_held=True, loss_shift="float_logits")
+    assert traced(e, "held_logits_bytes") == T * V * 4  # 128,000
+
+
+def test_a_chunked_loss_returns_no_logits_to_hold():
+    e = hf(outputs_held=True, loss="chunked")
+    assert traced(e, "held_logits_bytes") == 0
+
+
+def test_a_held_output_reaches_each_rank_of_a_strategy():
+    one = hf(outputs_held=True)
+    ranks = hf(outputs_held=True, strategy="ddp", world_size=2)
+    plain = hf(strategy="ddp", world_size=2)
+    assert traced(ranks, "held_logits_bytes") == traced(one, "held_logits_bytes") == 64_000
+    # each rank runs its own batch of 2 x 16 tokens: the same 64,000 bytes on top of every rank phase
+    assert ranks.figures["tensor_peak"] - plain.figures["tensor_peak"] == 64_000
