@@ -86,3 +86,12 @@ def test_an_absent_reason_for_a_phase_the_profile_lacks_names_its_place(tmp_path
     with pytest.raises(FileFormatError) as e:
         vramwise.Registry(formulas_dir=formulas, validate=True).profile("hf")
     assert "profile.yaml:" in str(e.value) and "$.absent[0].phase" in str(e.value) and "'warmup'" in str(e.value)
+
+
+def test_the_gpu_side_profiles_say_what_is_not_pinned():
+    # issue: "where a term cannot be pinned, the output says so": the reserve is a flat share of the tensor peak
+    # (formulas/shared/constants.yaml allocator_reserve_ratio) and the CUDA context a constant, neither measured here
+    for profile in ("hf", "torchtune", "litgpt"):
+        lines = report_lines(vramwise.estimate(LLAMA, profile=profile, method="lora"), _gib)
+        assert any(line.startswith("not pinned on a GPU: the allocator's reserve") and "CUDA context" in line
+                   for line in lines), profile
