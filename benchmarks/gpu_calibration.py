@@ -370,6 +370,22 @@ def phase_workspaces(emit, dry_run: bool, deadline: float, **_) -> None:
             emit(fig("workspaces", "cublas_first_matmul_outside_allocator", _mib((nvml1 - nvml0) - (res1 - res0)),
                      detail="NVML growth less the allocator's: cuBLAS' handle and the kernels loaded"))
         del c
+    # the backward runs on autograd's device thread, whose cuBLAS handle takes a workspace of its own
+    # (formulas/shared/constants.yaml cuda_context_gib: CublasHandlePool.cpp, a workspace per handle and stream)
+    x = torch.randn(n, n, dtype=torch.bfloat16, device=device, requires_grad=True)
+    y = (x @ b).sum()
+    if dry_run:
+        y.backward()
+        emit(fig("workspaces", "cublas_workspace_backward_thread", status="dry-run", reason="dry-run: no cuBLAS"))
+    else:
+        torch.cuda.synchronize()
+        alloc0 = torch.cuda.memory_allocated()
+        y.backward()
+        torch.cuda.synchronize()
+        alloc1 = torch.cuda.memory_allocated()
+        emit(fig("workspaces", "cublas_workspace_backward_thread", _mib(alloc1 - alloc0 - x.grad.nbytes),
+                 detail=f"allocated across the first backward of a {n}x{n} bf16 matmul, less the input's gradient"))
+    del x, y
     del a, b
     from torch.nn.attention import SDPBackend, sdpa_kernel
 

@@ -56,6 +56,8 @@ def test_dry_run_marks_what_needs_cuda(dry_run):
     assert set(by_phase) == {"context", "allocator", "workspaces", "training", "boundary"}
     for phase in ("context", "allocator", "workspaces"):
         assert by_phase[phase] and all(f["status"] == "dry-run" and "dry-run" in f["reason"] for f in by_phase[phase])
+    # cuBLAS' workspaces: the forward thread's handle and autograd's device thread's (CublasHandlePool.cpp)
+    assert {"cublas_workspace_bf16_matmul", "cublas_workspace_backward_thread"} <= {f["name"] for f in by_phase["workspaces"]}
     # the three patterns under the default allocator settings (one process of the two on a GPU)
     assert [f["name"] for f in by_phase["allocator"]] == ["many_small[default]", "few_large[default]",
                                                          "training_like[default]"]
