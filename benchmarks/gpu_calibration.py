@@ -238,22 +238,28 @@ def phase_context(emit, dry_run: bool, deadline: float, **_) -> None:
 
 
 class Live:
-    """Tensors of an allocation pattern and the bytes they request (their peak is what the allocator is asked)."""
+    """Tensors of an allocation pattern and the bytes they request (their peak is what the allocator is asked),
+    fed as well to vramwise's model of the caching allocator, whose figures go beside the GPU's."""
 
     def __init__(self, device: str):
+        from vramwise.measuring.allocator import CachingAllocatorModel
+
         self.device, self.now, self.peak, self.items = device, 0, 0, {}
+        self.model, self.handles = CachingAllocatorModel(), {}
 
     def new(self, key, nbytes: int):
         import torch
 
         t = torch.empty(max(1, nbytes // 2), dtype=torch.bfloat16, device=self.device)
         self.items[key] = t
+        self.handles[key] = self.model.malloc(t.nbytes)
         self.now += t.nbytes
         self.peak = max(self.peak, self.now)
         return t
 
     def free(self, key) -> None:
         t = self.items.pop(key)
+        self.model.free(self.handles.pop(key))
         self.now -= t.nbytes
 
 
@@ -331,15 +337,19 @@ def phase_allocator(emit, dry_run: bool, deadline: float, alloc_conf: str | None
                 continue
             raise
         requested = live.peak
+        # vramwise.measuring.allocator models the default configuration only (no expandable segments)
+        modelled = ({"modelled_max_allocated": live.model.max_allocated, "modelled_max_reserved": live.model.max_reserved}
+                    if alloc_conf is None else {})
         if dry_run:
             emit(fig("allocator", f"{name}[{conf}]", status="dry-run", reason="dry-run: no caching allocator",
-                     bytes={"requested_peak": requested}))
+                     bytes={"requested_peak": requested, **modelled}))
             continue
         torch.cuda.synchronize()
         allocated, reserved = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
         del live
         emit(fig("allocator", f"{name}[{conf}].max_memory_allocated", _mib(allocated), alloc_conf=alloc_conf,
-                 bytes={"requested_peak": requested, "max_allocated": allocated, "max_reserved": reserved}))
+                 bytes={"requested_peak": requested, "max_allocated": allocated, "max_reserved": reserved,
+                        **modelled}))
         emit(fig("allocator", f"{name}[{conf}].max_memory_reserved", _mib(reserved), alloc_conf=alloc_conf,
                  ratio_reserved_to_allocated=round(reserved / allocated, 4) if allocated else None))
 

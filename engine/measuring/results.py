@@ -58,6 +58,9 @@ class Measurement:
     strategy: str | None = None  # ddp, fsdp or fsdp_shard_grad_op when world_size processes ran the step
     world_size: int | None = None
     per_rank: tuple | None = None  # RankFigures of each process (peak and phases are then the highest rank's)
+    # on the CPU: the peak reserve of torch's CUDA caching allocator for the same allocations and frees, from
+    # vramwise.measuring.allocator (the default configuration, one stream); None where no trace was kept
+    modelled_reserved_peak: int | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -69,4 +72,5 @@ class Measurement:
             "notes": list(self.notes),
             "strategy": self.strategy, "world_size": self.world_size,
             "per_rank": None if self.per_rank is None else [r.to_dict() for r in self.per_rank],
+            "modelled_reserved_peak": self.modelled_reserved_peak,
         }

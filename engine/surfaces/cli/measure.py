@@ -137,6 +137,10 @@ def run(args, out) -> int:
         out.write(f"rank {r.rank}: peak {size(r.peak)} {unit} in the {r.peak_phase} phase ({per_phase})\n")
     if m.reserved_peak is not None:
         out.write(f"reserved by the caching allocator: {size(m.reserved_peak)} {unit}\n")
+    if m.modelled_reserved_peak is not None and m.peak:
+        write_wrapped(out, f"reserved by torch's CUDA caching allocator for the same allocations, as vramwise models "
+                      f"it (default configuration, one stream): {size(m.modelled_reserved_peak)} {unit}, "
+                      f"{m.modelled_reserved_peak / m.peak - 1:+.1%} on the tensor peak")
     if m.process_bytes is not None:
         out.write(f"process memory (NVML, CUDA context included): {size(m.process_bytes)} {unit}\n")
     keys = ("parameters", "gradients", "optimizer_state", "activations_and_temporaries")

@@ -61,6 +61,12 @@ def test_dry_run_marks_what_needs_cuda(dry_run):
     # the three patterns under the default allocator settings (one process of the two on a GPU)
     assert [f["name"] for f in by_phase["allocator"]] == ["many_small[default]", "few_large[default]",
                                                          "training_like[default]"]
+    # each pattern also went through vramwise's model of the caching allocator (vramwise.measuring.allocator):
+    # blocks are 512-byte multiples, so the modelled allocated peak is at least the requested one, and the
+    # segments hold every live block
+    for f in by_phase["allocator"]:
+        b = f["bytes"]
+        assert b["modelled_max_reserved"] >= b["modelled_max_allocated"] >= b["requested_peak"] > 0, f
 
 
 def test_dry_run_training_rows_pair_measured_and_estimated(dry_run):
