@@ -73,7 +73,9 @@ def track_cpu(net, opt, ids, steps, settings, params_total, params_trainable, no
     """``tracker``: one already counting (what was allocated while the model was wrapped), else a new one;
     ``engine``: one that owns the backward pass and the step (DeepSpeed's); ``count()``: the categories of
     the bytes alive, when :func:`categories` of ``net`` and ``opt`` is not what the tracker counts."""
-    tracker = tracker if tracker is not None else StorageTracker(events=[])
+    if tracker is None:
+        tracker = StorageTracker()
+        tracker.start_trace()
     for t in list(net.parameters()) + list(net.buffers()) + [ids]:
         tracker.add(t)
     tracker.reset_peak()
@@ -89,10 +91,10 @@ def track_cpu(net, opt, ids, steps, settings, params_total, params_trainable, no
             if last:
                 phases[name] = PhaseFigures(tracker.peak, tracker.current, None, _with_rest(count(), tracker.current))
     modelled = None
-    if getattr(tracker, "events", None) is not None:
+    if getattr(tracker, "trace", None):  # a trace was kept (a tracker of its own, not a caller's)
         from vramwise.measuring.allocator import CachingAllocatorModel
 
-        modelled = CachingAllocatorModel().replay(tracker.events).max_reserved
+        modelled = CachingAllocatorModel().replay(tracker.trace).max_reserved
     return Measurement("cpu", settings.method, settings.to_dict(), params_total, params_trainable,
                        overall, overall_phase, phases, None, None, tuple(notes), modelled_reserved_peak=modelled)
 

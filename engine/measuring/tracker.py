@@ -44,7 +44,7 @@ class StorageTracker:
     proportion to the storages it returns and frees, not to all live ones.
     """
 
-    def __init__(self, granularity: int = GRANULARITY, events: list | None = None):
+    def __init__(self, granularity: int = GRANULARITY):
         import torch
         from torch.utils._python_dispatch import is_traceable_wrapper_subclass
         from torch.utils._pytree import tree_leaves
@@ -56,9 +56,13 @@ class StorageTracker:
         self._freed = 0  # bytes of the storages that died since the last sweep
         self.current = 0
         self.peak = 0
-        # when a list: the storages' births and deaths in order, ("alloc", key, bytes) and ("free", key), the
-        # trace vramwise.measuring.allocator replays
-        self.events = events
+        # once start_trace() has run: the storages' births and deaths in order, ("alloc", key, bytes) and
+        # ("free", key), the trace vramwise.measuring.allocator replays
+        self.trace: list | None = None
+
+    def start_trace(self) -> None:
+        """Keep, from now on, the order in which storages are born and die (:attr:`trace`)."""
+        self.trace = []
 
     def _died(self, ref: _StorageRef) -> None:
         # Python calls this while the dying storage still holds its address, so no new storage
@@ -66,8 +70,8 @@ class StorageTracker:
         if self._live.get(ref.key) is ref:
             del self._live[ref.key]
             self._freed += ref.size
-            if self.events is not None:
-                self.events.append(("free", ref.key))
+            if self.trace is not None:
+                self.trace.append(("free", ref.key))
 
     def sweep(self) -> None:
         """Take the storages that died since the last sweep off the live total."""
@@ -93,8 +97,8 @@ class StorageTracker:
         ref.key, ref.size = key, size
         self._live[key] = ref
         self.current += size
-        if self.events is not None:
-            self.events.append(("alloc", key, storage.nbytes()))
+        if self.trace is not None:
+            self.trace.append(("alloc", key, storage.nbytes()))
 
     def after_op(self, outputs) -> None:
         self.sweep()
@@ -133,8 +137,8 @@ class ResizeAwareTracker(StorageTracker):
         size = rounded(storage.nbytes(), self.granularity)
         self.current += size - ref.size
         ref.size = size
-        if self.events is not None:  # a resize gives the old block back and takes one of the new size
-            self.events += [("free", ref.key), ("alloc", ref.key, storage.nbytes())]
+        if self.trace is not None:  # a resize gives the old block back and takes one of the new size
+            self.trace += [("free", ref.key), ("alloc", ref.key, storage.nbytes())]
         if self.current > self.peak:
             self.peak = self.current
 

@@ -21,16 +21,17 @@ TINY = {"model_type": "llama", "vocab_size": 1000, "hidden_size": 64, "intermedi
 
 
 def test_the_trace_lists_births_and_deaths_in_order():
-    tr = StorageTracker(events=[])
+    tr = StorageTracker()
+    tr.start_trace()
     with tr.mode():
         a = torch.ones(1000, dtype=torch.float32)  # 4,000 bytes
         b = a * 2
         del a
         c = b + 1
-    kinds = [e[0] for e in tr.events]
+    kinds = [e[0] for e in tr.trace]
     assert kinds == ["alloc", "alloc", "free", "alloc"]
-    assert [e[2] for e in tr.events if e[0] == "alloc"] == [4000, 4000, 4000]
-    m = allocator.CachingAllocatorModel().replay(tr.events)
+    assert [e[2] for e in tr.trace if e[0] == "alloc"] == [4000, 4000, 4000]
+    m = allocator.CachingAllocatorModel().replay(tr.trace)
     # three 4,096-byte blocks, two alive at once, all from one 2 MiB small-pool segment
     assert (m.max_allocated, m.max_reserved, m.allocated) == (8192, 2 * 1024 * 1024, 8192)
     del b, c
