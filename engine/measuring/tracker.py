@@ -137,8 +137,6 @@ class ResizeAwareTracker(StorageTracker):
         size = rounded(storage.nbytes(), self.granularity)
         self.current += size - ref.size
         ref.size = size
-        if self.trace is not None:  # a resize gives the old block back and takes one of the new size
-            self.trace += [("free", ref.key), ("alloc", ref.key, storage.nbytes())]
         if self.current > self.peak:
             self.peak = self.current
 
