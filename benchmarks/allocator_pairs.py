@@ -50,10 +50,9 @@ MEASURED_SETTINGS = ("method", "batch_size", "seq_len", "lora_rank", "target_mod
 
 def _model_source(model: str) -> str:
     """The shared config file where there is one (transformers builds it as published), else the catalog's."""
-    if gpu_runs.SHARED_CONFIGS is not None:
-        path = gpu_runs.SHARED_CONFIGS / (model.replace("/", "__") + ".json")
-        if path.is_file():
-            return str(path)
+    path = gpu_runs.shared_config(model)
+    if path is not None:
+        return str(path)
     found = gpu_runs.find_config(model, None)
     if found is None:
         raise SystemExit(f"no config offline for {model}")

@@ -147,6 +147,14 @@ def signed_error(estimated: float, published: float) -> float:
     return estimated / published - 1
 
 
+def shared_config(model: str, shared: Path | None = SHARED_CONFIGS) -> Path | None:
+    """The shared config file of ``model`` (../shared/configs), or None where there is none."""
+    if shared is None:
+        return None
+    path = shared / (model.replace("/", "__") + ".json")
+    return path if path.is_file() else None
+
+
 def find_config(model: str, shared: Path | None = SHARED_CONFIGS) -> str | None:
     """The model argument that reads ``model``'s config offline, or None: ``catalog:<id>`` when the catalog has
     that very id (or one of its names), else the shared config file."""
@@ -155,11 +163,8 @@ def find_config(model: str, shared: Path | None = SHARED_CONFIGS) -> str | None:
     entry = find_model(model)
     if entry is not None and model.lower() in {n.lower() for n in (entry.id, *entry.aliases)}:
         return f"catalog:{entry.id}"
-    if shared is not None:
-        path = shared / (model.replace("/", "__") + ".json")
-        if path.is_file():
-            return str(path)
-    return None
+    path = shared_config(model, shared)
+    return None if path is None else str(path)
 
 
 def run_settings(run: dict) -> tuple[str, dict]:

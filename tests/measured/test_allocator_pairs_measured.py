@@ -28,9 +28,7 @@ GIB = 2**30
 def test_the_modelled_reserve_is_within_half_a_gib_of_the_published(label, above, peak):
     runs = {r["id"]: r for r in gpu_runs.load_runs()}
     model = runs[above]["model"]
-    shared = gpu_runs.SHARED_CONFIGS
-    if not (shared is not None and (shared / (model.replace("/", "__") + ".json")).is_file()) and \
-            gpu_runs.find_config(model, None) is None:
+    if gpu_runs.shared_config(model) is None and gpu_runs.find_config(model, None) is None:
         pytest.skip(f"no config offline for {model}")
     try:
         row = allocator_pairs.pair(label, above, peak, runs)
