@@ -10,7 +10,8 @@ modelled reserve put beside what the source published:
   modelled reserve above the tensor peak, plus the CUDA context's margin (formulas/shared/constants.yaml
   cuda_context_gib), against the published gap between the two readings.
 
-The flat share the estimates charge today (allocator_reserve_ratio) is shown beside each. The step runs the
+The flat share (allocator_reserve_ratio) and the estimate's own reserve for the run's settings (the hf profile's
+fitted share of the activations, formulas/hf/reserve.yaml) are shown beside each. The step runs the
 installed transformers (whose loss pads the labels; fms-acceleration's 4.48.1 copied the shifted logits) and
 measure's loop, which holds no model output (PEFT's loop does): the tensor peaks differ from the runs' by that
 much, and the comparison is of the reserve above them. QLoRA is left out: a 4-bit layer cannot be built on
@@ -67,6 +68,7 @@ def constant(name: str) -> float:
 
 
 def pair(label: str, above_id: str, peak_id: str | None, runs: dict) -> dict:
+    import vramwise
     from vramwise.measuring.steps import measure
 
     above = runs[above_id]
@@ -77,16 +79,21 @@ def pair(label: str, above_id: str, peak_id: str | None, runs: dict) -> dict:
     m = measure(_model_source(above["model"]), fake=True, steps=2, attention="sdpa", **kwargs)
     ratio = constant("allocator_reserve_ratio")
     context = constant("cuda_context_gib") * GIB
+    est = vramwise.estimate(_model_source(above["model"]), profile="hf", **settings)
     out = {"label": label, "run": above_id, "statistic": above["statistic"], "settings": kwargs,
            "tensor_peak": m.peak, "modelled_reserved": m.modelled_reserved_peak,
-           "modelled_reserve": m.modelled_reserved_peak - m.peak, "flat_reserve": round(ratio * m.peak)}
+           "modelled_reserve": m.modelled_reserved_peak - m.peak, "flat_reserve": round(ratio * m.peak),
+           # the estimate's own reserve for the run's settings (formulas/hf/reserve.yaml), above its tensor peak
+           "estimate_tensor_peak": est.figures["tensor_peak"],
+           "estimate_reserve": est.figures["reserved"] - est.figures["tensor_peak"]}
     published = gpu_runs.published_bytes(above)
     if peak_id is None:  # a reserved peak: compared as it is
-        out.update(published_reserved=published)
+        out.update(published_reserved=published, estimate_reserved=est.figures["reserved"])
     else:  # nvidia-smi above an allocated peak: compare the gaps, the context's margin added to the model's
         out.update(published_peak=gpu_runs.published_bytes(runs[peak_id]),
                    published_gap=published - gpu_runs.published_bytes(runs[peak_id]),
-                   modelled_gap=out["modelled_reserve"] + round(context), flat_gap=out["flat_reserve"] + round(context))
+                   modelled_gap=out["modelled_reserve"] + round(context), flat_gap=out["flat_reserve"] + round(context),
+                   estimate_gap=out["estimate_reserve"] + round(context))
     return out
 
 
@@ -105,15 +112,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{r['label']} ({r['run']})")
         print(f"  tensor peak of the fake step {g(r['tensor_peak'])}; reserve above it: modelled "
               f"{g(r['modelled_reserve'])} ({r['modelled_reserve'] / r['tensor_peak']:+.1%}), "
-              f"flat {g(r['flat_reserve'])}")
+              f"flat {g(r['flat_reserve'])}; the estimate's reserve above its own tensor peak "
+              f"({g(r['estimate_tensor_peak'])}): {g(r['estimate_reserve'])}")
         if "published_reserved" in r:
             print(f"  reserved: published {g(r['published_reserved'])}, modelled {g(r['modelled_reserved'])} "
                   f"({r['modelled_reserved'] / r['published_reserved'] - 1:+.1%}), flat "
                   f"{g(r['tensor_peak'] + r['flat_reserve'])} "
-                  f"({(r['tensor_peak'] + r['flat_reserve']) / r['published_reserved'] - 1:+.1%})")
+                  f"({(r['tensor_peak'] + r['flat_reserve']) / r['published_reserved'] - 1:+.1%}), the estimate "
+                  f"{g(r['estimate_reserved'])} ({r['estimate_reserved'] / r['published_reserved'] - 1:+.1%})")
         else:
             print(f"  nvidia-smi above the allocated peak: published {g(r['published_gap'])}, modelled "
-                  f"{g(r['modelled_gap'])}, flat {g(r['flat_gap'])} (both with the context's margin)")
+                  f"{g(r['modelled_gap'])}, flat {g(r['flat_gap'])}, the estimate {g(r['estimate_gap'])} (each with "
+                  f"the context's margin)")
     return 0
 
 

@@ -89,8 +89,9 @@ def test_an_absent_reason_for_a_phase_the_profile_lacks_names_its_place(tmp_path
 
 
 def test_the_gpu_side_profiles_say_what_is_not_pinned():
-    # issue: "where a term cannot be pinned, the output says so": the reserve is a flat share of the tensor peak
-    # (formulas/shared/constants.yaml allocator_reserve_ratio) and the CUDA context a constant, neither measured here
+    # issue: "where a term cannot be pinned, the output says so": the reserve is fitted on fake steps through a model
+    # of the allocator (hf's LoRA and QLoRA) or a flat share of the tensor peak (formulas/shared/constants.yaml), the
+    # CUDA context a constant, neither measured on a GPU
     for profile in ("hf", "torchtune", "litgpt"):
         lines = report_lines(vramwise.estimate(LLAMA, profile=profile, method="lora"), _gib)
         assert any(line.startswith("not pinned on a GPU: the allocator's reserve") and "CUDA context" in line

@@ -317,5 +317,7 @@ def test_the_page_shows_the_scorer_output_through_a_console_block():
     spec.loader.exec_module(module)
     page = REPO / "docs" / "gpu-runs.md"
     blocks = module.find_blocks(page, page.read_text(encoding="utf-8").split("\n"))
-    assert [c.text for b in blocks for c in b.commands] == ["python benchmarks/gpu_runs.py"]
+    # the scorer's output, and the allocator fit's written cells (benchmarks/allocator_fit.yaml) further down
+    assert [c.text for b in blocks for c in b.commands] == ["python benchmarks/gpu_runs.py",
+                                                            "python benchmarks/allocator_fit.py --show"]
     assert "gpu-runs.md" in (REPO / "mkdocs.yml").read_text(encoding="utf-8")
