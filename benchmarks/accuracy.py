@@ -263,9 +263,9 @@ def render(cpu, layers, large, gpu) -> str:
         out += [
             "No GPU rows yet: no NVIDIA GPU was available when this page was generated. The reserved",
             "(the allocator's reserve: fitted on fake steps through a model of torch's caching allocator for the",
-            "hf profile's LoRA and QLoRA, +15 % over the tensor peak elsewhere) and device (+0.5 GiB CUDA",
+            "hf and torchtune profiles' LoRA and QLoRA, +15 % over the tensor peak elsewhere) and device (+0.5 GiB CUDA",
             "context; NCCL's 1.6 GB on each rank of a data-parallel strategy) figures are not measured on a GPU",
-            "(formulas/shared/overhead.yaml, formulas/hf/reserve.yaml, formulas/shared/constants.yaml) until",
+            "(formulas/shared/overhead.yaml, formulas/*/reserve.yaml, formulas/shared/constants.yaml) until",
             "`python benchmarks/accuracy.py --cuda` runs on one; published",
             "runs that give an allocated and a reserved or nvidia-smi figure are compared with them in",
             "[Published GPU runs](gpu-runs.md#what-nvidia-smi-adds).",

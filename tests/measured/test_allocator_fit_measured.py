@@ -1,4 +1,4 @@
-"""Two cells of benchmarks/allocator_fit.yaml run again (a fake step through the allocator model, one with
+"""Two hf cells of benchmarks/allocator_fit.yaml run again (a fake step through the allocator model, one with
 gradient checkpointing, one without): the fake step's tensor peak and the modelled reserved peak are those the file
 records, to the byte, so the fit the constants come from is reproducible from the script."""
 
@@ -28,8 +28,8 @@ CELLS = [allocator_fit.FIT[0], allocator_fit.FIT[1]]  # Llama 3.2 1B LoRA: batch
 def test_a_cell_reproduces_its_record(cell):
     if gpu_runs.shared_config(cell[0]) is None:
         pytest.skip(f"no shared config for {cell[0]} (../shared/configs)")
-    got = allocator_fit.run_cell(cell, "fit")
-    want = next(c for c in RECORDED if (c["model"], c["method"], c["batch_size"], c["seq_len"],
-                                        c["gradient_checkpointing"]) == (cell[0], *cell[1:]))
+    got = allocator_fit.run_cell(cell, "fit", "hf")
+    want = next(c for c in RECORDED if (c["stack"], c["model"], c["method"], c["batch_size"], c["seq_len"],
+                                        c["gradient_checkpointing"]) == ("hf", cell[0], *cell[1:]))
     for key in ("fake_tensor_peak", "modelled_reserved_peak", "estimate_tensor_peak", "estimate_activations_at_peak"):
         assert got[key] == want[key], key

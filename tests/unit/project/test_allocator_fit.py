@@ -1,7 +1,8 @@
-"""benchmarks/allocator_fit.yaml and the two constants fitted on it (formulas/shared/constants.yaml
-allocator_reserve_checkpointed_ratio, allocator_reserve_saved_ratio): each constant is the median, rounded to two
-decimals, of reserve / activations at the peak over the file's LoRA cells of the split "fit" with (without)
-gradient checkpointing, recomputed here from the cells' own figures with a plain YAML reader. The file is written by
+"""benchmarks/allocator_fit.yaml and the constants fitted on it (formulas/shared/constants.yaml: for the hf stack
+allocator_reserve_checkpointed_ratio and allocator_reserve_saved_ratio, for torchtune
+torchtune_reserve_checkpointed_ratio and torchtune_reserve_saved_ratio): each constant is the median, rounded to
+two decimals, of reserve / activations at the peak over the file's LoRA cells of its stack and the split "fit"
+with (without) gradient checkpointing, recomputed here from the cells' own figures with a plain YAML reader. The file is written by
 ``python benchmarks/allocator_fit.py --write``; tests/measured/test_allocator_fit_measured.py runs two of its cells
 again."""
 
@@ -18,19 +19,24 @@ FIT = yaml.safe_load((ROOT / "benchmarks" / "allocator_fit.yaml").read_text(enco
 CONSTANTS = yaml.safe_load((ROOT / "formulas" / "shared" / "constants.yaml").read_text(encoding="utf-8"))["constants"]
 
 
-def _ratios(checkpointed: bool, split: str = "fit") -> list[float]:
+#: stack -> (its constant with checkpointing, without)
+NAMES = {"hf": ("allocator_reserve_checkpointed_ratio", "allocator_reserve_saved_ratio"),
+         "torchtune": ("torchtune_reserve_checkpointed_ratio", "torchtune_reserve_saved_ratio")}
+
+
+def _ratios(stack: str, checkpointed: bool, split: str = "fit") -> list[float]:
     return [(c["modelled_reserved_peak"] - c["fake_tensor_peak"]) / c["estimate_activations_at_peak"]
             for c in FIT["cells"]
-            if c["split"] == split and c["method"] != "full"
+            if c["stack"] == stack and c["split"] == split and c["method"] != "full"
             and (c["gradient_checkpointing"] != "none") == checkpointed]
 
 
-@pytest.mark.parametrize("name, checkpointed", [("allocator_reserve_checkpointed_ratio", True),
-                                                ("allocator_reserve_saved_ratio", False)])
-def test_each_constant_is_the_rounded_median_of_its_fit_cells(name, checkpointed):
-    ratios = _ratios(checkpointed)
-    assert len(ratios) >= 4
-    assert CONSTANTS[name]["value"] == round(statistics.median(ratios), 2)
+@pytest.mark.parametrize("stack", sorted(NAMES))
+@pytest.mark.parametrize("checkpointed", [True, False])
+def test_each_constant_is_the_rounded_median_of_its_fit_cells(stack, checkpointed):
+    ratios = _ratios(stack, checkpointed)
+    assert len(ratios) >= 3
+    assert CONSTANTS[NAMES[stack][0 if checkpointed else 1]]["value"] == round(statistics.median(ratios), 2)
 
 
 def test_every_cell_is_a_step_the_estimate_matches_in_tensors():
@@ -41,14 +47,15 @@ def test_every_cell_is_a_step_the_estimate_matches_in_tensors():
         assert abs(c["estimate_tensor_peak"] / c["fake_tensor_peak"] - 1) < 0.02, c["model"]
 
 
-def test_the_held_out_cells_are_not_fitted_and_the_rule_beats_the_flat_share_on_them():
-    held = [c for c in FIT["cells"] if c["split"] == "held_out" and c["method"] != "full"]
-    assert len(held) >= 6
+@pytest.mark.parametrize("stack", sorted(NAMES))
+def test_the_held_out_cells_are_not_fitted_and_the_rule_beats_the_flat_share_on_them(stack):
+    held = [c for c in FIT["cells"] if c["stack"] == stack and c["split"] == "held_out" and c["method"] != "full"]
+    assert len(held) >= 5
     fitted = {(c["model"], c["method"], c["batch_size"], c["seq_len"], c["gradient_checkpointing"])
-              for c in FIT["cells"] if c["split"] == "fit"}
+              for c in FIT["cells"] if c["stack"] == stack and c["split"] == "fit"}
     assert not any((c["model"], c["method"], c["batch_size"], c["seq_len"], c["gradient_checkpointing"]) in fitted
                    for c in held)
-    ckpt, saved = (CONSTANTS[n]["value"] for n in ("allocator_reserve_checkpointed_ratio", "allocator_reserve_saved_ratio"))
+    ckpt, saved = (CONSTANTS[n]["value"] for n in NAMES[stack])
     flat = CONSTANTS["allocator_reserve_ratio"]["value"]
     rule = [abs((c["estimate_tensor_peak"] + (ckpt if c["gradient_checkpointing"] != "none" else saved)
                  * c["estimate_activations_at_peak"]) / c["modelled_reserved_peak"] - 1) for c in held]
