@@ -51,7 +51,8 @@ COMMON = {"optimizer": "adamw_torch", "lora_rank": 16}
 #: settings of one stack's cells beside COMMON
 STACK_SETTINGS = {"hf": {"attention": "sdpa"}, "torchtune": {}}
 
-#: (model, method, batch_size, seq_len, gradient_checkpointing): the cells the ratios are fitted on
+#: (model, method, batch_size, seq_len, gradient_checkpointing): the transformers + PEFT cells its ratios are
+#: fitted on
 FIT = (
     ("meta-llama/Llama-3.2-1B-Instruct", "lora", 1, 512, "none"),
     ("meta-llama/Llama-3.2-1B-Instruct", "lora", 4, 2048, "true"),
@@ -68,6 +69,23 @@ FIT = (
     ("mistralai/Mistral-7B-v0.1", "full", 1, 2048, "true"),
     ("mistralai/Mistral-7B-v0.1", "lora", 8, 4096, "true"),
 )
+#: transformers + PEFT cells the fit does not see, scored with its ratios
+HELD_OUT = (
+    ("Qwen/Qwen3-1.7B", "lora", 2, 1024, "none"),
+    ("Qwen/Qwen3-4B", "lora", 1, 2048, "true"),
+    ("meta-llama/Llama-2-7b-hf", "lora", 2, 512, "none"),
+    ("meta-llama/Llama-2-7b-hf", "lora", 2, 2048, "true"),
+    ("microsoft/Phi-3.5-mini-instruct", "lora", 1, 4096, "true"),
+    ("Qwen/Qwen2-1.5B-Instruct", "full", 4, 512, "none"),
+    ("TinyLlama/TinyLlama-1.1B-Chat-v1.0", "full", 2, 2048, "true"),
+    ("Qwen/Qwen3-8B", "lora", 4, 1024, "true"),
+    ("mistralai/Mistral-7B-Instruct-v0.3", "lora", 2, 2048, "none"),
+    ("HuggingFaceTB/SmolLM2-360M-Instruct", "full", 16, 1024, "none"),
+    ("meta-llama/Llama-3.2-1B-Instruct", "lora", 8, 1024, "true"),
+    ("Qwen/Qwen2.5-14B", "lora", 1, 2048, "true"),
+)
+
+
 #: torchtune's cells (its families: llama, mistral, qwen2, gemma, gemma2, phi3)
 TORCHTUNE_FIT = (
     ("meta-llama/Llama-3.2-1B-Instruct", "lora", 2, 2048, "true"),
@@ -90,23 +108,6 @@ TORCHTUNE_HELD_OUT = (
     ("Qwen/Qwen2-7B-Instruct", "lora", 1, 2048, "none"),
     ("TinyLlama/TinyLlama-1.1B-Chat-v1.0", "full", 2, 2048, "true"),
 )
-#: cells the fit does not see, scored with its ratios
-HELD_OUT = (
-    ("Qwen/Qwen3-1.7B", "lora", 2, 1024, "none"),
-    ("Qwen/Qwen3-4B", "lora", 1, 2048, "true"),
-    ("meta-llama/Llama-2-7b-hf", "lora", 2, 512, "none"),
-    ("meta-llama/Llama-2-7b-hf", "lora", 2, 2048, "true"),
-    ("microsoft/Phi-3.5-mini-instruct", "lora", 1, 4096, "true"),
-    ("Qwen/Qwen2-1.5B-Instruct", "full", 4, 512, "none"),
-    ("TinyLlama/TinyLlama-1.1B-Chat-v1.0", "full", 2, 2048, "true"),
-    ("Qwen/Qwen3-8B", "lora", 4, 1024, "true"),
-    ("mistralai/Mistral-7B-Instruct-v0.3", "lora", 2, 2048, "none"),
-    ("HuggingFaceTB/SmolLM2-360M-Instruct", "full", 16, 1024, "none"),
-    ("meta-llama/Llama-3.2-1B-Instruct", "lora", 8, 1024, "true"),
-    ("Qwen/Qwen2.5-14B", "lora", 1, 2048, "true"),
-)
-
-
 #: each stack's (fit cells, held-out cells)
 CELLS = {"hf": (FIT, HELD_OUT), "torchtune": (TORCHTUNE_FIT, TORCHTUNE_HELD_OUT)}
 
