@@ -15,7 +15,7 @@ from vramwise.models.facts import short_repr
 from vramwise.models.family import Family, ModuleRule
 from vramwise.models.model import Inventory, LayerClass, Module, module_groups
 from vramwise.models.plan import IndexSet
-from vramwise.models.skiplists import skipped_quantizable
+from vramwise.models.skiplists import SkipList, skipped_quantizable
 
 __all__ = ["build_module", "build_modules", "take_inventory", "MAX_DIMENSION", "MAX_COPIES"]
 
@@ -111,6 +111,7 @@ def take_inventory(family: Family, facts: Mapping[str, Any], classes: tuple, mod
             if m.kind == "linear":
                 largest_lq += m.weight_params
     skip = facts.get(family.skip_modules_fact) if family.skip_modules_fact else None
+    skip = SkipList(skip, family.path_roots) if skip else None  # read once for both readings below
     skipped = skipped_quantizable(module_groups(model_mods, classes), skip, family.path_roots) if skip else 0
     skipped_v5 = (skipped_quantizable(module_groups(model_mods, classes), skip, family.path_roots, inner=False)
                   if skip else 0)

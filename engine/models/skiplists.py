@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-__all__ = ["skipped_quantizable", "skipped_copies"]
+__all__ = ["SkipList", "skipped_quantizable", "skipped_copies"]
 
 
 def _split_entries(entries: Iterable[str], roots: tuple) -> tuple[list, list]:
@@ -189,7 +189,20 @@ def _copies_matched(parts: list, indices, count: int, repeat: int) -> int:
     return total
 
 
-def skipped_copies(groups: Iterable[tuple], entries: Iterable[str], roots: tuple, *,
+class SkipList:
+    """A skip list read once for a text tower's ``roots`` (the canonical one first): its entries, split into
+    pattern entries (``*``, ``re:``), entries under a root and short entries, and indexed by shape. Matching
+    it several times (with and without ``inner``) reads the list once and shares the matches' memo."""
+
+    def __init__(self, entries: Iterable[str], roots: tuple):
+        self.roots = roots
+        self.entries = [e for e in entries if isinstance(e, str) and e]
+        self.found = [e for e in self.entries if "*" in e or e.startswith("re:")]
+        self.rooted, self.short = _split_entries([e for e in self.entries if e not in self.found], roots)
+        self.index = _SkipIndex(self.rooted, self.short)
+
+
+def skipped_copies(groups: Iterable[tuple], entries: Iterable[str] | SkipList, roots: tuple, *,
                    patterns: bool = True, inner: bool = False) -> Iterable[tuple]:
     """For each (copies, layer indices or None, modules) of ``groups``, the same with a list of how many
     copies (layers x numbered copies) of each linear layer and parameter the skip list names (0 for the
@@ -200,14 +213,12 @@ def skipped_copies(groups: Iterable[tuple], entries: Iterable[str], roots: tuple
     ``*`` (a glob over path segments) or ``re:`` (a regular expression, compressed-tensors' form) are
     matched against each concrete path, as a prefix ending at a module boundary (``patterns`` False:
     such entries match nothing). ``inner``: a short entry also matches inside a path (see the module's
-    docstring).
+    docstring). ``entries`` may be a :class:`SkipList` read for the same ``roots``.
     """
-    entries = [e for e in entries if isinstance(e, str) and e]
-    found = [e for e in entries if "*" in e or e.startswith("re:")]
-    rooted, short = _split_entries([e for e in entries if e not in found], roots)
-    patterns = found if patterns else []
+    parsed = entries if isinstance(entries, SkipList) and entries.roots == roots else SkipList(entries, roots)
+    entries, rooted, short, index = parsed.entries, parsed.rooted, parsed.short, parsed.index
+    patterns = parsed.found if patterns else []
     canon = roots[0]
-    index = _SkipIndex(rooted, short)
     pattern_match = _pattern_matcher(patterns, roots) if patterns else None
     for count, indices, mods in groups:
         out = []
@@ -231,7 +242,8 @@ def skipped_copies(groups: Iterable[tuple], entries: Iterable[str], roots: tuple
         yield count, indices, mods, out
 
 
-def skipped_quantizable(groups: Iterable[tuple], entries: Iterable[str], roots: tuple, *, inner: bool = True) -> int:
+def skipped_quantizable(groups: Iterable[tuple], entries: Iterable[str] | SkipList, roots: tuple, *,
+                        inner: bool = True) -> int:
     """Quantizable weights a 4-bit load keeps in 16 bit because the skip list names their module
     (``groups``: (copies, layer indices or None, modules) of a model; ``roots``: the text tower's
     paths, the canonical one first). Glob and ``re:`` entries belong to a checkpoint's own format
