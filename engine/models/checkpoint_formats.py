@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from vramwise.errors import ConfigError, EvaluationError
 from vramwise.rules.expr.language import Expression, compile_expression
 from vramwise.models.model import module_groups
-from vramwise.models.skiplists import skipped_copies
+from vramwise.models.skiplists import read_skip_list, skipped_copies
 
 __all__ = ["CheckpointStorage", "CheckpointFormat", "checkpoint_storage", "formats", "FORMATS_PATH"]
 
@@ -147,9 +147,10 @@ def _expert_projections(m) -> list:
 
 
 def checkpoint_storage(config: Any, classes: tuple, model_mods: tuple, roots: tuple,
-                       warnings: list) -> CheckpointStorage | None:
+                       warnings: list, skip_lists: dict | None = None) -> CheckpointStorage | None:
     """The bytes a quantized checkpoint stores for the modules its format quantizes (None when the
-    config has no quantization_config, or one no format describes: then a warning says so)."""
+    config has no quantization_config, or one no format describes: then a warning says so;
+    ``skip_lists``: the skip lists read for this model so far, shared with its inventory)."""
     if not isinstance(config, Mapping) or not isinstance(config.get("quant_method"), str):
         return None
     fmt, values = select_format(config)
@@ -157,7 +158,7 @@ def checkpoint_storage(config: Any, classes: tuple, model_mods: tuple, roots: tu
         warnings.append(f"the checkpoint's quantization ({str(config.get('quant_method'))[:40]}) has no layout in "
                         f"{FORMATS_PATH}: a serving estimate counts its weights in 16 bit")
         return None
-    skip = _skip_entries(fmt, config)
+    skip = read_skip_list(_skip_entries(fmt, config), roots, skip_lists)
     memo: dict = {}
     params = total = head_params = head_bytes = 0
     for count, indices, mods, skipped in skipped_copies(module_groups(model_mods, classes), skip, roots):

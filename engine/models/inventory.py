@@ -15,7 +15,7 @@ from vramwise.models.facts import short_repr
 from vramwise.models.family import Family, ModuleRule
 from vramwise.models.model import Inventory, LayerClass, Module, module_groups
 from vramwise.models.plan import IndexSet
-from vramwise.models.skiplists import SkipList, skipped_quantizable
+from vramwise.models.skiplists import read_skip_list, skipped_quantizable
 
 __all__ = ["build_module", "build_modules", "take_inventory", "MAX_DIMENSION", "MAX_COPIES"]
 
@@ -87,8 +87,9 @@ def build_modules(family: Family, env: Mapping, layers: Iterable[tuple[IndexSet,
 
 
 def take_inventory(family: Family, facts: Mapping[str, Any], classes: tuple, model_mods: tuple, n_layers: int,
-                   checkpoint_bytes: int | None) -> tuple[Inventory, dict]:
-    """The inventory totals of a model, and its parameters per module group."""
+                   checkpoint_bytes: int | None, skip_lists: dict | None = None) -> tuple[Inventory, dict]:
+    """The inventory totals of a model, and its parameters per module group (``skip_lists``: the skip lists
+    read for this model so far, :func:`~vramwise.models.skiplists.read_skip_list`)."""
     by_group: dict[str, int] = {}
     quantizable = 0
     linear_quantizable = 0
@@ -111,7 +112,7 @@ def take_inventory(family: Family, facts: Mapping[str, Any], classes: tuple, mod
             if m.kind == "linear":
                 largest_lq += m.weight_params
     skip = facts.get(family.skip_modules_fact) if family.skip_modules_fact else None
-    skip = SkipList(skip, family.path_roots) if skip else None  # read once for both readings below
+    skip = read_skip_list(skip, family.path_roots, skip_lists) if skip else None  # read once for both readings below
     skipped = skipped_quantizable(module_groups(model_mods, classes), skip, family.path_roots) if skip else 0
     skipped_v5 = (skipped_quantizable(module_groups(model_mods, classes), skip, family.path_roots, inner=False)
                   if skip else 0)

@@ -51,9 +51,10 @@ def resolve_model(
 
     env = dict(facts)
     classes, model_mods = build_modules(family, env, layer_classes(family, env, n_layers))
-    inventory, by_group = take_inventory(family, facts, classes, model_mods, n_layers, checkpoint_bytes)
+    skip_lists: dict = {}  # a skip list is read once for the inventory and the checkpoint's format
+    inventory, by_group = take_inventory(family, facts, classes, model_mods, n_layers, checkpoint_bytes, skip_lists)
     quantized = checkpoint_storage(root.get("quantization_config") or text.get("quantization_config"),
-                                   classes, model_mods, family.path_roots, warns)
+                                   classes, model_mods, family.path_roots, warns, skip_lists)
     if quantized is not None:
         inventory = replace(inventory, checkpoint_quantized_params=quantized.quantized_params,
                             checkpoint_quantized_bytes=quantized.quantized_bytes,

@@ -19,24 +19,29 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-__all__ = ["SkipList", "skipped_quantizable", "skipped_copies"]
+__all__ = ["SkipList", "read_skip_list", "skipped_quantizable", "skipped_copies"]
 
 
 def _split_entries(entries: Iterable[str], roots: tuple) -> tuple[list, list]:
-    """A skip list split into entries under a text-tower root (made relative to it) and short entries."""
-    ordered = sorted(roots, key=len, reverse=True)
+    """A skip list split into entries under a text-tower root (made relative to it) and short entries.
+
+    An entry is under the longest root that equals it or one of its dotted prefixes: each entry's prefixes
+    at its dots are looked up in the set of roots, longest first (a long list is split in one pass, with a
+    few dictionary lookups per entry instead of a string comparison per root)."""
+    root_set = set(roots)
     rooted: list[str] = []
     short: list[str] = []
     for e in entries:
         if not isinstance(e, str) or not e:
             continue
-        for r in ordered:
-            if e == r:
-                rooted.append("")
-                break
-            if e.startswith(r + "."):
-                rooted.append(e[len(r) + 1:])
-                break
+        if e in root_set:
+            rooted.append("")
+            continue
+        cut = e.rfind(".")
+        while cut >= 0 and e[:cut] not in root_set:
+            cut = e.rfind(".", 0, cut)
+        if cut >= 0:
+            rooted.append(e[cut + 1:])
         else:
             short.append(e)
     return rooted, short
@@ -200,6 +205,20 @@ class SkipList:
         self.found = [e for e in self.entries if "*" in e or e.startswith("re:")]
         self.rooted, self.short = _split_entries([e for e in self.entries if e not in self.found], roots)
         self.index = _SkipIndex(self.rooted, self.short)
+
+
+def read_skip_list(entries: Iterable[str], roots: tuple, read: dict | None = None) -> SkipList:
+    """``entries`` read as a :class:`SkipList` for ``roots``, once per distinct list in ``read`` (a dict the
+    caller keeps for one model: the inventory and the checkpoint's format read the same
+    ``llm_int8_skip_modules``, which may hold 100,000 entries)."""
+    if read is None:
+        return SkipList(entries, roots)
+    kept = tuple(e for e in entries if isinstance(e, str) and e)
+    key = (kept, roots)
+    found = read.get(key)
+    if found is None:
+        found = read[key] = SkipList(kept, roots)
+    return found
 
 
 def skipped_copies(groups: Iterable[tuple], entries: Iterable[str] | SkipList, roots: tuple, *,

@@ -54,6 +54,39 @@ def test_a_long_skip_list():
     assert spec.aggregates["skipped_quantizable_params"] == 4 * 4096
 
 
+
+def test_entries_go_under_the_longest_root_they_start_with():
+    roots = ("model", "model.language_model", "language_model")
+    entries = ["model", "model.layers.0.mlp", "model.language_model.layers.1", "model.language_model",
+               "language_model.norm", "models.layers.0", "lm_head", "model.", "", 7]
+    rooted, short = _split_entries(entries, roots)
+    # "model" and "model.language_model" are roots themselves (the whole tower: ""); the longest root
+    # a dotted prefix names wins ("model.language_model.layers.1" -> "layers.1", not "language_model.layers.1");
+    # "models" is not a root at a dot, "lm_head" names none; "model." is the root with an empty rest;
+    # "" and 7 are no entries
+    assert rooted == ["", "layers.0.mlp", "layers.1", "", "norm", ""]
+    assert short == ["models.layers.0", "lm_head"]
+
+
+def test_a_checkpoints_skip_list_is_read_once_per_model(monkeypatch):
+    """The inventory and the checkpoint's format read the same llm_int8_skip_modules: one SkipList."""
+    from vramwise.models import skiplists
+
+    made = []
+    real = skiplists.SkipList.__init__
+
+    def counting(self, entries, roots):
+        made.append(roots)
+        real(self, entries, roots)
+
+    monkeypatch.setattr(skiplists.SkipList, "__init__", counting)
+    entries = [f"model.layers.{i}.self_attn.q_proj" for i in range(1000)]
+    spec = vramwise.load_model(dict(MOE, quantization_config={"quant_method": "bitsandbytes", "load_in_4bit": True,
+                                                              "llm_int8_skip_modules": entries}), registry=REG)
+    assert len(made) == 1
+    # as test_a_long_skip_list: 4 layers' q_proj, 4,096 weights each
+    assert spec.aggregates["skipped_quantizable_params"] == 4 * 4096
+
 # -- short entries, as the reference estimator reads them ------------------------------------------------------
 # A config without model_type (the generic family): 3 layers of H 64, 4 heads of 16, 2 KV heads, MLP 96,
 # vocabulary 100. Per layer, quantizable linear weights:
