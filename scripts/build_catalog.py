@@ -185,7 +185,9 @@ def read_sources(folder: Path) -> list[tuple[dict, dict]]:
     return out
 
 
-def build(shared: Path, sources: Path | None = None) -> dict:
+def build(shared: Path, sources: Path | None = None, *, verify: bool = True) -> dict:
+    """The catalog from the configs (``verify`` False: without estimating each full config to check that the
+    kept fields give its estimate; the entries are the same, as that check only stops the script)."""
     from vramwise import Registry
 
     reg = Registry()
@@ -204,12 +206,20 @@ def build(shared: Path, sources: Path | None = None) -> dict:
         except Exception as e:  # noqa: BLE001 - a config vramwise cannot read is left out, and said so
             problems.append(f"skipped {entry_id}: {type(e).__name__}: {e}")
             return
-        if fp_full != fp_kept or _estimates(reg, spec_full) != _estimates(reg, spec_kept):
+        if fp_full != fp_kept:
+            raise SystemExit(f"{entry_id}: the kept fields do not reproduce the full config's estimate")
+        kept = _estimates(reg, spec_kept) if verify else None  # else estimated when an example is compared with it
+        if verify and _estimates(reg, spec_full) != kept:
             raise SystemExit(f"{entry_id}: the kept fields do not reproduce the full config's estimate")
         seen[entry_id] = len(entries)
         entries.append({"id": entry_id, "aliases": [], "family": spec_full.family, "model_type": spec_full.model_type,
                         "params": spec_full.params_total, "source": source, "kind": kind, "config": pruned,
-                        "_estimates": _estimates(reg, spec_kept)})
+                        "_spec": spec_kept, "_estimates": kept})
+
+    def estimates_of(entry):
+        if entry["_estimates"] is None:
+            entry["_estimates"] = _estimates(reg, entry["_spec"])
+        return entry["_estimates"]
 
     for folder in ("configs", "configs_extra"):
         index = shared / folder / "INDEX.tsv"
@@ -238,9 +248,9 @@ def build(shared: Path, sources: Path | None = None) -> dict:
         except Exception as e:  # noqa: BLE001
             problems.append(f"skipped example {name}: {type(e).__name__}: {e}")
             continue
-        ests = _estimates(reg, spec)
-        twin = next((e for e in entries if e["family"] == spec.family and e["params"] == spec.params_total
-                     and _totals(e["_estimates"]) == _totals(ests)), None)
+        same_size = [e for e in entries if e["family"] == spec.family and e["params"] == spec.params_total]
+        ests = _totals(_estimates(reg, spec)) if same_size else None
+        twin = next((e for e in same_size if _totals(estimates_of(e)) == ests), None)
         if twin is not None:
             if name not in twin["aliases"] and name != twin["id"]:
                 twin["aliases"].append(name)
@@ -248,6 +258,7 @@ def build(shared: Path, sources: Path | None = None) -> dict:
         add(name, config, source, "family example")
     for e in entries:
         e.pop("_estimates")
+        e.pop("_spec")
     entries.sort(key=lambda e: e["id"].lower())
     for p in problems:
         print(p, file=sys.stderr)

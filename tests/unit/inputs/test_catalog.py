@@ -161,7 +161,9 @@ def test_cli_catalog_lists_and_searches(capsys):
 
 
 def test_catalog_file_is_what_the_script_generates_now():
-    """A family that learns a new field or gains a flagship example changes the catalog: a stale file fails."""
+    """A family that learns a new field or gains a flagship example changes the catalog: a stale file fails.
+    (That the kept fields give each full config's estimate is the script's own check when it writes the
+    file, and test_kept_fields_reproduce_the_full_shared_configs here: this test does not redo it.)"""
     import importlib.util
     from pathlib import Path
 
@@ -171,7 +173,7 @@ def test_catalog_file_is_what_the_script_generates_now():
     spec = importlib.util.spec_from_file_location("vramwise_build_catalog", repo / "scripts" / "build_catalog.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    text = script.dump(script.build(SHARED))
+    text = script.dump(script.build(SHARED, verify=False))
     on_disk = (repo / "catalog" / "models.json").read_text(encoding="utf-8")
     assert on_disk == text, "catalog/models.json is out of date: run python scripts/build_catalog.py"
 
