@@ -126,6 +126,20 @@ def test_stated_and_defaulted_settings_do_not_overlap():
     assert not both, both
 
 
+
+def test_answerais_qlora_runs_are_read_without_kbit_preparation():
+    """Answer.AI's train.py (50efa1e, the release its benchmarks ran) never calls PEFT's
+    prepare_model_for_kbit_training and loads every weight in bf16 (lines 523-524, 621-627): each of its
+    QLoRA runs says so, whatever its strategy, rather than taking vramwise's default (PEFT's float32 upcast
+    outside FSDP)."""
+    qlora = [run for _, _, run in _runs() if run["framework"] == "fsdp-qlora"
+             and {**run["settings"].get("from_defaults", {}), **run["settings"]["stated"]}.get("method") == "qlora"]
+    assert len(qlora) >= 20
+    for run in qlora:
+        settings = {**run["settings"].get("from_defaults", {}), **run["settings"]["stated"]}
+        assert settings.get("kbit_prepare") is False, run["id"]
+        assert "prepare_model_for_kbit_training" in run["settings"]["defaults_source"], run["id"]
+
 def test_schema_settings_are_vramwise_settings():
     """The schema's setting names are vramwise's (a renamed setting shows here, not as refused corpus files)."""
     names = set(load_schema(SCHEMA)["$defs"]["setting_values"]["properties"])
