@@ -35,7 +35,10 @@ class TorchtuneStrategiesMatrix(Matrix):
     rank, real tensors, two steps. llama256x4: 4 layers of width 256 at batch 2 x 256 per rank, where
     the activations outweigh one unit's all-gather (under a twentieth of the peak) as in real runs, and
     a layer of the backward has a layer on either side (the prefetched unit and the reduce-scatter
-    input of the one before): full fine-tuning with checkpointing and LoRA without."""
+    input of the one before): full fine-tuning with checkpointing and LoRA without. Head units
+    (fsdp_head_units, torchtune's custom_sharded_layers ['tok_embeddings', 'output']): the embeddings and
+    the output projection sharded as units of their own, full fine-tuning with and without checkpointing,
+    on 2 and 4 ranks and with optimizer_in_bwd, LoRA, and llama256x4's full fine-tuning."""
 
     name = "strategies_torchtune"
     profile = "torchtune"
@@ -72,6 +75,13 @@ class TorchtuneStrategiesMatrix(Matrix):
         yield "llama256", "lora", "fsdp", 2, "none", ()
         yield "llama256x4", "full", "fsdp", 2, "true", self.long
         yield "llama256x4", "lora", "fsdp", 2, "none", self.long
+        head = (("fsdp_head_units", True),)
+        for gc in ("none", "true"):
+            yield "llama", "full", "fsdp", 2, gc, head
+        yield "llama", "full", "fsdp", 4, "none", head
+        yield "llama", "full", "fsdp", 2, "none", (("optimizer_in_bwd", True),) + head
+        yield "llama", "lora", "fsdp", 2, "none", head
+        yield "llama256x4", "full", "fsdp", 2, "true", self.long + head
 
     def cell_id(self, cell):
         name, method, strategy, ws, gc, extra = cell

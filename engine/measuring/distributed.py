@@ -399,7 +399,7 @@ def _run_stack_rank(job: dict, rank: int, settings) -> dict:
         for t in list(model.parameters()) + list(model.buffers()):
             tracker.add(t)
         with tracker.mode():  # the shards FSDP allocates count from the load phase on
-            _fully_shard(model, reshard)
+            _fully_shard(model, reshard, head_units=bool(settings.fsdp_head_units))
         dist.barrier()
         gc.collect()
         tracker.sweep()
@@ -417,25 +417,41 @@ def _run_stack_rank(job: dict, rank: int, settings) -> dict:
     return data
 
 
-def _fully_shard(net, reshard_after_forward: bool):
+def _fully_shard(net, reshard_after_forward: bool, head_units: bool = False):
     """FSDP2's ``fully_shard`` on every decoder layer, then on the root model, each unit's collectives on
-    private copies (:func:`private_copy_comms`), so that the buffers FSDP allocates die when FSDP drops them."""
+    private copies (:func:`private_copy_comms`), so that the buffers FSDP allocates die when FSDP drops them.
+    ``head_units``: the token embeddings and the output projection are units of their own as well
+    (torchtune's custom_sharded_layers ['tok_embeddings', 'output'], the fsdp_head_units setting)."""
     layers = _decoder_layers(net)
-    _shard_layers(net, layers, reshard_after_forward)
+    heads = _head_modules(net) if head_units else []
+    _shard_layers(net, layers, reshard_after_forward, heads)
     all_gather, reduce_scatter = private_copy_comms()
-    for unit in [*layers, net]:
+    for unit in [*heads, *layers, net]:
         unit.set_custom_all_gather(all_gather)
         unit.set_custom_reduce_scatter(reduce_scatter)
     return net
 
 
-def _shard_layers(net, layers: list, reshard_after_forward: bool):
-    """``fully_shard`` on each of ``layers``, then on the root (torchtune's training.shard_model does
-    the same over its TransformerSelfAttentionLayer modules), with the prefetching a GPU has."""
+def _head_modules(net) -> list:
+    """The modules torchtune's shipped full configs shard on their own beside the layers
+    (custom_sharded_layers: ['tok_embeddings', 'output'], matched by name as get_shard_conditions matches
+    them): [embeddings, output], the output left out when it holds no weight of its own (tied)."""
+    named = dict(net.named_modules())
+    heads = [named[n] for n in ("tok_embeddings", "output") if n in named
+             and any(True for _ in named[n].parameters(recurse=True))]
+    if "tok_embeddings" not in named:
+        raise StackUnsupportedError("fsdp_head_units: the model has no tok_embeddings module to shard on its own")
+    return heads
+
+
+def _shard_layers(net, layers: list, reshard_after_forward: bool, heads: list = ()):
+    """``fully_shard`` on each of ``heads`` and ``layers``, then on the root (torchtune's training.shard_model
+    does the same over its TransformerSelfAttentionLayer modules and the custom_sharded_layers), with the
+    prefetching a GPU has."""
     from torch.distributed.fsdp import fully_shard
 
-    for layer in layers:
-        fully_shard(layer, reshard_after_forward=reshard_after_forward)
+    for unit in [*heads, *layers]:
+        fully_shard(unit, reshard_after_forward=reshard_after_forward)
     fully_shard(net, reshard_after_forward=reshard_after_forward)
     # On CUDA, FSDP2 issues the next layer's all-gather while the current layer runs (implicit
     # prefetching: the CPU thread runs ahead of the GPU), so two layers are gathered at once. The CPU
@@ -446,6 +462,14 @@ def _shard_layers(net, layers: list, reshard_after_forward: bool):
             layer.set_modules_to_forward_prefetch([layers[i + 1]])
         if i > 0:
             layer.set_modules_to_backward_prefetch([layers[i - 1]])
+    # head units: the embeddings' unit runs before the first layer, which it prefetches as the layers
+    # prefetch each other. The output's unit is gathered in its own pre-forward, without an asked-for
+    # prefetch, so its all-gather output is kept until the root's forward ends, as a GPU keeps it (torch
+    # 2.13 _fsdp_param_group.py wait_for_unshard: only an unshard that was not asynchronous defers the
+    # free). The backward's default prefetch follows the reverse of the forward order: the output's
+    # pre-backward gathers the last layer, the first layer's the embeddings.
+    if heads:
+        heads[0].set_modules_to_forward_prefetch([layers[0]])
     return net
 
 

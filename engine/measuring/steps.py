@@ -61,6 +61,7 @@ def measure(
     world_size: int | None = None,
     offload: str = "none",
     compile: bool = False,
+    fsdp_head_units: bool = False,
 ) -> Measurement:
     """Run ``steps`` optimizer steps of ``model`` (a config source) and report the memory they used.
 
@@ -86,7 +87,9 @@ def measure(
     result holds each process's figures (see :mod:`vramwise.measuring.distributed`). ``zero1``, ``zero2`` and
     ``zero3`` run DeepSpeed's ZeRO engine there (:mod:`vramwise.measuring.zero`), with ``offload``
     (``optimizer``, or ``parameters`` under zero3) as estimate's setting of that name: what DeepSpeed keeps
-    in host memory is not counted.
+    in host memory is not counted. ``fsdp_head_units`` (stack torchtune under ``fsdp``) shards the token
+    embeddings and the output projection as units of their own, as torchtune's custom_sharded_layers
+    ['tok_embeddings', 'output'] does.
     """
     require("torch")
     import torch
@@ -105,6 +108,12 @@ def measure(
                                        method=settings.method, optimizer=settings.optimizer)
         settings = dataclasses.replace(settings, strategy=strategy, world_size=world_size,  # what ran, as estimate's
                                        offload=check_offload(offload, strategy))  # settings
+    if fsdp_head_units is not False:
+        if fsdp_head_units is not True:
+            raise SettingsError(f"fsdp_head_units must be true or false, got {fsdp_head_units!r}")
+        if stack != "torchtune" or strategy != "fsdp":
+            raise SettingsError("fsdp_head_units is measured for --stack torchtune under --strategy fsdp only")
+        settings = dataclasses.replace(settings, fsdp_head_units=True)
     elif offload != "none":
         raise SettingsError(f"offload {offload} needs a strategy that offloads (--strategy zero1, zero2 or zero3)")
     if settings.method == "inference":

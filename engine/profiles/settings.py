@@ -521,6 +521,11 @@ SETTINGS: tuple = (
             "multi-GPU strategy: ddp, fsdp (full shard), fsdp_shard_grad_op, fsdp_hybrid, zero1, zero2, zero3 or "
             "device_map on the hf profile, the fsdp ones on torchtune, fsdp on litgpt; none is one GPU", _choice(STRATEGIES, default="none"), choices=STRATEGIES,
             applies_to=_TRAINING),
+    Setting("fsdp_head_units", False,
+            "torchtune under FSDP full shard: the token embeddings and the output projection are FSDP units of "
+            "their own (custom_sharded_layers: ['tok_embeddings', 'output']), gathered only around their own "
+            "forward and backward, instead of staying in the root unit", _flag, cli_type="bool",
+            applies_to=_TRAINING),
     Setting("world_size", 1, "GPUs the strategy runs on (data-parallel ranks, or the GPUs device_map spreads layers over)",
             positive_int, cli_type="int", applies_to=_TRAINING),
     Setting("offload", "none",

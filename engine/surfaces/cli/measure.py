@@ -41,7 +41,7 @@ def _measure_settings(args) -> tuple[dict, list[str]]:
 
 #: The settings a recipe gives measure, beside _MEASURE_DEFAULTS' (the flags of the same names win).
 _RECIPE_FLAGS = ("target_modules", "lora_dropout", "loss", "loss_chunks", "activation_offloading", "optimizer_in_bwd",
-                 "kbit_prepare", "strategy", "world_size", "offload")
+                 "kbit_prepare", "strategy", "world_size", "offload", "fsdp_head_units")
 
 
 def _apply_recipe(args) -> list[str]:
@@ -66,7 +66,7 @@ def _apply_recipe(args) -> list[str]:
     changed = []
     args.model = recipe.model
     for name in (*_MEASURE_DEFAULTS, *_RECIPE_FLAGS):
-        if name in given or (name in _MEASURE_DEFAULTS and getattr(args, name) is not None):
+        if name in given or (name in _MEASURE_DEFAULTS and getattr(args, name) is not None) or name not in recipe.settings:
             continue
         value = recipe.settings[name]
         if isinstance(value, tuple):
@@ -101,7 +101,7 @@ def run(args, out) -> int:
             lora_dropout=args.lora_dropout, stack=args.stack, loss=args.loss, loss_chunks=args.loss_chunks,
             activation_offloading=args.activation_offloading, optimizer_in_bwd=args.optimizer_in_bwd,
             kbit_prepare=args.kbit_prepare, strategy=args.strategy, world_size=args.world_size, offload=args.offload,
-            compile=args.compile, **chosen,
+            compile=args.compile, fsdp_head_units=args.fsdp_head_units, **chosen,
         )
     if args.json:
         print_json(with_recipe(args, m.to_dict()), out)
@@ -126,7 +126,8 @@ def run(args, out) -> int:
         ran += [n.replace("_", " ") for n in ("activation_offloading", "optimizer_in_bwd") if s[n]]
     if m.strategy is not None:
         ran.insert(0, f"{m.strategy} on {m.world_size} processes"
-                   + (f", offload {s['offload']}" if s.get("offload", "none") != "none" else ""))
+                   + (f", offload {s['offload']}" if s.get("offload", "none") != "none" else "")
+                   + (", the embeddings and the output as units of their own" if s.get("fsdp_head_units") else ""))
     out.write(f"ran: {', '.join(ran)}, {args.steps} step(s)" + (" (fake tensors)" if args.fake else "") + "\n")
     if changed:
         write_wrapped(out, "estimate's defaults where runnable; changed: " + "; ".join(changed))

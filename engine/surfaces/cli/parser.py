@@ -426,6 +426,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                         "lora where qlora is not measured (stack hf beyond ddp)")
     p.add_argument("--world-size", type=int, default=None,
                    help="processes of --strategy, 2 to 8 (default: 2); one line per rank is printed")
+    p.add_argument("--fsdp-head-units", type=bool_flag, action=_Given, default=False, metavar="{true,false}",
+                   help="--stack torchtune --strategy fsdp: shard the token embeddings and the output projection as "
+                        "units of their own (custom_sharded_layers: ['tok_embeddings', 'output']) (default: false)")
     p.add_argument("--offload", action=_Given, default="none", choices=("none", "optimizer", "parameters"),
                    help="--strategy zero1/zero2/zero3: DeepSpeed's offload_optimizer (optimizer), and offload_param "
                         "with it (parameters, zero3 only); what it keeps in host memory is not counted (default: none)")

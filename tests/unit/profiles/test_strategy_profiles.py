@@ -66,6 +66,48 @@ def test_torchtune_fsdp_units_in_flight_by_hand():
     assert traced(e, "rank_backward_layers_bytes") == resident + recompute + head + ROOT + UNIT + UNIT + max(
         saved + UNIT, (saved + UNIT) / 2 + UNIT)
 
+def test_torchtune_head_units_by_hand():
+    # fsdp_head_units (custom_sharded_layers ['tok_embeddings', 'output']): the embeddings (64,000 x 2 =
+    # 128,000 bytes) and the output head (128,000) are units of their own, the root keeps the final norm
+    # (64 x 2 = 128 bytes); the output's gradient, 128,000 bytes, reduced after its own backward, so a rank
+    # keeps the layers' shards (73,984) and the output's (64,000) during the layers' backward
+    E = O = 128_000
+    NORM = 128
+    assert ROOT == E + O + NORM
+    base = vramwise.estimate(TWO, profile="torchtune", strategy="fsdp", world_size=2, **FULL)
+    e = vramwise.estimate(TWO, profile="torchtune", strategy="fsdp", world_size=2, fsdp_head_units=True, **FULL)
+    assert not e.warnings
+    resident, saved = traced(e, "rank_resident_bytes"), traced(e, "rank_layers_saved_bytes")
+    head, recompute = traced(e, "rank_head_gradient_bytes"), traced(e, "rank_recompute_bytes")
+    assert (resident, saved, head) == (traced(base, "rank_resident_bytes"), traced(base, "rank_layers_saved_bytes"), O)
+    # the head's forward: the final norm and the output head (its own all-gather output not held)
+    assert traced(e, "head_in_flight_bytes") == NORM + O
+    # the root's and then the output's pre-backward: all-gather output and parameters of each
+    assert traced(e, "root_regather_bytes") == 2 * (NORM + O)
+    # the head's backward: the final norm, the output head and the last layer prefetched
+    assert traced(e, "head_backward_in_flight_bytes") == NORM + O + UNIT
+    # the layers' forward: as without head units, with the final norm for the root
+    assert traced(e, "rank_forward_layers_bytes") == resident + NORM + max(saved / 2 + 3 * UNIT, saved + 2 * UNIT)
+    # the layers' backward: the output's unreduced gradient beside the second layer (the first in the
+    # backward order) only; beside the first, the layers' and the output's gradient shards
+    assert traced(e, "rank_backward_layers_bytes") == resident + recompute + NORM + UNIT + UNIT + max(
+        head + saved + UNIT, (saved + UNIT + O // 2) / 2 + UNIT)
+    # the end of the backward: the embeddings' unit and the norm gathered, with their full gradients
+    assert traced(e, "rank_backward_end_bytes") == (resident + traced(e, "rank_gradient_bytes") + head
+                                                    + 2 * (E + NORM))
+    assert e.figures["tensor_peak"] < base.figures["tensor_peak"]
+
+
+def test_torchtune_head_units_are_modelled_under_full_shard_only():
+    sgo = dict(TWO), dict(profile="torchtune", strategy="fsdp_shard_grad_op", world_size=2, **FULL)
+    a = vramwise.estimate(sgo[0], **sgo[1])
+    b = vramwise.estimate(sgo[0], fsdp_head_units=True, **sgo[1])
+    assert a.total == b.total
+    assert any("fsdp_head_units is modelled under full shard" in w for w in b.warnings)
+    one = vramwise.estimate(TWO, profile="torchtune", fsdp_head_units=True, **FULL)  # no strategy: nothing to shard
+    assert any("fsdp_head_units=True is not modelled" in w for w in one.warnings), one.warnings
+
+
 def test_litgpt_fsdp_shards_parameters_and_keeps_its_rope_buffers_whole():
     # LitGPT's cos and sin buffers: 2 x seq_len x head_dim float32 = 2 x 16 x 16 x 4 = 2,048 bytes
     e = vramwise.estimate(TINY, profile="litgpt", strategy="fsdp", world_size=2, **FULL)

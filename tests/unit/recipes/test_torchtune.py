@@ -385,6 +385,21 @@ def test_unmodelled_keys_warn(key, value, word):
     assert any("not modelled" in w and word in w for w in r.warnings), r.warnings
 
 
+@pytest.mark.parametrize("layers, head_units", [
+    (["tok_embeddings", "output"], True),   # the shipped full configs' list
+    (["output", "tok_embeddings"], True),   # the same names in another order
+    (["tok_embeddings"], False),            # the embeddings alone: not modelled, said so
+])
+def test_custom_sharded_layers_give_head_units(layers, head_units):
+    r = read(lora_recipe(custom_sharded_layers=layers), framework="torchtune", overrides={"world_size": 2})
+    assert r.settings["strategy"] == "fsdp"
+    assert r.settings.get("fsdp_head_units") is head_units
+    if head_units:
+        assert r.origins["fsdp_head_units"].key == "custom_sharded_layers"
+    else:
+        assert any("not modelled" in w and "custom_sharded_layers" in w for w in r.warnings), r.warnings
+
+
 def test_bf16_is_not_warned_and_unknown_keys_are():
     r = read(lora_recipe(dtype="bf16", my_new_switch=True), framework="torchtune")
     assert not any("dtype" in w for w in r.warnings)
