@@ -108,14 +108,14 @@ def measure(
                                        method=settings.method, optimizer=settings.optimizer)
         settings = dataclasses.replace(settings, strategy=strategy, world_size=world_size,  # what ran, as estimate's
                                        offload=check_offload(offload, strategy))  # settings
+    elif offload != "none":
+        raise SettingsError(f"offload {offload} needs a strategy that offloads (--strategy zero1, zero2 or zero3)")
     if fsdp_head_units is not False:
         if fsdp_head_units is not True:
             raise SettingsError(f"fsdp_head_units must be true or false, got {fsdp_head_units!r}")
         if stack != "torchtune" or strategy != "fsdp":
             raise SettingsError("fsdp_head_units is measured for --stack torchtune under --strategy fsdp only")
         settings = dataclasses.replace(settings, fsdp_head_units=True)
-    elif offload != "none":
-        raise SettingsError(f"offload {offload} needs a strategy that offloads (--strategy zero1, zero2 or zero3)")
     if settings.method == "inference":
         raise SettingsError("measure runs training steps: choose qlora, lora or full")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:

@@ -66,3 +66,40 @@ def test_host_storages_and_what_is_made_from_them_are_not_counted():
     del made, fresh
     tracker.sweep()
     assert tracker.current == 1024 and tracker.host_current == 4096
+
+
+TINY = {"model_type": "llama", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64}
+
+
+def _handed_over(monkeypatch):
+    """measure's settings as it hands them to the distributed run (which is not started here)."""
+    from vramwise.measuring import distributed
+
+    seen = []
+    monkeypatch.setattr(distributed, "measure_distributed",
+                        lambda cfg, settings, steps, strategy, world_size, stack: seen.append(settings) or "ran")
+    return seen
+
+
+def test_measure_hands_an_offload_to_zero_and_refuses_it_without_a_strategy(monkeypatch):
+    from vramwise.measuring.steps import measure
+
+    require_deepspeed()
+    seen = _handed_over(monkeypatch)
+    for strategy, offload in (("zero2", "optimizer"), ("zero3", "parameters")):
+        assert measure(TINY, method="full", optimizer="adamw_torch", strategy=strategy, offload=offload) == "ran"
+        assert (seen[-1].strategy, seen[-1].offload, seen[-1].fsdp_head_units) == (strategy, offload, False)
+    with pytest.raises(SettingsError, match="needs a strategy that offloads"):
+        measure(TINY, method="full", optimizer="adamw_torch", offload="optimizer")
+
+
+def test_measure_shards_head_units_for_torchtunes_fsdp_only(monkeypatch):
+    from vramwise.measuring.steps import measure
+
+    seen = _handed_over(monkeypatch)
+    with pytest.raises(SettingsError, match="--stack torchtune under --strategy fsdp only"):
+        measure(TINY, method="full", optimizer="adamw_torch", strategy="fsdp", fsdp_head_units=True)  # stack hf
+    with pytest.raises(SettingsError, match="true or false"):
+        measure(TINY, method="full", optimizer="adamw_torch", strategy="fsdp", fsdp_head_units="yes")
+    assert not seen
