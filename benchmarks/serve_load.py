@@ -193,7 +193,13 @@ def expected_totals(bodies: list[dict]) -> dict[tuple, int]:
 
 
 def throughput(url: str, *, clients: int, requests: int) -> dict:
-    """``clients`` kept-alive clients send ``requests`` estimates in all; every answer checked."""
+    """``clients`` kept-alive clients send ``requests`` estimates in all; every answer checked.
+
+    A request that fails at the transport level without any answer (the server closed the kept-alive
+    connection as its idle timeout ran out, while the client, starved of CPU, was only then sending on
+    it) is sent once more on a new connection, as HTTP clients retry on a connection the server closed
+    (RFC 9112 section 9.3.1); such retries are counted in ``retried``, and a request whose retry fails
+    too is lost."""
     import httpx
 
     bodies = _bodies(requests)
@@ -201,15 +207,29 @@ def throughput(url: str, *, clients: int, requests: int) -> dict:
     per_client = [bodies[i::clients] for i in range(clients)]
     latencies: list[float] = []
     problems: list[str] = []
+    retried: list[str] = []
     lock = threading.Lock()
+    opts = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+
+    def client():
+        return httpx.Client(base_url=url, timeout=30, transport=httpx.HTTPTransport(socket_options=opts))
 
     def run(mine: list[dict]) -> None:
-        opts = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
-        with httpx.Client(base_url=url, timeout=30, transport=httpx.HTTPTransport(socket_options=opts)) as c:
+        c = client()
+        try:
             for body in mine:
                 t = time.perf_counter()
                 try:
-                    r = c.post("/api/estimate", json=body)
+                    try:
+                        r = c.post("/api/estimate", json=body)
+                    except httpx.TransportError as e:  # no answer at all: once more, on a new connection
+                        if isinstance(e, httpx.TimeoutException):
+                            raise
+                        with lock:
+                            retried.append(f"{type(e).__name__}: {e}")
+                        c.close()
+                        c = client()
+                        r = c.post("/api/estimate", json=body)
                     ok = r.status_code == 200 and r.json()["total"] == want[(body["batch_size"], body["seq_len"])]
                     why = f"{r.status_code} {r.text[:120]}"
                 except Exception as e:  # noqa: BLE001 - counted as a lost request
@@ -219,6 +239,8 @@ def throughput(url: str, *, clients: int, requests: int) -> dict:
                     latencies.append(dt)
                     if not ok:
                         problems.append(why)
+        finally:
+            c.close()
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
@@ -226,6 +248,7 @@ def throughput(url: str, *, clients: int, requests: int) -> dict:
     wall = time.perf_counter() - t0
     lat = sorted(latencies)
     return {"requests": len(latencies), "wrong_or_lost": len(problems), "problems": problems[:5],
+            "retried": len(retried), "retried_why": retried[:5],
             "wall_s": wall, "per_s": len(latencies) / wall, "p50_ms": 1000 * statistics.median(lat),
             "p99_ms": 1000 * lat[max(0, int(0.99 * len(lat)) - 1)]}
 
@@ -291,7 +314,7 @@ def main(argv=None) -> int:
         rss1 = rss_bytes(pid)
         print(f"throughput: {t['requests']} estimates from {args.clients} clients in {t['wall_s']:.2f} s: "
               f"{t['per_s']:.0f}/s, p50 {t['p50_ms']:.1f} ms, p99 {t['p99_ms']:.1f} ms; wrong or lost "
-              f"{t['wrong_or_lost']} {t['problems']}")
+              f"{t['wrong_or_lost']} {t['problems']}; sent again on a new connection {t['retried']} {t['retried_why']}")
         ok &= t["wrong_or_lost"] == 0
         q = queue_overflow(url, at_once=limits["workers"] + limits["queue"] + 60)
         rss2 = rss_bytes(pid)

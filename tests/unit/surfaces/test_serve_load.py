@@ -49,7 +49,10 @@ def test_64_concurrent_clients_all_get_the_library_figure(server):
     url, _ = server
     t = serve_load.throughput(url, clients=64, requests=512)
     assert t["requests"] == 512
-    assert t["wrong_or_lost"] == 0, t["problems"]
+    # a request sent on a kept-alive connection the server had just closed (its 1 s idle timeout, on a loaded
+    # machine) is sent again on a new one, as HTTP clients do; it is counted, and lost if that fails too
+    assert t["wrong_or_lost"] == 0, (t["problems"], t["retried_why"])
+    assert t["retried"] < 64, t["retried_why"]  # not a failure of every client: the server does answer
 
 
 def test_requests_beyond_the_queue_are_refused_at_once_with_retry_after(server):
