@@ -45,6 +45,16 @@ def test_templates_count_what_paths_count(config, entries):
     spec = vramwise.load_model(dict(config, quantization_config={"llm_int8_skip_modules": entries}), registry=REG)
     assert spec.aggregates["skipped_quantizable_params"] == brute_force(spec, entries)
 
+@pytest.mark.parametrize("entries", [["1", "model.0"], ["model.0", "1"], ["0", "model.1", "2"],
+                                     ["model.layers.1", "layers.3", "3"]])
+def test_rooted_and_short_entries_of_one_shape_are_matched_apart(entries):
+    """A short entry ("1") and an entry under the root ("model.0", relative "0") have the same shape, one
+    number; each group's numbers are its own (the memo of matches is keyed by the group's list), so the count
+    is what matching every concrete path gives (brute_force, the independent reading)."""
+    spec = vramwise.load_model(dict(MOE, quantization_config={"llm_int8_skip_modules": entries}), registry=REG)
+    assert spec.aggregates["skipped_quantizable_params"] == brute_force(spec, entries)
+
+
 
 def test_a_long_skip_list():
     # 100,000 entries naming q_proj of layers 0..99,999; the model has 4 layers, each q_proj
