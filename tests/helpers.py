@@ -124,19 +124,29 @@ def shared_configs(model_types) -> list[tuple[str, Path]]:
 
 
 def _indexed(folder: Path, model_types) -> list[tuple[str, Path]]:
+    return sorted((name, path) for name, path, mt, text_mt in _index_rows(folder)
+                  if mt in model_types or text_mt in model_types)
+
+
+#: folder -> its INDEX.tsv's configs as (file, path, model_type, text_config's model_type): a test session
+#: collects families by the hundred, each asking for its model types (reset with _INDEX_ROWS.clear())
+_INDEX_ROWS: dict = {}
+
+
+def _index_rows(folder: Path) -> list[tuple]:
+    if folder in _INDEX_ROWS:
+        return _INDEX_ROWS[folder]
     index = folder / "INDEX.tsv"
-    if not index.is_file():
-        return []
-    out = []
-    with index.open(encoding="utf-8") as fh:
-        for row in csv.DictReader(fh, delimiter="\t"):
-            path = folder / row["file"]
-            if path.is_file():
-                mt = json.loads(path.read_text()).get("model_type")
-                text_mt = (json.loads(path.read_text()).get("text_config") or {}).get("model_type")
-                if mt in model_types or text_mt in model_types:
-                    out.append((row["file"], path))
-    return sorted(out)
+    rows = []
+    if index.is_file():
+        with index.open(encoding="utf-8") as fh:
+            for row in csv.DictReader(fh, delimiter="\t"):
+                path = folder / row["file"]
+                if path.is_file():
+                    cfg = json.loads(path.read_text())
+                    rows.append((row["file"], path, cfg.get("model_type"), (cfg.get("text_config") or {}).get("model_type")))
+    _INDEX_ROWS[folder] = rows
+    return rows
 
 
 _TEXT_ROOTS = ("model.language_model.", "language_model.model.", "language_model.")
@@ -313,3 +323,52 @@ def script_module(relative: str, name: str):
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return sys.modules[name]
+
+
+#: The families whose cells of a family-by-family conformance matrix stay in the default run; the matrix's other
+#: cells are marked ``slow`` (.ci/run's last tier runs every cell). One family for each way the families build
+#: their layers, so the default run still crosses each path of the model builder.
+FAST_FAMILIES = frozenset({
+    "llama",        # dense, grouped-query attention, SwiGLU
+    "qwen2",        # biases on q, k and v
+    "gemma2",       # soft-capping, alternating sliding window, four norms a layer
+    "gemma3_text",  # q / k norms, local and global rotary bases
+    "phi3",         # fused qkv and gate_up projections
+    "gpt2",         # Conv1D projections, learned positions, tied head
+    "gpt_bigcode",  # multi-query attention, LayerNorm with biases
+    "falcon",       # parallel attention and MLP
+    "mixtral",      # mixture of experts
+    "qwen3_moe",    # experts beside dense layers (mlp_only_layers)
+    "deepseek_v3",  # multi-head latent attention, shared and routed experts
+    "gpt_oss",      # attention sinks, fused experts with biases
+    "mamba",        # state-space layers
+    "jamba",        # attention, state-space and expert layers in one stack
+})
+
+
+def slow_unless(params, keep) -> list:
+    """``params`` (values or ``pytest.param`` sets) with every set for which ``keep(values)`` is false marked
+    ``slow``: the default run takes a sample of a long matrix, .ci/run's slow tier the rest."""
+    import pytest
+
+    out = []
+    for p in params:
+        values = tuple(p.values) if hasattr(p, "values") and hasattr(p, "marks") else (p,)
+        if keep(values):
+            out.append(p)
+        elif hasattr(p, "marks"):
+            out.append(pytest.param(*p.values, marks=[*p.marks, pytest.mark.slow], id=p.id))
+        else:
+            out.append(pytest.param(p, marks=pytest.mark.slow))
+    return out
+
+
+def every_nth(n: int):
+    """A ``keep`` for :func:`slow_unless`: the first set and every n-th after it, in the order given."""
+    count = {"i": -1}
+
+    def keep(_values) -> bool:
+        count["i"] += 1
+        return count["i"] % n == 0
+
+    return keep

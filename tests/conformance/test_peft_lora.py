@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from helpers import require_installed
+from helpers import FAST_FAMILIES, require_installed, slow_unless
 
 require_installed("torch", "peft")  # imported by the tests that use them
 
@@ -64,7 +64,9 @@ def _peft_count(cfg: dict, targets: list[str], r: int) -> int:
     return sum(p.numel() for n, p in peft_model.named_parameters() if "lora_" in n)
 
 
-@pytest.mark.parametrize("family", sorted(n for n, lora in _LORA.items() if "dense_targets" in lora))
+# the default run: FAST_FAMILIES (tests/helpers.py); .ci/run's slow tier: every family
+@pytest.mark.parametrize("family", slow_unless(sorted(n for n, lora in _LORA.items() if "dense_targets" in lora),
+                                             lambda v: v[0] in FAST_FAMILIES))
 def test_dense_family_adapters(family):
     cfg = _small_default(family)
     targets = list(_LORA[family]["dense_targets"])
@@ -84,7 +86,8 @@ def test_attention_only_adapters(family):
 #: rewritten by PEFT (qwen2_moe layout) and not (mixtral, qwen2_moe itself, gpt_oss, llama4),
 #: plus latent attention.
 @pytest.mark.parametrize("targets", [SEVEN, MIXTRAL_NAMES], ids=["seven", "mixtral-names"])
-@pytest.mark.parametrize("family", sorted(n for n, lora in _LORA.items() if lora.get("hf_profile")))
+@pytest.mark.parametrize("family", slow_unless(sorted(n for n, lora in _LORA.items() if lora.get("hf_profile")),
+                                             lambda v: v[0] in FAST_FAMILIES))
 def test_hf_profile_counts_what_peft_builds(family, targets):
     cfg = _small_default(family)
     ours = vramwise.estimate(cfg, profile="hf", method="lora", lora_rank=4, target_modules=targets)

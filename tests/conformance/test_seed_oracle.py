@@ -17,7 +17,7 @@ from helpers import require_installed
 require_installed("torch")  # imported by the tests that use it
 
 import vramwise  # noqa: E402
-from helpers import from_shared, shared_configs  # noqa: E402
+from helpers import every_nth, from_shared, shared_configs, slow_unless  # noqa: E402
 
 DENSE_TYPES = {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gemma3_text", "gemma3"}
 CONFIGS = shared_configs(DENSE_TYPES)
@@ -81,7 +81,9 @@ SETTINGS = [
 ]
 
 
-@pytest.mark.parametrize("name,path", from_shared([pytest.param(n, p, id=n) for n, p in CONFIGS], 2))
+# the default run: every fourth config by name; .ci/run's slow tier: the others
+@pytest.mark.parametrize("name,path", from_shared(slow_unless([pytest.param(n, p, id=n) for n, p in CONFIGS], every_nth(4)),
+                                                  2))
 def test_shared_dense_config_matches_seed(name, path):
     cfg = json.loads(path.read_text())
     spec = vramwise.load_model(cfg)

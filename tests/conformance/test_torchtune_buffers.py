@@ -26,7 +26,7 @@ from vramwise import estimate  # noqa: E402
 from vramwise.profiles.settings import normalise_settings  # noqa: E402
 from vramwise.measuring.stacks import torchtune as stack  # noqa: E402
 
-from helpers import traced  # noqa: E402
+from helpers import slow_unless, traced  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")
 
@@ -91,7 +91,9 @@ def built(cfg: dict, method: str, targets: str | None):
     return param_bytes + buffer_bytes, buffer_bytes, nf4, params, trainable
 
 
-@pytest.mark.parametrize("name, method, targets", list(_cases()))
+# the default run: every run of "llama" and each model's QLoRA of every projection; .ci/run's slow tier: the rest
+@pytest.mark.parametrize("name, method, targets", slow_unless(
+    list(_cases()), lambda v: v[0] == "llama" or (v[1], v[2]) == ("qlora", "all-linear")))
 def test_weights_and_buffers_equal_torchtunes_model(name, method, targets):
     cfg = CONFIGS[name]
     total, buffers, nf4, params, trainable = built(cfg, method, targets)

@@ -298,6 +298,7 @@ def _cache(tmp_path, repo="org/tiny"):
     (snap / "config.json").write_text(json.dumps(SMALL))
 
 
+@pytest.mark.slow  # two CLI processes that import transformers' AutoConfig, and so torch: 15-20 s
 def test_cached_hub_id_works_when_unreachable_and_offline(tmp_path):
     _cache(tmp_path)
     want = vramwise.estimate(SMALL).total

@@ -28,6 +28,7 @@ gguf = pytest.importorskip("gguf", reason="the gguf package (pip install 'vramwi
 np = pytest.importorskip("numpy")
 
 import vramwise  # noqa: E402
+from helpers import every_nth, slow_unless  # noqa: E402
 
 FIXTURE = json.loads((Path(__file__).parents[2] / "fixtures" / "llama_cpp_reference.json").read_text())
 FILES = FIXTURE["files"]
@@ -112,7 +113,8 @@ def test_the_fixture_covers_the_grid():
     assert FIXTURE["llama_cpp_commit"] and FIXTURE["llama_cpp_python_version"]
 
 
-@pytest.mark.parametrize("key", sorted(FILES))
+# the default run reads every sixth file again (each takes seconds); .ci/run's slow tier the others
+@pytest.mark.parametrize("key", slow_unless(sorted(FILES), every_nth(6)))
 def test_the_header_written_again_reads_as_recorded(written, key):
     # the file vramwise reads has the tensors llama.cpp loaded: same names, shapes, types and bytes
     desc = FILES[key]
