@@ -41,7 +41,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from vramwise.measuring.allocator import CachingAllocatorModel
+from vramwise.measuring.allocator import CachingAllocatorModel, round_size
 
 #: torchao NF4: elements per quantization block and blocks per double-quantized scaler block
 BLOCK = 64
@@ -69,8 +69,8 @@ class _Replay:
         self.live = self.max_live = 0
 
     def a(self, nbytes: float):
-        size = -(-int(nbytes) // 512) * 512
         h = self.model.malloc(int(nbytes))
+        size = round_size(int(nbytes))
         self.sizes[h] = size
         self.live += size
         self.max_live = max(self.max_live, self.live)
@@ -239,7 +239,6 @@ def replay_setup(config: dict, *, rank: int = 8, chunked: bool = False) -> Setup
             r.f(*kept[2 * k])
             kept[2 * k] = new
     m = r.model
-    del embedding, output, final_norm
     return Setup(m.allocated, m.reserved, m.max_allocated, r.live, r.max_live)
 
 

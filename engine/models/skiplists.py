@@ -29,7 +29,6 @@ def _split_entries(entries: Iterable[str], roots: tuple) -> tuple[list, list]:
     at its dots are looked up in the set of roots, longest first (a long list is split in one pass, with a
     few dictionary lookups per entry instead of a string comparison per root)."""
     root_set = set(roots)
-    prefixes = tuple(r + "." for r in root_set)  # str.startswith takes them all in one call
     rooted: list[str] = []
     short: list[str] = []
     for e in entries:
@@ -37,9 +36,6 @@ def _split_entries(entries: Iterable[str], roots: tuple) -> tuple[list, list]:
             continue
         if e in root_set:
             rooted.append("")
-            continue
-        if not e.startswith(prefixes):  # under no root (most entries of a long list of short ones)
-            short.append(e)
             continue
         cut = e.rfind(".")
         while cut >= 0 and e[:cut] not in root_set:
@@ -110,28 +106,22 @@ def _match_shape(shape: tuple, numbers: list, segs: list, offset: int, memo: dic
     if key in memo:
         return memo[key]
     if n == 1:  # one index in the shape (a list of layers): its distinct numbers, read once per shape
-        memo[key] = result = _match_single(numbers, bool(slots["{i}"]), bool(slots["{j}"]), literal, memo)
+        memo[key] = result = _match_single(numbers, bool(slots["{i}"]), literal, memo)
         return result
     any_layer: set = set()
     by_layer: dict = {}
-    ipos, jpos = slots["{i}"], slots["{j}"]
-    i0, j0 = (ipos[0] if ipos else None), (jpos[0] if jpos else None)
-    # an entry whose several {i} (or {j}) positions hold different numbers matches no path
-    agree = [(i0, k) for k in ipos[1:]] + [(j0, k) for k in jpos[1:]]
-    # the entries' distinct (i, j) texts, each converted to int once (a long list repeats few layers)
-    pairs: set = set()
     for nums in numbers:
         if literal and any(nums[k] != t for k, t in literal):
             continue
-        if agree and any(nums[a] != nums[b] for a, b in agree):
+        iv = {nums[k] for k in slots["{i}"]}
+        jv = {nums[k] for k in slots["{j}"]}
+        if len(iv) > 1 or len(jv) > 1:
             continue
-        pairs.add((None if i0 is None else nums[i0], None if j0 is None else nums[j0]))
-    for i, j in pairs:
-        j = None if j is None else int(j)
-        if i is None:
-            any_layer.add(j)
+        j = int(jv.pop()) if jv else None
+        if iv:
+            by_layer.setdefault(int(iv.pop()), set()).add(j)
         else:
-            by_layer.setdefault(int(i), set()).add(j)
+            any_layer.add(j)
     memo[key] = result = (any_layer, by_layer)
     return result
 
@@ -139,11 +129,11 @@ def _match_shape(shape: tuple, numbers: list, segs: list, offset: int, memo: dic
 _ANY_COPY = frozenset({None})
 
 
-def _match_single(numbers: list, is_i: bool, is_j: bool, literal: list, memo: dict) -> tuple:
-    """:func:`_match_shape` for a shape with one number: that number is the template's {i}, its {j}, or
-    a literal it must equal. The shape's distinct numbers are converted once and shared by every template
-    (a list of 100,000 layers is read once, not once per module); the result's per-layer sets are one shared
-    frozen set, as every result of the memo is only read."""
+def _match_single(numbers: list, is_i: bool, literal: list, memo: dict) -> tuple:
+    """:func:`_match_shape` for a shape with one number: that number is a literal the template's text must
+    equal, else the template's {i} (``is_i``), else its {j}. The shape's distinct numbers are converted once
+    and shared by every template (a list of 100,000 layers is read once, not once per module); the result's
+    per-layer sets are one shared frozen set, as every result of the memo is only read."""
     distinct = memo.get(id(numbers))
     if distinct is None:
         distinct = memo[id(numbers)] = {text: int(text) for (text,) in numbers}
@@ -151,9 +141,7 @@ def _match_single(numbers: list, is_i: bool, is_j: bool, literal: list, memo: di
         return ({None}, {}) if literal[0][1] in distinct else (set(), {})
     if is_i:
         return (set(), dict.fromkeys(distinct.values(), _ANY_COPY))
-    if is_j:
-        return (set(distinct.values()), {})
-    return ({None}, {})  # not reached: a number the template neither names nor fixes returns earlier
+    return (set(distinct.values()), {})
 
 
 def _layer_segment(template: str) -> int | None:
