@@ -87,6 +87,7 @@ STEP_DEVICES = tuple(_VOCABULARIES["step_device"]["names"])
 #: logits (4.46 to 4.48: a contiguous float32 copy of the shifted logits) or float_logits (4.36 to 4.45: the same copy,
 #: of logits the model returns in float32).
 LOSS_SHIFTS = tuple(_VOCABULARIES["loss_shift"]["names"])
+NF4_QUANTIZE = tuple(_VOCABULARIES["nf4_quantize"]["names"])
 
 
 def _bundled_strategies() -> dict:
@@ -512,6 +513,11 @@ SETTINGS: tuple = (
             "one more float32 logits tensor in the forward) or float_logits (4.36 to 4.45, Llama-style models: the "
             "same copy, of logits the model returns in float32)", _choice(LOSS_SHIFTS, default="labels"),
             choices=LOSS_SHIFTS, applies_to=_TRAINING),
+    Setting("nf4_quantize", "chunked",
+            "torchtune, QLoRA: how torchao quantizes each base weight while the model is built on the GPU: chunked "
+            "(torchao 0.2 on, torchtune 0.2 on) or whole (torchao 0.1, torchtune 0.1.x: each weight broadcast "
+            "against the 16 NF4 codes at once, leaving the allocator several GB of cached blocks after the setup)",
+            _choice(NF4_QUANTIZE, default="chunked"), choices=NF4_QUANTIZE, applies_to=("qlora",)),
     Setting("outputs_held", False,
             "hf: the training loop keeps the model's output, and so its logits, alive through the backward and "
             "the optimizer step until the next forward returns (a hand-written loop: outputs = model(**batch); "

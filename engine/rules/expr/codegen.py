@@ -204,7 +204,7 @@ def build_program(formulas, dynamic: frozenset, rounded: frozenset, model_types:
 
 
 def _program(code: CodeType, inputs: tuple, model_ids: tuple, layer_ids: tuple, text: str) -> Program:
-    scope: dict[str, Any] = dict(_GLOBALS)
+    scope: dict[str, Any] = dict(GLOBALS, **_GLOBALS)  # GLOBALS: with the functions registered since import
     exec(code, scope)  # noqa: S102 - emitted from checked trees only (here or, stored, by an earlier process)
     return Program(scope["_dynamic"], inputs, model_ids, layer_ids, text, code)
 

@@ -38,7 +38,7 @@ from vramwise.rules.bounded import BoundedCache
 from vramwise.rules.datafiles import DataFile, json_path
 
 __all__ = [
-    "Expression", "LayerValues", "FUNCTIONS", "compile_expression", "emit", "GLOBALS", "ANY", "type_tag",
+    "Expression", "LayerValues", "FUNCTIONS", "register_function", "compile_expression", "emit", "GLOBALS", "ANY", "type_tag",
     "MAX_POWER", "MAX_STRING_LENGTH", "template_problem", "render", "compile_fragment", "evaluate_fragment",
     "CHECKED_EXPRESSIONS", "CheckedExpressions", "STORED_EXPRESSIONS", "StoredExpressions",
 ]
@@ -171,6 +171,19 @@ def round_bytes(value: float) -> int:
 GLOBALS: dict[str, Any] = {"__builtins__": {}}
 GLOBALS.update({f"_vw_{name}": fn for name, fn in FUNCTIONS.items()})
 GLOBALS.update(_vw_pow=_pow, _vw_mul=_mul, _vw_add=_add, _vw_mod=_mod, _vw_round=round_bytes, _vw_float=float)
+
+
+def register_function(name: str, fn: Callable) -> None:
+    """Adds a pure function of a higher layer to :data:`FUNCTIONS`, under ``name``, for the expressions
+    compiled after it (vramwise.profiles registers ``torchao_nf4_setup_reserved``, a replay through the
+    caching allocator's model, when it is first imported). A name is given once: registering another
+    function under a name already taken is refused."""
+    if not name.isidentifier() or name.startswith("_"):
+        raise ValueError(f"{name!r} is not a function name an expression may call")
+    if FUNCTIONS.get(name, fn) is not fn:
+        raise ValueError(f"the expression language already has a function {name!r}")
+    FUNCTIONS[name] = fn
+    GLOBALS[f"_vw_{name}"] = fn
 
 # -- types, for deciding where guards are needed -------------------------------------------
 _NUM, _STR, _SEQ, _NONE, _OTHER = "n", "s", "q", "z", "o"
