@@ -47,6 +47,7 @@ SCALER_BLOCK = 256
 #: torchao 0.2 nf4tensor.py CHUNK_SIZE
 CHUNK = 1024 ** 2
 
+
 class _Replay:
     """Allocations and frees sent to the allocator model by name-free handles; ``live`` and ``max_live`` count
     the requests themselves (each rounded up to 512 bytes), beside the model's blocks, which may be larger (a
