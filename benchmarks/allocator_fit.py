@@ -3,7 +3,7 @@
 Each cell below is a training step of one stack, transformers + PEFT (``hf``) or torchtune, run on the CPU
 under fake tensors (``vramwise measure --fake``: the real shapes and lifetimes, nothing allocated; two steps,
 the second measured), its storages' births and deaths replayed through vramwise's model of torch's CUDA
-caching allocator (vramwise.measuring.allocator, its rules read from c10/cuda/CUDACachingAllocator.cpp).
+caching allocator (vramwise.profiles.caching_allocator, its rules read from c10/cuda/CUDACachingAllocator.cpp).
 What the model reserves above the tensor peak is set beside the estimate of the same step by the stack's
 profile: its tensor peak and its activations at the peak (saved activations, logits and loss buffers, a
 recomputed layer, the temporaries of the moment: ``activations_at_peak_bytes``, formulas/shared/total.yaml).
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         import yaml
 
         header = ("# Written by `python benchmarks/allocator_fit.py --write`: fake training steps replayed through\n"
-                  "# vramwise.measuring.allocator beside the estimate of the same settings, and each stack's ratios\n"
+                  "# vramwise.profiles.caching_allocator beside the estimate of the same settings, and each stack's ratios\n"
                   "# fitted on them (hf: formulas/shared/constants.yaml allocator_reserve_checkpointed_ratio,\n"
                   "# allocator_reserve_saved_ratio; torchtune: formulas/torchtune/reserve.yaml). Do not edit by\n"
                   "# hand; docs/gpu-runs.md explains the fit.\n")

@@ -2,7 +2,7 @@
 
 For each run of the corpus (benchmarks/gpu_runs/) below, the training step is run on the CPU under fake tensors
 (``vramwise measure --fake``: real shapes and lifetimes, nothing allocated), its storages' births and deaths
-replayed through vramwise's model of torch's CUDA caching allocator (vramwise.measuring.allocator), and the
+replayed through vramwise's model of torch's CUDA caching allocator (vramwise.profiles.caching_allocator), and the
 modelled reserve put beside what the source published:
 
 - a torch reserved peak (PEFT's method comparison): the modelled reserved peak against it;
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(rows, indent=1))
         return 0
     g = lambda n: f"{n / GIB:6.2f}"  # noqa: E731
-    print("GiB; modelled: the fake step's trace through vramwise.measuring.allocator; flat: the estimates' share")
+    print("GiB; modelled: the fake step's trace through vramwise.profiles.caching_allocator; flat: the estimates' share")
     for r in rows:
         print(f"\n{r['label']} ({r['run']})")
         print(f"  tensor peak of the fake step {g(r['tensor_peak'])}; reserve above it: modelled "

@@ -242,7 +242,7 @@ class Live:
     fed as well to vramwise's model of the caching allocator, whose figures go beside the GPU's."""
 
     def __init__(self, device: str):
-        from vramwise.measuring.allocator import CachingAllocatorModel
+        from vramwise.profiles.caching_allocator import CachingAllocatorModel
 
         self.device, self.now, self.peak, self.items = device, 0, 0, {}
         self.model, self.handles = CachingAllocatorModel(), {}
@@ -337,7 +337,7 @@ def phase_allocator(emit, dry_run: bool, deadline: float, alloc_conf: str | None
                 continue
             raise
         requested = live.peak
-        # vramwise.measuring.allocator models the default configuration only (no expandable segments)
+        # vramwise.profiles.caching_allocator models the default configuration only (no expandable segments)
         modelled = ({"modelled_max_allocated": live.model.max_allocated, "modelled_max_reserved": live.model.max_reserved}
                     if alloc_conf is None else {})
         if dry_run:

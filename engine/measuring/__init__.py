@@ -1,7 +1,6 @@
 """Measured ground truth: real training steps of a randomly initialised model, and the memory they used.
 
 ``vramwise.measure`` (:mod:`vramwise.measuring.steps`) is the entry point; see its module docstring
-for the map of this package. Nothing here is imported by an estimate but the allocator model
-(:mod:`vramwise.measuring.allocator`, pure Python), whose replays of torchtune 0.1's QLoRA setup
-(:mod:`vramwise.profiles.nf4_setup`) an estimate may run; torch is imported only when a step is prepared.
+for the map of this package. Nothing here is imported by an estimate, and torch is imported only
+when a step is prepared.
 """

@@ -59,7 +59,7 @@ class Measurement:
     world_size: int | None = None
     per_rank: tuple | None = None  # RankFigures of each process (peak and phases are then the highest rank's)
     # on the CPU: the peak reserve of torch's CUDA caching allocator for the same allocations and frees, from
-    # vramwise.measuring.allocator (the default configuration, one stream); None where no trace was kept
+    # vramwise.profiles.caching_allocator (the default configuration, one stream); None where no trace was kept
     modelled_reserved_peak: int | None = None
 
     def to_dict(self) -> dict:

@@ -92,7 +92,7 @@ def track_cpu(net, opt, ids, steps, settings, params_total, params_trainable, no
                 phases[name] = PhaseFigures(tracker.peak, tracker.current, None, _with_rest(count(), tracker.current))
     modelled = None
     if getattr(tracker, "trace", None):  # a trace was kept (a tracker of its own, not a caller's)
-        from vramwise.measuring.allocator import CachingAllocatorModel
+        from vramwise.profiles.caching_allocator import CachingAllocatorModel
 
         modelled = CachingAllocatorModel().replay(tracker.trace).max_reserved
     return Measurement("cpu", settings.method, settings.to_dict(), params_total, params_trainable,

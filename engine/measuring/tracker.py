@@ -57,7 +57,7 @@ class StorageTracker:
         self.current = 0
         self.peak = 0
         # once start_trace() has run: the storages' births and deaths in order, ("alloc", key, bytes) and
-        # ("free", key), the trace vramwise.measuring.allocator replays
+        # ("free", key), the trace vramwise.profiles.caching_allocator replays
         self.trace: list | None = None
 
     def start_trace(self) -> None:

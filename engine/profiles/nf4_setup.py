@@ -203,7 +203,9 @@ def replay_setup(*, hidden: int, q_dim: int, kv_dim: int, mlp_width: int, layers
         r.f(w)
         first.append(lora(n_in, n_out))
     first.append([r.a(rope_bytes), r.a(2 * d), r.a(2 * d)])
-    head = [r.a(embedding_bytes)] + ([r.a(head_bytes)] if head_bytes else [])
+    r.a(embedding_bytes)  # the embedding and the output head, kept by the model
+    if head_bytes:  # none when tied
+        r.a(head_bytes)
     # 2. one deep copy per layer: NF4 weights dequantized and quantized again, the rest cloned
     copies = []
     for _ in range(layers):
@@ -218,7 +220,7 @@ def replay_setup(*, hidden: int, q_dim: int, kv_dim: int, mlp_width: int, layers
         copies.append(kept)
     for blocks in first:  # the builder's layer is dropped when the builder returns
         r.f(*blocks)
-    final_norm = r.a(2 * d)
+    r.a(2 * d)  # the final norm
     # 3. load_state_dict: each checkpoint weight moved to the device in bf16 and quantized into the parameter
     for kept in copies:
         for k, (n_in, n_out) in enumerate(shapes):
@@ -228,7 +230,6 @@ def replay_setup(*, hidden: int, q_dim: int, kv_dim: int, mlp_width: int, layers
             r.f(src)
             r.f(*kept[2 * k])
             kept[2 * k] = new
-    del head, final_norm  # kept by the model
     m = r.model
     return Setup(m.allocated, m.reserved, m.max_allocated, r.live, r.max_live)
 

@@ -2,7 +2,7 @@
 (benchmarks/allocator_pairs.py; docs/gpu-runs.md, "What nvidia-smi adds"): within 0.5 GiB of each, the bound
 the page states (its figures: 0.07, 0.34 and 0.44 GiB). The published side is an independent source, the
 runs' own readings; the step is a fake-tensor step of the installed transformers, replayed through
-vramwise.measuring.allocator."""
+vramwise.profiles.caching_allocator."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The storage tracker's trace of births and deaths, replayed through the model of torch's CUDA caching
-allocator (vramwise.measuring.allocator): the model's allocated peak must equal the tracker's own count (both
+allocator (vramwise.profiles.caching_allocator): the model's allocated peak must equal the tracker's own count (both
 round every storage up to 512 bytes, and they count the same storages by two separate routes), and the
 modelled reserve must hold at least that."""
 
@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from vramwise.measuring import allocator  # noqa: E402
+from vramwise.profiles import caching_allocator as allocator  # noqa: E402
 from vramwise.measuring.steps import measure  # noqa: E402
 from vramwise.measuring.tracker import StorageTracker  # noqa: E402
 from vramwise.surfaces.cli.main import main  # noqa: E402

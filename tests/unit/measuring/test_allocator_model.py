@@ -1,4 +1,4 @@
-"""The caching allocator model (vramwise.measuring.allocator) against traces worked out by hand from the rules
+"""The caching allocator model (vramwise.profiles.caching_allocator) against traces worked out by hand from the rules
 of c10/cuda/CUDACachingAllocator.cpp: round_size (512-byte multiples), get_pool (small up to 1 MiB),
 get_allocation_size (2 MiB small segments, 20 MiB for 1-10 MiB, else rounded up to 2 MiB), best fit in the
 pool, should_split (rest >= 512 bytes small, > 1 MiB large), free_block merging free neighbours."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from vramwise.measuring.allocator import CachingAllocatorModel, allocation_size, round_size
+from vramwise.profiles.caching_allocator import CachingAllocatorModel, allocation_size, round_size
 
 KiB, MiB = 1024, 1024 * 1024
 

@@ -61,7 +61,7 @@ def test_dry_run_marks_what_needs_cuda(dry_run):
     # the three patterns under the default allocator settings (one process of the two on a GPU)
     assert [f["name"] for f in by_phase["allocator"]] == ["many_small[default]", "few_large[default]",
                                                          "training_like[default]"]
-    # each pattern also went through vramwise's model of the caching allocator (vramwise.measuring.allocator):
+    # each pattern also went through vramwise's model of the caching allocator (vramwise.profiles.caching_allocator):
     # blocks are 512-byte multiples, so the modelled allocated peak is at least the requested one, and the
     # segments hold every live block
     for f in by_phase["allocator"]:
