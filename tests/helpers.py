@@ -372,3 +372,10 @@ def every_nth(n: int):
         return count["i"] % n == 0
 
     return keep
+
+
+def sample_families(families, n: int = 4) -> list:
+    """A per-family matrix for :func:`slow_unless`'s split: the default run takes the representative families
+    (:data:`FAST_FAMILIES`) and every ``n``-th of the rest in order, .ci/run's slow tier every other one."""
+    nth = every_nth(n)
+    return slow_unless(families, lambda v: nth(v) or v[0] in FAST_FAMILIES)

@@ -18,7 +18,7 @@ from helpers import require_installed
 require_installed("torch", "transformers")  # imported by the tests (helpers.reference_params)
 
 import vramwise  # noqa: E402
-from helpers import FAST_FAMILIES, by_kind, from_shared, reference_default_config, reference_minimal_config, reference_params, shared_configs, slow_unless  # noqa: E402
+from helpers import FAST_FAMILIES, by_kind, from_shared, reference_default_config, reference_minimal_config, reference_params, sample_families, shared_configs, slow_unless  # noqa: E402
 
 _REG = vramwise.Registry.default()
 
@@ -88,9 +88,8 @@ def test_default_config(family):
 
 
 # a family without a reference block is listed too (and fails); `minimal: null` opts out
-@pytest.mark.parametrize(
-    "family", sorted(n for n, f in CONCRETE.items() if f.reference is None or f.reference.get("minimal") is not None)
-)
+@pytest.mark.parametrize("family", sample_families(
+    sorted(n for n, f in CONCRETE.items() if f.reference is None or f.reference.get("minimal") is not None)))
 def test_minimal_config_defaults(family):
     """Small configs with only the fields no default covers: the family's defaults must match the
     config class defaults for every field left out (head_dim, KV heads, ties, biases, ...)."""

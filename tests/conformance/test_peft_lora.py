@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from helpers import FAST_FAMILIES, require_installed, slow_unless
+from helpers import FAST_FAMILIES, require_installed, sample_families, slow_unless
 
 require_installed("torch", "peft")  # imported by the tests that use them
 
@@ -74,7 +74,7 @@ def test_dense_family_adapters(family):
     assert ours == _peft_count(cfg, targets, 8)
 
 
-@pytest.mark.parametrize("family", sorted(n for n, lora in _LORA.items() if "attention_targets" in lora))
+@pytest.mark.parametrize("family", sample_families(sorted(n for n, lora in _LORA.items() if "attention_targets" in lora)))
 def test_attention_only_adapters(family):
     cfg = _small_default(family)
     targets = list(_LORA[family]["attention_targets"])

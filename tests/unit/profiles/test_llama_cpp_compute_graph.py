@@ -18,6 +18,7 @@ pytest.importorskip("gguf", reason="the gguf package writes the GGUF files these
 import vramwise  # noqa: E402
 from vramwise import FileFormatError  # noqa: E402
 
+from helpers import every_nth, slow_unless  # noqa: E402
 from test_llama_cpp_reference import CASES, FILES, case_id, profile, write_files  # noqa: E402
 
 #: The architectures a template serves (compute.yaml graph.templates): every one the fixture recorded, latent
@@ -41,7 +42,8 @@ def test_the_fixture_has_every_simulated_architecture_at_each_flash_attention_se
     assert len(SIMULATED_CASES) == 155
 
 
-@pytest.mark.parametrize("case", SIMULATED_CASES, ids=case_id)
+# every case in .ci/run's slow tier, every third (each architecture and flash-attention setting) in the default run
+@pytest.mark.parametrize("case", slow_unless(SIMULATED_CASES, every_nth(3)), ids=case_id)
 def test_the_cpu_compute_buffer_is_llama_cpps_to_the_byte(written, case):
     # n_gpu_layers 0: llama.cpp on the CPU alone, one compute buffer (the CPU's), the largest of the prompt-processing
     # and generation graphs as ggml-alloc placed them

@@ -17,6 +17,7 @@ difference, product, quotient, maximum, minimum) names only what the expression 
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -36,6 +37,13 @@ _ANCHOR = re.compile(r"""<a\s+id\s*=\s*["']([^"']+)["']\s*>\s*</a>""")
 _SEED = re.compile(r"\bseed\b", re.IGNORECASE)
 #: model names that contain the word and cite nothing (ByteDance Seed-OSS, HyperCLOVA X SEED)
 _MODEL_NAMES = re.compile(r"\bseed[-_ ]oss\b|HyperCLOVA X SEED", re.IGNORECASE)
+
+
+@functools.cache
+def _yaml(path: Path):
+    """A data file's contents, parsed once per run with libyaml's loader where PyYAML has it (the same
+    safe constructor as yaml.safe_load); the tests only read what it returns."""
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def anchors(markdown: Path) -> set[str]:
@@ -74,7 +82,7 @@ def test_anchor_ids_are_unique():
 
 @pytest.mark.parametrize("path", DATA_FILES, ids=_rel)
 def test_doc_citations_resolve(path: Path):
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data = _yaml(path)
     problems = []
     cache: dict[Path, set[str]] = {}
     for where, text in _sources(data):
@@ -112,7 +120,7 @@ def test_every_formula_id_is_named_in_the_doc(profile: str):
     named = set(re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)`", doc))
     missing = []
     for path in sorted((ROOT / "formulas" / profile).glob("*.yaml")):
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = _yaml(path) or {}
         for formula in data.get("formulas", []) or []:
             if formula["id"] not in named:
                 missing.append(f"{_rel(path)}: {formula['id']}")
@@ -151,10 +159,11 @@ def _compiled_formulas() -> list:
 FORMULAS = _compiled_formulas()
 
 
-def _defined(path: Path) -> set[str]:
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    return ({f["id"] for f in data.get("formulas") or ()} | set(data.get("constants") or ())
-            | set(data.get("tables") or ()))
+@functools.cache
+def _defined(path: Path) -> frozenset[str]:
+    data = _yaml(path) or {}
+    return frozenset({f["id"] for f in data.get("formulas") or ()} | set(data.get("constants") or ())
+                     | set(data.get("tables") or ()))
 
 
 def test_compiled_formulas_are_found():
@@ -164,7 +173,7 @@ def test_compiled_formulas_are_found():
 
 @pytest.mark.parametrize("path", FORMULA_FILES, ids=_rel)
 def test_no_source_points_by_position(path: Path):
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data = _yaml(path)
     bad = [f"{where}: {text!r}" for where, text in _sources(data) if _POSITIONAL.search(text)]
     assert not bad, f"{_rel(path)}: sources that point by position instead of naming what they cite:\n  " + "\n  ".join(bad)
 
@@ -223,7 +232,7 @@ def test_a_derivation_naming_the_wrong_formulas_is_caught():
 
 @pytest.mark.parametrize("path", DATA_FILES, ids=_rel)
 def test_formula_file_citations_resolve(path: Path):
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data = _yaml(path)
     problems = []
     for where, text in _sources(data):
         for cited, name in _FORMULA_CITE.findall(text):
