@@ -172,6 +172,10 @@ def run_settings(run: dict) -> tuple[str, dict]:
     framework = run["framework"]
     if framework not in PROFILE_OF:
         raise NotScored(f"framework {framework!r} has no profile")
+    if run["settings"].get("not_given"):
+        # the run's own settings differ from what the source states and it does not give them: vramwise's
+        # defaults in their place would test nothing (the same rule as SHAPE_SETTINGS)
+        raise NotScored("settings the run ran with that the source does not give (settings.not_given)")
     settings = {**(run["settings"].get("from_defaults") or {}), **run["settings"]["stated"]}
     transformers = str((run.get("versions") or {}).get("transformers", ""))
     if transformers[:2] in ("2.", "3.", "4.") and "experts_layout" not in settings:

@@ -154,6 +154,16 @@ def test_settings_of_a_run():
         s.run_settings(_run(framework="axolotl"))
 
 
+def test_a_run_whose_settings_are_not_given_is_kept_and_not_scored():
+    s = _scorer()
+    run = _run(settings={"stated": {"method": "lora", "batch_size": 2, "seq_len": 2048},
+                         "not_given": "the same table's row on another GPU publishes half this figure"})
+    with pytest.raises(s.NotScored, match=r"does not give \(settings.not_given\)"):
+        s.run_settings(run)
+    skipped = s.score_run(run)
+    assert isinstance(skipped, s.Skipped) and "settings.not_given" in skipped.reason
+
+
 @pytest.mark.parametrize("versions, stated, layout", [
     ({"transformers": "4.48.1"}, {}, "per_expert"),  # 4.x: one nn.Linear per expert (MixtralSparseMoeBlock)
     ({"transformers": "5.24.0"}, {}, None),  # 5: fused experts, vramwise's default for the installed release
