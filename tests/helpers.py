@@ -375,7 +375,8 @@ def every_nth(n: int):
 
 
 def sample_families(families, n: int = 4) -> list:
-    """A per-family matrix for :func:`slow_unless`'s split: the default run takes the representative families
-    (:data:`FAST_FAMILIES`) and every ``n``-th of the rest in order, .ci/run's slow tier every other one."""
+    """A per-family matrix split by :func:`slow_unless`: the default run takes the representative families
+    (:data:`FAST_FAMILIES`) and every ``n``-th family in the order given (the first included); .ci/run's slow
+    tier takes the others."""
     nth = every_nth(n)
     return slow_unless(families, lambda v: nth(v) or v[0] in FAST_FAMILIES)
